@@ -1,0 +1,45 @@
+# Tianji: `make demo` and `make test` each set everything up on a fresh Debian 12 machine (as root), then run.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping iperf3 tcpdump python3-venv python3-dev \
+            gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl postgresql-client procps
+VENV_STAMP := $(VENV)/.installed
+
+.PHONY: setup apt venv demo test test-unit test-api test-integration lint bench clean
+
+setup: apt venv
+
+apt:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing Debian packages: $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	else echo "==> Debian packages: all present"; fi
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	@echo "==> virtualenv $(VENV) (system site packages, so Debian's Mininet is importable)"
+	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	@$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+	@$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+	@$(PY) -c "import controller, fastapi, os_ken, pyroute2, scapy" && touch $@
+
+demo: setup
+	@$(PY) -m topologies.demo
+
+test: setup
+	@bash scripts/run-tests.sh
+
+test-unit: setup
+	@$(PY) -m pytest -q tests/unit
+
+lint: setup
+	@$(VENV)/bin/ruff check .
+
+bench: setup
+	@$(PY) bench/control_plane.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

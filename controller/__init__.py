@@ -1,0 +1,1 @@
+"""Tianji central controller: tenant REST API, persistent state, host watch API."""

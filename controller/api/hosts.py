@@ -1,0 +1,164 @@
+"""Hosts (hypervisors and gateways): registration, heartbeat/status, and the config watch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import func, select, update
+
+from controller import models as m
+from controller.api.common import db_of
+from controller.api.schemas import HostOut, HostRegister
+from controller.auth import Principal, require_admin, require_infra
+from controller.compiler import compile_host, host_revision
+from controller.db import Database
+from controller.errors import conflict, not_found
+from controller.hostconfig import HostConfig, PortStatusReport
+from controller.models import now
+
+router = APIRouter(tags=["hosts"])
+
+
+def host_out(s, h: m.Host) -> HostOut:  # noqa: ANN001
+    n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.host == h.name)).scalar()
+    return HostOut(name=h.name, vtep_ip=h.vtep_ip, kind=h.kind, status=h.status,
+                   last_seen=h.last_seen.isoformat(), ports=n)
+
+
+@router.post("/hosts", response_model=HostOut)
+def register_host(body: HostRegister, request: Request, _: Principal = Depends(require_infra)) -> HostOut:
+    """Idempotent: an agent registers on every start; a changed VTEP IP is updated."""
+    with db_of(request).write() as t:
+        s = t.session
+        clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
+                                                    m.Host.name != body.name)).scalar_one_or_none()
+        if clash:
+            raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
+        h = s.get(m.Host, body.name)
+        if h is None:
+            h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, status="up", last_seen=now())
+            s.add(h)
+            t.touch_topology()
+        else:
+            if (h.vtep_ip, h.kind) != (body.vtep_ip, body.kind):
+                t.touch_topology()
+            h.vtep_ip, h.kind, h.status, h.last_seen = body.vtep_ip, body.kind, "up", now()
+        t.touch_hosts(body.name)
+        s.flush()
+        return host_out(s, h)
+
+
+@router.get("/hosts", response_model=list[HostOut])
+def list_hosts(request: Request, _: Principal = Depends(require_infra)) -> list[HostOut]:
+    with db_of(request).read() as s:
+        return [host_out(s, h) for h in s.execute(select(m.Host).order_by(m.Host.name)).scalars()]
+
+
+@router.get("/hosts/{name}", response_model=HostOut)
+def get_host(name: str, request: Request, _: Principal = Depends(require_infra)) -> HostOut:
+    with db_of(request).read() as s:
+        h = s.get(m.Host, name)
+        if h is None:
+            raise not_found("host", name)
+        return host_out(s, h)
+
+
+@router.delete("/hosts/{name}", status_code=204)
+def delete_host(name: str, request: Request, _: Principal = Depends(require_admin)) -> None:
+    with db_of(request).write() as t:
+        h = t.session.get(m.Host, name)
+        if h is None:
+            raise not_found("host", name)
+        n = t.session.execute(select(func.count()).select_from(m.Port).where(m.Port.host == name)).scalar()
+        if n:
+            raise conflict(None, f"host {name} still has {n} bound port(s); rebind them first")
+        t.session.delete(h)
+        t.touch_topology()
+
+
+@router.post("/hosts/{name}/status")
+def host_status(name: str, body: PortStatusReport, request: Request,
+                _: Principal = Depends(require_infra)) -> dict:
+    """Heartbeat plus port UP/DOWN reports. Only a change of state is a write that bumps the revision."""
+    db = db_of(request)
+    with db.read() as s:
+        h = s.get(m.Host, name)
+        if h is None:
+            raise not_found("host", name)
+        current = dict(s.execute(select(m.Port.id, m.Port.status).where(m.Port.host == name)).all())
+    changed = {pid: st for pid, st in body.ports.items() if pid in current and current[pid] != st}
+    if h.status != "up" or changed:
+        with db.write() as t:
+            h2 = t.session.get(m.Host, name)
+            h2.status, h2.last_seen = "up", now()
+            for pid, st in changed.items():
+                t.session.execute(update(m.Port).where(m.Port.id == pid, m.Port.host == name).values(status=st))
+    else:
+        with db.sessions() as s, s.begin():
+            s.execute(update(m.Host).where(m.Host.name == name).values(last_seen=now()))
+    return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current))}
+
+
+@router.get("/hosts/{name}/config", response_model=HostConfig,
+            responses={304: {"description": "no change after `after` within `timeout` seconds"}})
+async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1),
+                       timeout: float = Query(0, ge=0, le=300),
+                       _: Principal = Depends(require_infra)) -> Response:
+    """Long-poll: the host's compiled config as soon as its revision is newer than `after`, or 304 after
+    `timeout` seconds. Agents loop on this with `after` = the revision they last applied."""
+    db: Database = db_of(request)
+    bc = request.app.state.broadcaster
+    timeout = min(timeout, request.app.state.settings.max_watch_timeout)
+
+    def check() -> tuple[int, set[str]] | None:
+        with db.snapshot() as s:
+            return host_revision(s, name)
+
+    def build() -> HostConfig | None:
+        with db.snapshot() as s:
+            return compile_host(s, name)
+
+    q = bc.subscribe()
+    try:
+        state = await run_in_threadpool(check)
+        if state is None:
+            raise not_found("host", name)
+        deadline = time.monotonic() + timeout
+        while state[0] <= after:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Response(status_code=304, headers={"X-Tianji-Revision": str(state[0])})
+            try:
+                wake = await asyncio.wait_for(q.get(), remaining)
+            except TimeoutError:
+                continue
+            if wake.concerns(name, state[1]):
+                state = await run_in_threadpool(check)
+                if state is None:
+                    raise not_found("host", name)
+    finally:
+        bc.unsubscribe(q)
+    cfg = await run_in_threadpool(build)
+    if cfg is None:
+        raise not_found("host", name)
+    return Response(cfg.model_dump_json(), media_type="application/json",
+                    headers={"X-Tianji-Revision": str(cfg.revision)})
+
+
+def mark_silent_hosts_down(db: Database, silence: float) -> list[str]:
+    """Hosts silent for longer than `silence` seconds go down, and their ports DOWN."""
+    cutoff = now() - timedelta(seconds=silence)
+    with db.read() as s:
+        stale = list(s.execute(select(m.Host.name).where(m.Host.status == "up", m.Host.last_seen < cutoff)).scalars())
+    if not stale:
+        return []
+    with db.write() as t:
+        for name in stale:
+            t.session.execute(update(m.Host).where(m.Host.name == name, m.Host.last_seen < cutoff)
+                              .values(status="down"))
+            t.session.execute(update(m.Port).where(m.Port.host == name).values(status="DOWN"))
+    return stale

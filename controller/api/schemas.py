@@ -1,0 +1,251 @@
+"""Request and response bodies of the tenant API. Requests forbid unknown fields."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from controller.ipam import IpamError, parse_cidr
+
+NAME = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+class Req(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Resp(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+def _cidr(v: str, lo: int = 8, hi: int = 28) -> str:
+    try:
+        return str(parse_cidr(v, min_prefix=lo, max_prefix=hi))
+    except IpamError as e:
+        raise ValueError(str(e)) from None
+
+
+class TenantCreate(Req):
+    name: str = NAME
+
+
+class TenantOut(Resp):
+    id: str
+    name: str
+
+
+class TenantCreated(TenantOut):
+    token: str
+
+
+class HostTokenCreate(Req):
+    name: str = NAME
+
+
+class VpcCreate(Req):
+    name: str = NAME
+    cidr: str
+    tenant_id: str | None = Field(None, description="admin only: the tenant that owns the VPC")
+
+    @field_validator("cidr")
+    @classmethod
+    def _c(cls, v: str) -> str:
+        return _cidr(v)
+
+
+class VpcOut(Resp):
+    id: str
+    name: str
+    cidr: str
+    vni: int
+    tenant_id: str
+    router_mac: str
+    default_security_group_id: str | None = None
+
+
+class SubnetCreate(Req):
+    vpc_id: str
+    name: str = NAME
+    cidr: str
+
+    @field_validator("cidr")
+    @classmethod
+    def _c(cls, v: str) -> str:
+        return _cidr(v, 8, 29)
+
+
+class SubnetOut(Resp):
+    id: str
+    vpc_id: str
+    tenant_id: str
+    name: str
+    cidr: str
+    gateway_ip: str
+    available_ips: int | None = None
+
+
+class PortCreate(Req):
+    subnet_id: str
+    name: str = NAME
+    ip: str | None = None
+    mac: str | None = None
+    host: str | None = None
+    security_group_ids: list[str] | None = None
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(ipaddress.IPv4Address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = v.lower().replace("-", ":")
+        if not MAC_RE.match(v):
+            raise ValueError(f"{v!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        first = int(v[:2], 16)
+        if first & 1:
+            raise ValueError("a port MAC must be unicast (lowest bit of the first octet clear)")
+        return v
+
+
+class PortUpdate(Req):
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    host: str | None = None
+    security_group_ids: list[str] | None = None
+
+
+class PortOut(Resp):
+    id: str
+    tenant_id: str
+    vpc_id: str
+    subnet_id: str
+    name: str
+    ip: str
+    mac: str
+    host: str | None
+    status: str
+    security_group_ids: list[str] = []
+
+
+class HostRegister(Req):
+    name: str = NAME
+    vtep_ip: str
+    kind: Literal["hypervisor", "gateway"] = "hypervisor"
+
+    @field_validator("vtep_ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        try:
+            return str(ipaddress.IPv4Address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+
+class HostOut(Resp):
+    name: str
+    vtep_ip: str
+    kind: str
+    status: str
+    last_seen: str
+    ports: int = 0
+
+
+class PeeringCreate(Req):
+    requester_vpc_id: str
+    accepter_vpc_id: str
+
+
+class PeeringOut(Resp):
+    id: str
+    requester_vpc_id: str
+    accepter_vpc_id: str
+    requester_tenant_id: str
+    accepter_tenant_id: str
+    status: str
+
+
+class RouteCreate(Req):
+    destination: str
+    target: str = Field(description="peering:<id> (gateway targets come with the gateway features)")
+
+    @field_validator("destination")
+    @classmethod
+    def _d(cls, v: str) -> str:
+        return _cidr(v, 0, 32)
+
+
+class RouteOut(BaseModel):
+    id: str | None
+    destination: str
+    target: str
+    origin: Literal["implicit", "user"]
+    state: Literal["active", "blackhole"] = "active"
+
+
+class RuleCreate(Req):
+    direction: Literal["ingress", "egress"]
+    protocol: Literal["tcp", "udp", "icmp", "any"] = "any"
+    port_range_min: int | None = Field(None, ge=1, le=65535)
+    port_range_max: int | None = Field(None, ge=1, le=65535)
+    remote_cidr: str | None = None
+    remote_group_id: str | None = None
+    description: str = Field("", max_length=255)
+
+    @field_validator("remote_cidr")
+    @classmethod
+    def _rc(cls, v: str | None) -> str | None:
+        return None if v is None else _cidr(v, 0, 32)
+
+    @model_validator(mode="after")
+    def _check(self) -> RuleCreate:
+        if self.remote_cidr and self.remote_group_id:
+            raise ValueError("give remote_cidr or remote_group_id, not both")
+        ports = (self.port_range_min, self.port_range_max)
+        if self.protocol in ("tcp", "udp"):
+            if (ports[0] is None) != (ports[1] is None):
+                raise ValueError("give both port_range_min and port_range_max, or neither")
+            if ports[0] is not None and ports[0] > ports[1]:
+                raise ValueError("port_range_min must not exceed port_range_max")
+        elif ports != (None, None):
+            raise ValueError(f"port ranges apply to tcp and udp only, not {self.protocol}")
+        return self
+
+
+class RuleOut(Resp):
+    id: int
+    direction: str
+    protocol: str
+    port_range_min: int | None
+    port_range_max: int | None
+    remote_cidr: str | None
+    remote_group_id: str | None
+    description: str
+
+
+class SecurityGroupCreate(Req):
+    vpc_id: str
+    name: str = NAME
+    description: str = Field("", max_length=255)
+    rules: list[RuleCreate] = []
+
+
+class SecurityGroupOut(Resp):
+    id: str
+    vpc_id: str
+    tenant_id: str
+    name: str
+    description: str
+    is_default: bool
+    rules: list[RuleOut]

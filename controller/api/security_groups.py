@@ -1,0 +1,120 @@
+"""Security groups: stateful rule sets attached to ports, scoped to one VPC."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.api.common import db_of, owned, scoped
+from controller.api.schemas import RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
+from controller.auth import Principal, require_tenant_api
+from controller.db import WriteTxn
+from controller.errors import conflict, invalid, not_found
+
+router = APIRouter(tags=["security-groups"])
+
+
+def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, field: str) -> m.SecurityGroupRule:
+    s = t.session
+    if r.remote_group_id and r.remote_group_id != sg.id:
+        remote = owned(s, m.SecurityGroup, r.remote_group_id, p, "security group", f"{field}.remote_group_id")
+        if remote.vpc_id != sg.vpc_id:
+            raise invalid(f"{field}.remote_group_id", "the remote group must be in the same VPC")
+    rule = m.SecurityGroupRule(group_id=sg.id, direction=r.direction, protocol=r.protocol,
+                               port_range_min=r.port_range_min, port_range_max=r.port_range_max,
+                               remote_cidr=r.remote_cidr if r.remote_group_id else (r.remote_cidr or "0.0.0.0/0"),
+                               remote_group_id=r.remote_group_id, description=r.description)
+    s.add(rule)
+    return rule
+
+
+def sg_out(sg: m.SecurityGroup) -> SecurityGroupOut:
+    return SecurityGroupOut.model_validate(sg)
+
+
+@router.post("/security-groups", status_code=201, response_model=SecurityGroupOut)
+def create_sg(body: SecurityGroupCreate, request: Request,
+              p: Principal = Depends(require_tenant_api)) -> SecurityGroupOut:
+    with db_of(request).write() as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
+        if s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == vpc.id,
+                                                      m.SecurityGroup.name == body.name)).first():
+            raise conflict("name", f"VPC {vpc.name} already has a security group named {body.name!r}")
+        sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, description=body.description)
+        s.add(sg)
+        s.flush()
+        for i, r in enumerate(body.rules):
+            add_rule(t, sg, r, p, f"rules.{i}")
+        t.touch_vpcs(vpc.id)
+        s.flush()
+        s.refresh(sg)
+        return sg_out(sg)
+
+
+@router.get("/security-groups", response_model=list[SecurityGroupOut])
+def list_sgs(request: Request, vpc_id: str | None = None,
+             p: Principal = Depends(require_tenant_api)) -> list[SecurityGroupOut]:
+    with db_of(request).read() as s:
+        stmt = scoped(select(m.SecurityGroup), m.SecurityGroup, p).order_by(m.SecurityGroup.vpc_id,
+                                                                            m.SecurityGroup.name)
+        if vpc_id:
+            stmt = stmt.where(m.SecurityGroup.vpc_id == vpc_id)
+        return [sg_out(x) for x in s.execute(stmt).scalars()]
+
+
+@router.get("/security-groups/{sg_id}", response_model=SecurityGroupOut)
+def get_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> SecurityGroupOut:
+    with db_of(request).read() as s:
+        return sg_out(owned(s, m.SecurityGroup, sg_id, p, "security group"))
+
+
+def _in_use(s: Session, sg: m.SecurityGroup) -> str | None:
+    n = s.execute(select(func.count()).select_from(m.PortSecurityGroup)
+                  .where(m.PortSecurityGroup.group_id == sg.id)).scalar()
+    if n:
+        return f"security group {sg.name} is used by {n} port(s); detach it first"
+    refs = s.execute(select(m.SecurityGroupRule).where(m.SecurityGroupRule.remote_group_id == sg.id,
+                                                       m.SecurityGroupRule.group_id != sg.id)).scalars().all()
+    if refs:
+        return f"security group {sg.name} is referenced by rules of other groups ({', '.join(str(r.id) for r in refs)})"
+    return None
+
+
+@router.delete("/security-groups/{sg_id}", status_code=204)
+def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        s = t.session
+        sg = owned(s, m.SecurityGroup, sg_id, p, "security group")
+        if sg.is_default:
+            raise conflict(None, "the default security group of a VPC cannot be deleted")
+        if reason := _in_use(s, sg):
+            raise conflict(None, reason)
+        for rule in list(sg.rules):
+            s.delete(rule)
+        s.flush()
+        s.delete(sg)
+        t.touch_vpcs(sg.vpc_id)
+
+
+@router.post("/security-groups/{sg_id}/rules", status_code=201, response_model=RuleOut)
+def create_rule(sg_id: str, body: RuleCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> RuleOut:
+    with db_of(request).write() as t:
+        sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
+        rule = add_rule(t, sg, body, p, "body")
+        t.touch_vpcs(sg.vpc_id)
+        t.session.flush()
+        return RuleOut.model_validate(rule)
+
+
+@router.delete("/security-groups/{sg_id}/rules/{rule_id}", status_code=204)
+def delete_rule(sg_id: str, rule_id: int, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
+        rule = t.session.get(m.SecurityGroupRule, rule_id)
+        if rule is None or rule.group_id != sg.id:
+            raise not_found("rule", str(rule_id))
+        t.session.delete(rule)
+        t.touch_vpcs(sg.vpc_id)

@@ -1,0 +1,77 @@
+"""Subnets: inside the VPC CIDR, never overlapping each other; the first usable address is the gateway."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.api.common import db_of, owned, scoped
+from controller.api.schemas import SubnetCreate, SubnetOut
+from controller.auth import Principal, require_tenant_api
+from controller.errors import conflict, invalid
+from controller.ipam import gateway_ip, overlaps, usable_range
+
+router = APIRouter(tags=["subnets"])
+
+
+def subnet_out(s: Session, sn: m.Subnet) -> SubnetOut:
+    out = SubnetOut.model_validate(sn)
+    lo, hi = usable_range(ipaddress.IPv4Network(sn.cidr))
+    used = s.execute(select(func.count()).select_from(m.Port).where(m.Port.subnet_id == sn.id)).scalar()
+    out.available_ips = max(hi - lo + 1, 0) - used
+    return out
+
+
+@router.post("/subnets", status_code=201, response_model=SubnetOut)
+def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> SubnetOut:
+    with db_of(request).write() as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
+        net = ipaddress.IPv4Network(body.cidr)
+        if net.prefixlen > 28:
+            raise invalid("cidr", f"prefix /{net.prefixlen} is too small for a subnet: use /28 or larger")
+        if not net.subnet_of(ipaddress.IPv4Network(vpc.cidr)):
+            raise invalid("cidr", f"{net} is not inside the VPC CIDR {vpc.cidr}")
+        for other in s.execute(select(m.Subnet).where(m.Subnet.vpc_id == vpc.id)).scalars():
+            if overlaps(other.cidr, body.cidr):
+                raise conflict("cidr", f"{net} overlaps subnet {other.name} ({other.cidr})")
+            if other.name == body.name:
+                raise conflict("name", f"VPC {vpc.name} already has a subnet named {body.name!r}")
+        sn = m.Subnet(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, cidr=str(net),
+                      gateway_ip=str(gateway_ip(net)))
+        s.add(sn)
+        t.touch_vpcs(vpc.id)
+        s.flush()
+        return subnet_out(s, sn)
+
+
+@router.get("/subnets", response_model=list[SubnetOut])
+def list_subnets(request: Request, vpc_id: str | None = None,
+                 p: Principal = Depends(require_tenant_api)) -> list[SubnetOut]:
+    with db_of(request).read() as s:
+        stmt = scoped(select(m.Subnet), m.Subnet, p).order_by(m.Subnet.vpc_id, m.Subnet.cidr)
+        if vpc_id:
+            stmt = stmt.where(m.Subnet.vpc_id == vpc_id)
+        return [subnet_out(s, sn) for sn in s.execute(stmt).scalars()]
+
+
+@router.get("/subnets/{subnet_id}", response_model=SubnetOut)
+def get_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> SubnetOut:
+    with db_of(request).read() as s:
+        return subnet_out(s, owned(s, m.Subnet, subnet_id, p, "subnet"))
+
+
+@router.delete("/subnets/{subnet_id}", status_code=204)
+def delete_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        s = t.session
+        sn = owned(s, m.Subnet, subnet_id, p, "subnet")
+        n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.subnet_id == subnet_id)).scalar()
+        if n:
+            raise conflict(None, f"subnet {sn.name} still has {n} port(s); delete them first")
+        s.delete(sn)
+        t.touch_vpcs(sn.vpc_id)

@@ -1,0 +1,190 @@
+"""VPCs and their route tables."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.api.common import db_of, default_group_id, owned, scoped, with_retries
+from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
+from controller.auth import Principal, require_tenant_api
+from controller.errors import ApiError, conflict, invalid, not_found
+from controller.ipam import overlaps, router_mac
+
+router = APIRouter(tags=["vpcs"])
+
+
+def vpc_out(s: Session, v: m.Vpc) -> VpcOut:
+    out = VpcOut.model_validate(v)
+    out.default_security_group_id = default_group_id(s, v.id)
+    return out
+
+
+def allocate_vni(s: Session, lo: int, hi: int) -> int:
+    highest = s.execute(select(func.max(m.Vpc.vni))).scalar()
+    if highest is None or highest < lo:
+        return lo
+    if highest < hi:
+        return highest + 1
+    used = set(s.execute(select(m.Vpc.vni).where(m.Vpc.vni.between(lo, hi))).scalars())
+    for vni in range(lo, hi + 1):
+        if vni not in used:
+            return vni
+    raise ApiError(409, f"the VNI pool {lo}..{hi} is exhausted; ask the operator to widen it")
+
+
+@router.post("/vpcs", status_code=201, response_model=VpcOut)
+def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
+    settings = request.app.state.settings
+    if p.is_admin:
+        if not body.tenant_id:
+            raise invalid("tenant_id", "the admin must name the tenant that owns the VPC")
+        tenant_id = body.tenant_id
+    else:
+        if body.tenant_id and body.tenant_id != p.tenant_id:
+            raise invalid("tenant_id", "a tenant can only create VPCs for itself")
+        tenant_id = p.tenant_id
+
+    def txn() -> VpcOut:
+        with db_of(request).write() as t:
+            s = t.session
+            if s.get(m.Tenant, tenant_id) is None:
+                raise not_found("tenant", tenant_id, "tenant_id")
+            if s.execute(select(m.Vpc.id).where(m.Vpc.tenant_id == tenant_id, m.Vpc.name == body.name)).first():
+                raise conflict("name", f"you already have a VPC named {body.name!r}")
+            vni = allocate_vni(s, settings.vni_min, settings.vni_max)
+            vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni))
+            s.add(vpc)
+            s.flush()
+            sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=tenant_id, name="default", is_default=True,
+                                 description="default: all egress; ingress from members of this group")
+            s.add(sg)
+            s.flush()
+            s.add_all([
+                m.SecurityGroupRule(group_id=sg.id, direction="egress", protocol="any", remote_cidr="0.0.0.0/0"),
+                m.SecurityGroupRule(group_id=sg.id, direction="ingress", protocol="any", remote_group_id=sg.id),
+            ])
+            t.touch_vpcs(vpc.id)
+            s.flush()
+            out = VpcOut.model_validate(vpc)
+            out.default_security_group_id = sg.id
+            return out
+
+    return with_retries(txn, "VPC creation")
+
+
+@router.get("/vpcs", response_model=list[VpcOut])
+def list_vpcs(request: Request, p: Principal = Depends(require_tenant_api)) -> list[VpcOut]:
+    with db_of(request).read() as s:
+        vpcs = s.execute(scoped(select(m.Vpc), m.Vpc, p).order_by(m.Vpc.created_at, m.Vpc.name)).scalars()
+        return [vpc_out(s, v) for v in vpcs]
+
+
+@router.get("/vpcs/{vpc_id}", response_model=VpcOut)
+def get_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
+    with db_of(request).read() as s:
+        return vpc_out(s, owned(s, m.Vpc, vpc_id, p, "VPC"))
+
+
+@router.delete("/vpcs/{vpc_id}", status_code=204)
+def delete_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
+        n_ports = s.execute(select(func.count()).select_from(m.Port).where(m.Port.vpc_id == vpc_id)).scalar()
+        n_subnets = s.execute(select(func.count()).select_from(m.Subnet).where(m.Subnet.vpc_id == vpc_id)).scalar()
+        if n_ports or n_subnets:
+            raise conflict(None, f"VPC {vpc.name} still has {n_subnets} subnet(s) and {n_ports} port(s); "
+                                 "delete them first")
+        peerings = s.execute(select(m.Peering.id).where(
+            (m.Peering.requester_vpc_id == vpc_id) | (m.Peering.accepter_vpc_id == vpc_id))).scalars().all()
+        if peerings:
+            raise conflict(None, f"VPC {vpc.name} is part of peering(s) {', '.join(peerings)}; delete them first")
+        for r in s.execute(select(m.Route).where(m.Route.vpc_id == vpc_id)).scalars():
+            s.delete(r)
+        for sg in s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id)).scalars():
+            for rule in sg.rules:
+                s.delete(rule)
+        s.flush()
+        for sg in s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id)).scalars():
+            s.delete(sg)
+        s.flush()
+        s.delete(vpc)
+
+
+# --- route tables ----------------------------------------------------------------------------------
+
+def parse_target(target: str) -> tuple[str, str]:
+    kind, sep, ident = target.partition(":")
+    if not sep or not ident:
+        raise invalid("target", f"{target!r} is not a route target; use peering:<peering id>")
+    if kind != "peering":
+        raise invalid("target", f"target type {kind!r} is not supported; supported: peering")
+    return kind, ident
+
+
+def effective_routes(s: Session, vpc: m.Vpc) -> list[RouteOut]:
+    routes = [RouteOut(id=None, destination=vpc.cidr, target="local", origin="implicit")]
+    peerings = s.execute(select(m.Peering).where(
+        ((m.Peering.requester_vpc_id == vpc.id) | (m.Peering.accepter_vpc_id == vpc.id)),
+        m.Peering.status == "active")).scalars().all()
+    active = {}
+    for pc in peerings:
+        peer_id = pc.accepter_vpc_id if pc.requester_vpc_id == vpc.id else pc.requester_vpc_id
+        peer = s.get(m.Vpc, peer_id)
+        active[pc.id] = peer
+        routes.append(RouteOut(id=None, destination=peer.cidr, target=f"peering:{pc.id}", origin="implicit"))
+    for r in s.execute(select(m.Route).where(m.Route.vpc_id == vpc.id).order_by(m.Route.created_at)).scalars():
+        state = "active" if r.target_id in active else "blackhole"
+        routes.append(RouteOut(id=r.id, destination=r.destination, target=f"{r.target_type}:{r.target_id}",
+                               origin="user", state=state))
+    return routes
+
+
+@router.get("/vpcs/{vpc_id}/routes", response_model=list[RouteOut])
+def list_routes(vpc_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> list[RouteOut]:
+    with db_of(request).read() as s:
+        return effective_routes(s, owned(s, m.Vpc, vpc_id, p, "VPC"))
+
+
+@router.post("/vpcs/{vpc_id}/routes", status_code=201, response_model=RouteOut)
+def create_route(vpc_id: str, body: RouteCreate, request: Request,
+                 p: Principal = Depends(require_tenant_api)) -> RouteOut:
+    kind, target_id = parse_target(body.target)
+    with db_of(request).write() as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
+        pc = s.get(m.Peering, target_id)
+        if pc is None or vpc_id not in (pc.requester_vpc_id, pc.accepter_vpc_id):
+            raise not_found("peering", target_id, "target")
+        if pc.status != "active":
+            raise conflict("target", f"peering {target_id} is {pc.status}; routes need an active peering")
+        if overlaps(body.destination, vpc.cidr):
+            raise conflict("destination", f"{body.destination} overlaps the VPC's local route {vpc.cidr}")
+        for existing in effective_routes(s, vpc):
+            if existing.destination == body.destination:
+                raise conflict("destination", f"a route to {body.destination} already exists "
+                                              f"(target {existing.target})")
+        if ipaddress.ip_network(body.destination).prefixlen == 0:
+            pass  # a default route through a peering is allowed; the peer only delivers to its own ports
+        r = m.Route(vpc_id=vpc_id, tenant_id=vpc.tenant_id, destination=body.destination,
+                    target_type=kind, target_id=target_id)
+        s.add(r)
+        t.touch_vpcs(vpc_id)
+        s.flush()
+        return RouteOut(id=r.id, destination=r.destination, target=body.target, origin="user")
+
+
+@router.delete("/vpcs/{vpc_id}/routes/{route_id}", status_code=204)
+def delete_route(vpc_id: str, route_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        owned(t.session, m.Vpc, vpc_id, p, "VPC")
+        r = t.session.get(m.Route, route_id)
+        if r is None or r.vpc_id != vpc_id:
+            raise not_found("route", route_id)
+        t.session.delete(r)
+        t.touch_vpcs(vpc_id)

@@ -1,0 +1,68 @@
+"""The FastAPI application: routers under /v1, problem+json errors, background liveness checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager, suppress
+
+from fastapi import FastAPI
+
+from controller import errors
+from controller.api import hosts, peerings, ports, security_groups, subnets, tenants, vpcs
+from controller.auth import ensure_admin_token
+from controller.db import Database
+from controller.settings import Settings
+from controller.watch import Broadcaster
+
+log = logging.getLogger("tianji.controller")
+
+
+def create_app(settings: Settings | None = None, *, announce_token: bool = True) -> FastAPI:
+    settings = settings or Settings.from_env()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.url)
+    db.migrate()
+    admin_token, created = ensure_admin_token(settings.state_dir)
+    if created and announce_token:
+        print(f"tianji: created admin token {admin_token} (stored in {settings.state_dir / 'admin.token'})",
+              flush=True)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202
+        app.state.broadcaster.start(asyncio.get_running_loop())
+        task = asyncio.create_task(_liveness(app))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+            app.state.broadcaster.stop()
+
+    app = FastAPI(title="Tianji controller", version="0.1.0", lifespan=lifespan,
+                  description="Tenant VPC networking for private GPU clouds: VPCs, subnets, ports, peering, "
+                              "route tables, security groups; and the host watch API agents reconcile from.")
+    app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
+    app.state.broadcaster = Broadcaster(db)
+    errors.install(app)
+    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts):
+        app.include_router(r.router, prefix="/v1")
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict:
+        return {"status": "ok", "revision": db.revision(), "database": db.engine.dialect.name}
+
+    return app
+
+
+async def _liveness(app: FastAPI) -> None:
+    s: Settings = app.state.settings
+    while True:
+        await asyncio.sleep(max(0.5, min(2.0, s.host_down_after / 4)))
+        try:
+            down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after)
+            for name in down:
+                log.warning("host %s silent for %.0fs: marked down, its ports DOWN", name, s.host_down_after)
+        except Exception as e:  # noqa: BLE001 - keep checking through transient database errors
+            log.warning("liveness check failed: %s", e)

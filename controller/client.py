@@ -1,0 +1,61 @@
+"""A small client for the Tianji API, used by the CLI, the agent tests and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CONFIG_FILE = Path(os.environ.get("TIANJI_CLI_CONFIG", Path.home() / ".config" / "tianji" / "cli.json"))
+
+
+class ApiFailure(Exception):
+    def __init__(self, status: int, detail: str, field: str | None = None, body: Any = None) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status, self.detail, self.field, self.body = status, detail, field, body
+
+
+def load_cli_config() -> dict:
+    try:
+        return json.loads(CONFIG_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        try:
+            r = self.http.request(method, path, json=body, params={k: v for k, v in params.items() if v is not None})
+        except httpx.ConnectError:
+            raise ApiFailure(0, f"cannot reach the controller at {self.url}; is `tianji controller serve` "
+                                "running, and is --url right?") from None
+        if r.status_code == 304:
+            return None
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"detail": r.text}
+            raise ApiFailure(r.status_code, body.get("detail") or body.get("title") or r.reason_phrase,
+                             body.get("field"), body)
+        return r.json() if r.content else None
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, **params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)

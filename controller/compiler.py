@@ -1,0 +1,144 @@
+"""Compile one host's desired state (HostConfig) from the database.
+
+The cost grows with what the host needs (its ports, their VPCs and peers, those VPCs' endpoints),
+never with the whole database: every query below is keyed by the host or by those VPC ids.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.hostconfig import (
+    Endpoint,
+    HostConfig,
+    PortInfo,
+    RouteInfo,
+    SecurityGroupInfo,
+    SecurityGroupRuleInfo,
+    SubnetInfo,
+    VpcInfo,
+    Vtep,
+)
+
+
+def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
+    own = set(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
+    peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
+    if own:
+        rows = s.execute(select(m.Peering.id, m.Peering.requester_vpc_id, m.Peering.accepter_vpc_id).where(
+            m.Peering.status == "active",
+            or_(m.Peering.requester_vpc_id.in_(own), m.Peering.accepter_vpc_id.in_(own))))
+        for pid, a, b in rows:
+            peers[a].append((pid, b))
+            peers[b].append((pid, a))
+    return own, peers
+
+
+def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
+    """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
+    depends on. None if the host is not registered."""
+    h = s.execute(select(m.Host.config_revision).where(m.Host.name == host)).scalar_one_or_none()
+    if h is None:
+        return None
+    topo = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar_one()
+    own, peers = _own_and_peers(s, host)
+    relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
+    vrev = 0
+    if relevant:
+        vrev = s.execute(select(func.max(m.Vpc.revision)).where(m.Vpc.id.in_(relevant))).scalar() or 0
+    return max(h, topo, vrev), relevant
+
+
+def compile_host(s: Session, host: str) -> HostConfig | None:
+    rev = host_revision(s, host)
+    if rev is None:
+        return None
+    revision, relevant = rev
+    vtep = s.execute(select(m.Host.vtep_ip).where(m.Host.name == host)).scalar_one()
+    own, peers = _own_and_peers(s, host)
+
+    # Local ports and their security groups.
+    local = s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip)
+                      .where(m.Port.host == host).order_by(m.Port.id)).all()
+    port_groups: dict[str, list[str]] = defaultdict(list)
+    if local:
+        for pid, gid in s.execute(select(m.PortSecurityGroup.port_id, m.PortSecurityGroup.group_id)
+                                  .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
+                                  .where(m.Port.host == host).order_by(m.PortSecurityGroup.group_id)):
+            port_groups[pid].append(gid)
+    ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
+                      security_group_ids=port_groups.get(p.id, [])) for p in local]
+
+    # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets.
+    vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
+                                                  m.Vpc.router_mac).where(m.Vpc.id.in_(relevant)))}
+    subnets: dict[str, list[SubnetInfo]] = defaultdict(list)
+    for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
+                                        .where(m.Subnet.vpc_id.in_(relevant)).order_by(m.Subnet.cidr)):
+        subnets[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
+    user_routes: dict[str, list] = defaultdict(list)
+    if own:
+        for r in s.execute(select(m.Route.vpc_id, m.Route.destination, m.Route.target_type, m.Route.target_id)
+                           .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
+            user_routes[r.vpc_id].append(r)
+    vpcs = []
+    for vid in sorted(relevant):
+        v = vpc_rows[vid]
+        routes: list[RouteInfo] = []
+        if vid in own:
+            routes.append(RouteInfo(destination=v.cidr, target_type="local"))
+            active = {}
+            for pid, peer in sorted(peers.get(vid, ())):
+                active[pid] = peer
+                routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
+                                        peer_vpc_id=peer))
+            for r in user_routes.get(vid, ()):
+                if r.target_type == "peering" and r.target_id in active:
+                    routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
+                                            peer_vpc_id=active[r.target_id], origin="user"))
+                else:
+                    routes.append(RouteInfo(destination=r.destination, target_type="blackhole",
+                                            target_id=r.target_id, origin="user"))
+        vpcs.append(VpcInfo(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
+                            subnets=subnets.get(vid, []), routes=routes))
+
+    # Every bound port of those VPCs: where it lives and how to reach it.
+    endpoints = []
+    if relevant:
+        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
+                           .join(m.Host, m.Host.name == m.Port.host)
+                           .where(m.Port.vpc_id.in_(relevant)).order_by(m.Port.vpc_id, m.Port.ip_int)):
+            endpoints.append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpc_rows[e.vpc_id].vni, ip=e.ip,
+                                      mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
+
+    # Security groups of local ports, remote groups resolved to member addresses.
+    group_ids = sorted({g for gs in port_groups.values() for g in gs})
+    groups = []
+    if group_ids:
+        rules = s.execute(select(m.SecurityGroupRule).where(m.SecurityGroupRule.group_id.in_(group_ids))
+                          .order_by(m.SecurityGroupRule.id)).scalars().all()
+        remote_ids = {r.remote_group_id for r in rules if r.remote_group_id}
+        members: dict[str, list[str]] = defaultdict(list)
+        if remote_ids:
+            for gid, ip in s.execute(select(m.PortSecurityGroup.group_id, m.Port.ip)
+                                     .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
+                                     .where(m.PortSecurityGroup.group_id.in_(remote_ids)).order_by(m.Port.ip_int)):
+                members[gid].append(f"{ip}/32")
+        by_group: dict[str, list[SecurityGroupRuleInfo]] = defaultdict(list)
+        for r in rules:
+            remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
+            by_group[r.group_id].append(SecurityGroupRuleInfo(
+                id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
+                port_range_max=r.port_range_max, remote_cidrs=remote))
+        sg_vpc = dict(s.execute(select(m.SecurityGroup.id, m.SecurityGroup.vpc_id)
+                                .where(m.SecurityGroup.id.in_(group_ids))).all())
+        groups = [SecurityGroupInfo(id=g, vpc_id=sg_vpc[g], rules=by_group.get(g, [])) for g in group_ids]
+
+    vteps = [Vtep(host=n, ip=ip, kind=k) for n, ip, k in
+             s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
+    return HostConfig(host=host, revision=revision, vtep_ip=vtep, ports=ports, vpcs=vpcs, endpoints=endpoints,
+                      security_groups=groups, vteps=vteps)

@@ -1,0 +1,144 @@
+"""Engine, sessions, migrations, and the write transaction that bumps the global revision.
+
+Every write goes through `Database.write()`: its first statement bumps the global revision, which
+takes the write lock at once (row lock on PostgreSQL, the database lock on SQLite), so concurrent
+writers queue instead of deadlocking on a later lock upgrade, and the revision order is the commit
+order. Unique constraints still guard every allocation: the lock is an optimisation, not the guarantee.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event, select, text, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from controller import models as m
+
+log = logging.getLogger(__name__)
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+@dataclass
+class ChangeSet:
+    """What one committed write touched; watches use it to decide whether to recompile."""
+
+    revision: int
+    vpcs: set[str] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    topology: bool = False
+
+
+class WriteTxn:
+    def __init__(self, session: Session, revision: int) -> None:
+        self.session = session
+        self.changes = ChangeSet(revision)
+
+    @property
+    def revision(self) -> int:
+        return self.changes.revision
+
+    def touch_vpcs(self, *vpc_ids: str | None) -> None:
+        self.changes.vpcs.update(v for v in vpc_ids if v)
+
+    def touch_hosts(self, *hosts: str | None) -> None:
+        self.changes.hosts.update(h for h in hosts if h)
+
+    def touch_topology(self) -> None:
+        self.changes.topology = True
+
+    def _stamp(self) -> None:
+        s, rev = self.session, self.revision
+        if self.changes.vpcs:
+            s.execute(update(m.Vpc).where(m.Vpc.id.in_(self.changes.vpcs)).values(revision=rev))
+        if self.changes.hosts:
+            s.execute(update(m.Host).where(m.Host.name.in_(self.changes.hosts)).values(config_revision=rev))
+        if self.changes.topology:
+            s.execute(update(m.Counter).where(m.Counter.name == "topology").values(value=rev))
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _rec) -> None:  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
+
+
+def upgrade(engine: Engine) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.listeners: list[Callable[[ChangeSet], None]] = []
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def migrate(self) -> None:
+        upgrade(self.engine)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self.sessions() as s:
+            yield s
+
+    @contextmanager
+    def write(self) -> Iterator[WriteTxn]:
+        """One transaction: bump the revision, run the body, stamp what it touched, commit.
+        Any exception rolls everything back, so a failed request changes nothing."""
+        with self.sessions() as s, s.begin():
+            rev = s.execute(
+                update(m.Counter)
+                .where(m.Counter.name == "revision")
+                .values(value=m.Counter.value + 1)
+                .returning(m.Counter.value)
+            ).scalar_one()
+            txn = WriteTxn(s, rev)
+            yield txn
+            s.flush()
+            txn._stamp()
+            if self.is_postgres:
+                from controller.watch import notify_payload
+
+                s.execute(text("SELECT pg_notify('tianji_revision', :p)"), {"p": notify_payload(txn.changes)})
+        for cb in self.listeners:
+            cb(txn.changes)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Session]:
+        """A read transaction that sees one consistent snapshot (REPEATABLE READ on PostgreSQL;
+        SQLite's read transactions already are)."""
+        with self.sessions() as s:
+            if self.is_postgres:
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            yield s  # the session's implicit transaction ends (rolled back) when it closes
+
+    def revision(self) -> int:
+        with self.sessions() as s:
+            return s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar_one()

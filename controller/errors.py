@@ -1,0 +1,73 @@
+"""RFC 9457 problem details: every API error is `application/problem+json` naming the offending field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM = "application/problem+json"
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+          409: "Conflict", 422: "Unprocessable Content", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str, field: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.field, self.extra = status, detail, field, extra
+
+
+def invalid(field: str, detail: str) -> ApiError:
+    return ApiError(422, f"{field}: {detail}", field)
+
+
+def conflict(field: str | None, detail: str) -> ApiError:
+    return ApiError(409, detail, field)
+
+
+def not_found(kind: str, ident: str, field: str | None = None) -> ApiError:
+    return ApiError(404, f"{kind} {ident} not found", field)
+
+
+def problem(status: int, detail: str, field: str | None = None, errors: list | None = None,
+            **extra: Any) -> JSONResponse:
+    body: dict[str, Any] = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status,
+                            "detail": detail}
+    if field:
+        body["field"] = field
+    if errors:
+        body["errors"] = errors
+    body.update(extra)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _loc(loc: tuple | list) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
+        errors = [{"field": exc.field, "message": exc.detail}] if exc.field else None
+        return problem(exc.status, exc.detail, exc.field, errors, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            field = _loc(e.get("loc", ()))
+            msg = e.get("msg", "invalid")
+            if e.get("type") == "extra_forbidden":
+                msg = "unknown field"
+            errors.append({"field": field, "message": msg})
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return problem(422, detail, errors[0]["field"] if errors else None, errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail))

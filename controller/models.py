@@ -1,0 +1,189 @@
+"""SQLAlchemy models: the controller's persistent state.
+
+Uniqueness that matters for the data plane (VNI, MAC, IP within a VPC, VTEP IP) is enforced by
+database constraints, so it holds across threads and across controller replicas.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Counter(Base):
+    """Named counters: `revision` (bumped by every write) and `topology` (stamp of host/VTEP changes)."""
+
+    __tablename__ = "counters"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class HostToken(Base):
+    __tablename__ = "host_tokens"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    vtep_ip: Mapped[str] = mapped_column(String(15), unique=True)
+    kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
+    status: Mapped[str] = mapped_column(String(8), default="up")
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    # Global revision of the last change to the set of ports bound here.
+    config_revision: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Vpc(Base):
+    __tablename__ = "vpcs"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    cidr: Mapped[str] = mapped_column(String(18))
+    vni: Mapped[int] = mapped_column(Integer, unique=True)
+    router_mac: Mapped[str] = mapped_column(String(17))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    # Global revision of the last change to anything inside this VPC (subnets, ports, SGs, routes, peerings).
+    revision: Mapped[int] = mapped_column(BigInteger, default=0, index=True)
+
+    subnets: Mapped[list[Subnet]] = relationship(back_populates="vpc", order_by="Subnet.cidr")
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_vpc_tenant_name"),)
+
+
+class Subnet(Base):
+    __tablename__ = "subnets"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    cidr: Mapped[str] = mapped_column(String(18))
+    gateway_ip: Mapped[str] = mapped_column(String(15))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+    vpc: Mapped[Vpc] = relationship(back_populates="subnets")
+    __table_args__ = (UniqueConstraint("vpc_id", "cidr", name="uq_subnet_vpc_cidr"),)
+
+
+class SecurityGroup(Base):
+    __tablename__ = "security_groups"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    description: Mapped[str] = mapped_column(String(255), default="")
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+    rules: Mapped[list[SecurityGroupRule]] = relationship(
+        back_populates="group",
+        foreign_keys="SecurityGroupRule.group_id",
+        order_by="SecurityGroupRule.id",
+        cascade="all, delete-orphan",
+    )
+    __table_args__ = (UniqueConstraint("vpc_id", "name", name="uq_sg_vpc_name"),)
+
+
+class SecurityGroupRule(Base):
+    """A stateful rule. Its integer id is stamped into conntrack entries by the vSwitch (ct_mark/ct_label),
+    which is how removing the rule also cuts the connections it allowed."""
+
+    __tablename__ = "security_group_rules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    group_id: Mapped[str] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"), index=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    protocol: Mapped[str] = mapped_column(String(8))
+    port_range_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    port_range_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    remote_cidr: Mapped[str | None] = mapped_column(String(18), nullable=True)
+    remote_group_id: Mapped[str | None] = mapped_column(
+        ForeignKey("security_groups.id", ondelete="RESTRICT"), nullable=True, index=True
+    )
+    description: Mapped[str] = mapped_column(String(255), default="")
+
+    group: Mapped[SecurityGroup] = relationship(back_populates="rules", foreign_keys=[group_id])
+
+
+class Port(Base):
+    __tablename__ = "ports"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    subnet_id: Mapped[str] = mapped_column(ForeignKey("subnets.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    ip: Mapped[str] = mapped_column(String(15))
+    ip_int: Mapped[int] = mapped_column(BigInteger)
+    mac: Mapped[str] = mapped_column(String(17), unique=True)
+    host: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
+    status: Mapped[str] = mapped_column(String(8), default="DOWN")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+    groups: Mapped[list[SecurityGroup]] = relationship(secondary="port_security_groups", order_by="SecurityGroup.id")
+    __table_args__ = (UniqueConstraint("vpc_id", "ip_int", name="uq_port_vpc_ip"),)
+
+
+class PortSecurityGroup(Base):
+    __tablename__ = "port_security_groups"
+    port_id: Mapped[str] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"), primary_key=True)
+    group_id: Mapped[str] = mapped_column(ForeignKey("security_groups.id"), primary_key=True, index=True)
+
+
+class Peering(Base):
+    __tablename__ = "peerings"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    requester_vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    accepter_vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    requester_tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    accepter_tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    # The pair in a canonical order, so A->B and B->A cannot both exist.
+    vpc_low: Mapped[str] = mapped_column(String(36))
+    vpc_high: Mapped[str] = mapped_column(String(36))
+    status: Mapped[str] = mapped_column(String(24))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    __table_args__ = (UniqueConstraint("vpc_low", "vpc_high", name="uq_peering_pair"),)
+
+
+class Route(Base):
+    __tablename__ = "routes"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    destination: Mapped[str] = mapped_column(String(18))
+    target_type: Mapped[str] = mapped_column(String(24))
+    target_id: Mapped[str] = mapped_column(String(36), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    __table_args__ = (UniqueConstraint("vpc_id", "destination", name="uq_route_vpc_dest"),)

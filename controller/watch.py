@@ -1,0 +1,113 @@
+"""Wake-ups for host watches.
+
+Local writes publish their ChangeSet directly. Writes made by other controller processes arrive through
+PostgreSQL LISTEN/NOTIFY, or, on SQLite, by polling the revision counter; those may carry no detail
+(`ChangeSet.vpcs` is None-like: `unknown=True`), and every watch then rechecks its host's revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from controller.db import ChangeSet, Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Wake:
+    revision: int
+    vpcs: frozenset[str] = frozenset()
+    hosts: frozenset[str] = frozenset()
+    topology: bool = False
+    unknown: bool = False
+
+    def concerns(self, host: str, relevant: set[str]) -> bool:
+        return self.unknown or self.topology or host in self.hosts or not relevant.isdisjoint(self.vpcs)
+
+
+@dataclass
+class Broadcaster:
+    db: Database
+    loop: asyncio.AbstractEventLoop | None = None
+    queues: set[asyncio.Queue] = field(default_factory=set)
+    latest: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.latest = self.db.revision()
+        self.db.listeners.append(self._local)
+        target = self._listen_pg if self.db.is_postgres else self._poll
+        threading.Thread(target=target, name="revision-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def subscribe(self) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue()
+        self.queues.add(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue) -> None:
+        self.queues.discard(q)
+
+    def _deliver(self, w: Wake) -> None:
+        self.latest = max(self.latest, w.revision)
+        for q in list(self.queues):
+            q.put_nowait(w)
+
+    def publish(self, w: Wake) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._deliver, w)
+
+    def _local(self, cs: ChangeSet) -> None:
+        self.publish(Wake(cs.revision, frozenset(cs.vpcs), frozenset(cs.hosts), cs.topology))
+
+    def _poll(self) -> None:
+        seen = self.latest
+        while not self._stop.wait(0.1):
+            try:
+                rev = self.db.revision()
+            except Exception as e:  # noqa: BLE001 - keep watching through transient DB errors
+                log.warning("revision poll failed: %s", e)
+                continue
+            if rev > max(seen, self.latest):
+                self.publish(Wake(rev, unknown=True))
+            seen = max(seen, rev)
+
+    def _listen_pg(self) -> None:
+        import psycopg
+
+        url = self.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("LISTEN tianji_revision")
+                    # Anything committed while we were (re)connecting: recheck once.
+                    self.publish(Wake(self.db.revision(), unknown=True))
+                    while not self._stop.is_set():
+                        for n in conn.notifies(timeout=1.0):
+                            self.publish(parse_notify(n.payload))
+            except Exception as e:  # noqa: BLE001
+                log.warning("LISTEN connection lost (%s); reconnecting", e)
+                self._stop.wait(1.0)
+
+
+def notify_payload(cs: ChangeSet) -> str:
+    body = json.dumps({"r": cs.revision, "v": sorted(cs.vpcs), "h": sorted(cs.hosts), "t": cs.topology})
+    return body if len(body) < 7900 else json.dumps({"r": cs.revision})
+
+
+def parse_notify(payload: str) -> Wake:
+    try:
+        d = json.loads(payload)
+        if "v" not in d:
+            return Wake(int(d["r"]), unknown=True)
+        return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]))
+    except (ValueError, KeyError, TypeError):
+        return Wake(0, unknown=True)

@@ -1,0 +1,286 @@
+"""API behaviour of every resource, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from controller.client import ApiFailure
+from tests.conftest import Controller
+
+
+def expect(status: int, fn, *args, field: str | None = None):  # noqa: ANN001, ANN201
+    with pytest.raises(ApiFailure) as ei:
+        fn(*args)
+    assert ei.value.status == status, ei.value
+    if field is not None:
+        assert ei.value.field == field, ei.value.body
+    return ei.value
+
+
+def make_vpc(c, name="v1", cidr="10.0.0.0/16"):  # noqa: ANN001, ANN201
+    return c.post("/v1/vpcs", {"name": name, "cidr": cidr})
+
+
+def test_tenant_vpc_subnet_port_lifecycle(controller: Controller) -> None:
+    a = controller.tenant("acme")
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    vpc = make_vpc(a)
+    assert vpc["vni"] >= 1000 and vpc["tenant_id"] == a.tenant_id and vpc["default_security_group_id"]
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "web", "cidr": "10.0.1.0/24"})
+    assert sn["gateway_ip"] == "10.0.1.1" and sn["available_ips"] == 253
+    p1 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm1"})
+    assert p1["ip"] == "10.0.1.2" and p1["status"] == "DOWN" and p1["host"] is None
+    assert p1["security_group_ids"] == [vpc["default_security_group_id"]]
+    first = int(p1["mac"].split(":")[0], 16)
+    assert first & 0x02 and not first & 0x01  # locally administered unicast
+    p2 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "ip": "10.0.1.50", "mac": "02:00:00:00:00:50",
+                              "host": "hv1"})
+    assert (p2["ip"], p2["mac"], p2["host"]) == ("10.0.1.50", "02:00:00:00:00:50", "hv1")
+    p3 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm3"})
+    assert p3["ip"] == "10.0.1.51"  # above the highest allocated
+    moved = a.patch(f"/v1/ports/{p1['id']}", {"host": "hv1"})
+    assert moved["host"] == "hv1"
+    assert {p["name"] for p in a.get("/v1/ports", vpc_id=vpc["id"])} == {"vm1", "vm2", "vm3"}
+    assert a.get(f"/v1/subnets/{sn['id']}")["available_ips"] == 250
+    expect(409, a.delete, f"/v1/vpcs/{vpc['id']}")
+    expect(409, a.delete, f"/v1/subnets/{sn['id']}")
+    for p in (p1, p2, p3):
+        a.delete(f"/v1/ports/{p['id']}")
+    a.delete(f"/v1/subnets/{sn['id']}")
+    a.delete(f"/v1/vpcs/{vpc['id']}")
+    assert a.get("/v1/vpcs") == []
+
+
+def test_tenants_are_isolated(controller: Controller) -> None:
+    a, b = controller.tenant(), controller.tenant()
+    va = make_vpc(a, "same", "10.0.0.0/16")
+    vb = make_vpc(b, "same", "10.0.0.0/16")  # same name and CIDR in another tenant: fine
+    assert va["vni"] != vb["vni"]
+    sa = a.post("/v1/subnets", {"vpc_id": va["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    pa = a.post("/v1/ports", {"subnet_id": sa["id"], "name": "p", "ip": "10.0.0.10"})
+    sb = b.post("/v1/subnets", {"vpc_id": vb["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    pb = b.post("/v1/ports", {"subnet_id": sb["id"], "name": "p", "ip": "10.0.0.10"})  # identical IP: fine
+    assert pa["mac"] != pb["mac"]
+    assert [v["id"] for v in b.get("/v1/vpcs")] == [vb["id"]]
+    for path in (f"/v1/vpcs/{va['id']}", f"/v1/subnets/{sa['id']}", f"/v1/ports/{pa['id']}",
+                 f"/v1/security-groups/{va['default_security_group_id']}", f"/v1/vpcs/{va['id']}/routes"):
+        expect(404, b.get, path)
+    before = controller.snapshot()
+    expect(404, b.delete, f"/v1/ports/{pa['id']}")
+    expect(404, b.delete, f"/v1/vpcs/{va['id']}")
+    expect(404, b.patch, f"/v1/ports/{pa['id']}", {"name": "stolen"})
+    expect(404, b.post, "/v1/ports", {"subnet_id": sa["id"], "name": "x"}, field="subnet_id")
+    expect(404, b.post, "/v1/subnets", {"vpc_id": va["id"], "name": "x", "cidr": "10.0.9.0/24"}, field="vpc_id")
+    expect(404, b.post, "/v1/ports", {"subnet_id": sb["id"], "name": "x",
+                                      "security_group_ids": [va["default_security_group_id"]]},
+           field="security_group_ids.0")
+    assert controller.snapshot() == before
+    # tenants cannot manage tenants or hosts
+    expect(403, a.post, "/v1/tenants", {"name": "evil"})
+    expect(403, a.get, "/v1/hosts")
+    expect(403, a.get, "/v1/hosts/hv1/config")
+
+
+def test_auth_errors(controller: Controller) -> None:
+    r = controller.raw().get("/v1/vpcs")
+    assert r.status_code == 401 and r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["field"] == "Authorization"
+    assert controller.raw("nope").get("/v1/vpcs").status_code == 401
+    assert controller.raw(controller.admin_token).get("/v1/vpcs").status_code == 200
+    ht = controller.admin.post("/v1/host-tokens", {"name": "hv-token"})
+    h = controller.raw(ht["token"])
+    assert h.post("/v1/hosts", json={"name": "hvx", "vtep_ip": "172.31.9.9"}).status_code == 200
+    assert h.get("/v1/vpcs").status_code == 403  # host tokens do not manage tenant resources
+    mode = (controller.settings.state_dir / "admin.token").stat().st_mode & 0o777
+    assert mode == 0o600
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/7", "10.0.0.0/29", "10.0.0.1/16", "fd00::/48", "10.0.0.0", "banana",
+                                  "300.0.0.0/16"])
+def test_bad_vpc_cidrs(controller: Controller, cidr: str) -> None:
+    a = controller.tenant()
+    before = controller.snapshot()
+    e = expect(422, make_vpc, a, "v", cidr, field="cidr")
+    assert "cidr" in e.detail
+    assert controller.snapshot() == before
+
+
+def test_bad_input_changes_nothing(controller: Controller) -> None:
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s1", "cidr": "10.0.0.0/28"})
+    a.post("/v1/ports", {"subnet_id": sn["id"], "name": "fixed", "ip": "10.0.0.5"})
+    before = controller.snapshot()
+    cases = [
+        (409, "/v1/vpcs", {"name": "v1", "cidr": "10.1.0.0/16"}, "name"),
+        (422, "/v1/vpcs", {"name": "v2", "cidr": "10.1.0.0/16", "colour": "blue"}, "colour"),
+        (422, "/v1/vpcs", {"cidr": "10.1.0.0/16"}, "name"),
+        (422, "/v1/subnets", {"vpc_id": vpc["id"], "name": "out", "cidr": "192.168.0.0/24"}, "cidr"),
+        (409, "/v1/subnets", {"vpc_id": vpc["id"], "name": "ovl", "cidr": "10.0.0.0/24"}, "cidr"),
+        (409, "/v1/subnets", {"vpc_id": vpc["id"], "name": "s1", "cidr": "10.0.5.0/24"}, "name"),
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.1.5"}, "ip"),
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.0.1"}, "ip"),    # gateway
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.0.0"}, "ip"),    # network
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.0.15"}, "ip"),   # broadcast
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "not-an-ip"}, "ip"),
+        (409, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.0.5"}, "ip"),
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "mac": "01:00:00:00:00:01"}, "mac"),
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "nowhere"}, "host"),
+        (404, "/v1/ports", {"subnet_id": "no-such-subnet", "name": "p"}, "subnet_id"),
+        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "bad name!"}, "name"),
+    ]
+    for status, path, body, field in cases:
+        e = expect(status, a.post, path, body, field=field)
+        assert e.body["status"] == status and e.body["title"]
+    assert controller.snapshot() == before
+
+
+def test_subnet_exhaustion(controller: Controller) -> None:
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "tiny", "cidr": "10.0.0.16/28"})
+    ips = [a.post("/v1/ports", {"subnet_id": sn["id"], "name": f"p{i}"})["ip"] for i in range(13)]
+    assert sorted(ipaddress.IPv4Address(i) for i in ips) == [ipaddress.IPv4Address(f"10.0.0.{n}")
+                                                             for n in range(18, 31)]
+    before = controller.snapshot()
+    e = expect(409, a.post, "/v1/ports", {"subnet_id": sn["id"], "name": "one-too-many"}, field="subnet_id")
+    assert "no free addresses" in e.detail
+    assert controller.snapshot() == before
+    # a freed address is reused
+    victim = a.get("/v1/ports", subnet_id=sn["id"])[4]
+    a.delete(f"/v1/ports/{victim['id']}")
+    assert a.post("/v1/ports", {"subnet_id": sn["id"], "name": "again"})["ip"] == victim["ip"]
+
+
+def test_peering_same_and_cross_tenant(controller: Controller) -> None:
+    a, b = controller.tenant(), controller.tenant()
+    a1 = make_vpc(a, "a1", "10.1.0.0/16")
+    a2 = make_vpc(a, "a2", "10.2.0.0/16")
+    a3 = make_vpc(a, "a3", "10.1.128.0/17")
+    b1 = make_vpc(b, "b1", "10.9.0.0/16")
+    pc = a.post("/v1/peerings", {"requester_vpc_id": a1["id"], "accepter_vpc_id": a2["id"]})
+    assert pc["status"] == "active"
+    routes = a.get(f"/v1/vpcs/{a1['id']}/routes")
+    assert {(r["destination"], r["target"]) for r in routes} == {("10.1.0.0/16", "local"),
+                                                                  ("10.2.0.0/16", f"peering:{pc['id']}")}
+    before = controller.snapshot()
+    expect(409, a.post, "/v1/peerings", {"requester_vpc_id": a1["id"], "accepter_vpc_id": a3["id"]},
+           field="accepter_vpc_id")  # overlapping CIDRs
+    expect(409, a.post, "/v1/peerings", {"requester_vpc_id": a2["id"], "accepter_vpc_id": a1["id"]},
+           field="accepter_vpc_id")  # already peered (either direction)
+    expect(422, a.post, "/v1/peerings", {"requester_vpc_id": a1["id"], "accepter_vpc_id": a1["id"]})
+    expect(404, b.post, "/v1/peerings", {"requester_vpc_id": a1["id"], "accepter_vpc_id": b1["id"]},
+           field="requester_vpc_id")
+    assert controller.snapshot() == before
+    x = a.post("/v1/peerings", {"requester_vpc_id": a2["id"], "accepter_vpc_id": b1["id"]})
+    assert x["status"] == "pending-acceptance"
+    assert x["id"] in {p["id"] for p in b.get("/v1/peerings")}
+    expect(403, a.post, f"/v1/peerings/{x['id']}/accept")  # only the accepter accepts
+    assert not any(r["target"] == f"peering:{x['id']}" for r in a.get(f"/v1/vpcs/{a2['id']}/routes"))
+    assert b.post(f"/v1/peerings/{x['id']}/accept")["status"] == "active"
+    expect(409, b.post, f"/v1/peerings/{x['id']}/accept")
+    # not transitive: a1 does not get a route to b1 through a2
+    assert not any(r["destination"] == "10.9.0.0/16" for r in a.get(f"/v1/vpcs/{a1['id']}/routes"))
+    # b still cannot see a's VPCs
+    expect(404, b.get, f"/v1/vpcs/{a2['id']}")
+    b.delete(f"/v1/peerings/{x['id']}")
+    assert a.get("/v1/peerings") == [pc]
+    y = a.post("/v1/peerings", {"requester_vpc_id": a3["id"], "accepter_vpc_id": b1["id"]})
+    assert b.post(f"/v1/peerings/{y['id']}/reject")["status"] == "rejected"
+    expect(409, a.delete, f"/v1/vpcs/{a1['id']}")  # still peered
+
+
+def test_user_routes(controller: Controller) -> None:
+    a = controller.tenant()
+    a1, a2 = make_vpc(a, "a1", "10.1.0.0/16"), make_vpc(a, "a2", "10.2.0.0/16")
+    pc = a.post("/v1/peerings", {"requester_vpc_id": a1["id"], "accepter_vpc_id": a2["id"]})
+    r = a.post(f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.2.5.0/24", "target": f"peering:{pc['id']}"})
+    assert r["origin"] == "user" and r["id"]
+    before = controller.snapshot()
+    expect(409, a.post, f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.2.5.0/24",
+                                                         "target": f"peering:{pc['id']}"}, field="destination")
+    expect(409, a.post, f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.1.3.0/24",
+                                                         "target": f"peering:{pc['id']}"}, field="destination")
+    expect(422, a.post, f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.3.0.0/16", "target": "nat:1"},
+           field="target")
+    expect(404, a.post, f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.3.0.0/16", "target": "peering:zz"},
+           field="target")
+    expect(422, a.post, f"/v1/vpcs/{a1['id']}/routes", {"destination": "10.3.0.1/16",
+                                                         "target": f"peering:{pc['id']}"}, field="destination")
+    assert controller.snapshot() == before
+    a.delete(f"/v1/peerings/{pc['id']}")
+    states = {x["destination"]: x["state"] for x in a.get(f"/v1/vpcs/{a1['id']}/routes")}
+    assert states == {"10.1.0.0/16": "active", "10.2.5.0/24": "blackhole"}
+    a.delete(f"/v1/vpcs/{a1['id']}/routes/{r['id']}")
+
+
+def test_security_groups(controller: Controller) -> None:
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    other = make_vpc(a, "other", "10.5.0.0/16")
+    default = a.get(f"/v1/security-groups/{vpc['default_security_group_id']}")
+    assert default["is_default"]
+    assert {(r["direction"], r["protocol"], r["remote_cidr"], r["remote_group_id"]) for r in default["rules"]} == {
+        ("egress", "any", "0.0.0.0/0", None), ("ingress", "any", None, default["id"])}
+    web = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "web", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 80, "port_range_max": 80,
+         "remote_cidr": "0.0.0.0/0"}]})
+    rule = a.post(f"/v1/security-groups/{web['id']}/rules",
+                  {"direction": "ingress", "protocol": "icmp", "remote_group_id": default["id"]})
+    assert rule["remote_group_id"] == default["id"]
+    before = controller.snapshot()
+    bad = [
+        {"direction": "sideways", "protocol": "tcp"},
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 90, "port_range_max": 80},
+        {"direction": "ingress", "protocol": "icmp", "port_range_min": 1, "port_range_max": 2},
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 0, "port_range_max": 2},
+        {"direction": "ingress", "protocol": "tcp", "remote_cidr": "1.2.3.4/33"},
+        {"direction": "ingress", "protocol": "tcp", "remote_cidr": "1.0.0.0/8", "remote_group_id": default["id"]},
+    ]
+    for body in bad:
+        expect(422, a.post, f"/v1/security-groups/{web['id']}/rules", body)
+    other_sg = other["default_security_group_id"]
+    expect(422, a.post, f"/v1/security-groups/{web['id']}/rules",
+           {"direction": "ingress", "remote_group_id": other_sg}, field="body.remote_group_id")
+    expect(409, a.delete, f"/v1/security-groups/{default['id']}")
+    assert controller.snapshot() == before
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    p = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p", "security_group_ids": [web["id"], default["id"]]})
+    assert sorted(p["security_group_ids"]) == sorted([web["id"], default["id"]])
+    expect(422, a.post, "/v1/ports", {"subnet_id": sn["id"], "name": "q", "security_group_ids": [other_sg]},
+           field="security_group_ids.0")
+    expect(409, a.delete, f"/v1/security-groups/{web['id']}")  # in use
+    a.patch(f"/v1/ports/{p['id']}", {"security_group_ids": [default["id"]]})
+    a.delete(f"/v1/security-groups/{web['id']}/rules/{rule['id']}")
+    a.delete(f"/v1/security-groups/{web['id']}")
+
+
+def test_hosts_and_status(controller: Controller) -> None:
+    adm = controller.admin
+    h = adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    assert h["status"] == "up"
+    assert adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})["name"] == "hv1"  # idempotent
+    expect(409, adm.post, "/v1/hosts", {"name": "hv2", "vtep_ip": "172.31.0.1"}, field="vtep_ip")
+    expect(422, adm.post, "/v1/hosts", {"name": "hv2", "vtep_ip": "172.31.0.300"}, field="vtep_ip")
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    p = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "hv1"})
+    other = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "q"})
+    r = adm.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "UP", other["id"]: "UP"}})
+    assert r["updated_ports"] == 1 and r["ignored_ports"] == [other["id"]]  # a host reports only its own ports
+    assert a.get(f"/v1/ports/{p['id']}")["status"] == "UP"
+    assert a.get(f"/v1/ports/{other['id']}")["status"] == "DOWN"
+    expect(409, adm.delete, "/v1/hosts/hv1")
+    expect(404, adm.post, "/v1/hosts/ghost/status", {"ports": {}})
+
+
+def test_openapi_and_docs(controller: Controller) -> None:
+    r = controller.raw().get("/openapi.json")
+    paths = r.json()["paths"]
+    for p in ("/v1/vpcs", "/v1/subnets", "/v1/ports", "/v1/peerings", "/v1/security-groups",
+              "/v1/vpcs/{vpc_id}/routes", "/v1/hosts/{name}/config", "/v1/hosts/{name}/status", "/v1/tenants"):
+        assert p in paths
+    assert controller.raw().get("/docs").status_code == 200
