@@ -120,7 +120,8 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
 
     # Default drops: every table ends in an explicit, counted drop.
     for t in P.TABLES:
-        add(flow(t, 0, {}))
+        if t is not P.DELIVER:
+            add(flow(t, 0, {}))
     add(flow(P.DELIVER, 0, {}, [("output_reg", P.REG_DST_PORT)]))
 
     # Tunnel: accepted only from registered VTEPs (never from ourselves), only for VPCs with local ports.

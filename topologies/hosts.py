@@ -1,0 +1,264 @@
+"""Hypervisors and VMs as network namespaces, built the way ../shared/recipes/vxlan_ovs_ns.sh does it:
+one private ovsdb-server + ovs-vswitchd (userspace datapath) per hypervisor namespace.
+
+Everything made is recorded in a state file, so `teardown()` (or a later run after a crash) removes exactly
+what was created and nothing else. Processes are stopped by PID, never by name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def sh(*cmd: str, check: bool = True, ns: str | None = None, env: dict | None = None,
+       timeout: float = 30) -> subprocess.CompletedProcess:
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)} failed: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def check_prerequisites() -> None:
+    """Root, iproute2, Open vSwitch: say what to install instead of failing obscurely."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("run as root (network namespaces and OVS need it)")
+    for tool, pkg in (("ovs-vswitchd", "openvswitch-switch"), ("ovsdb-tool", "openvswitch-switch"),
+                      ("ip", "iproute2"), ("ethtool", "ethtool"), ("dhclient", "isc-dhcp-client")):
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} is missing: apt-get install {pkg} (or run `make setup`)")
+    if problems:
+        raise RuntimeError("emulated cluster prerequisites missing: " + "; ".join(problems))
+
+
+@dataclass
+class Record:
+    """What a run created: namespaces, root-namespace links, processes (pid files), directories."""
+
+    path: Path
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({"netns": self.netns, "links": self.links, "pids": self.pids,
+                                         "dirs": self.dirs}))
+
+    @classmethod
+    def load(cls, path: Path) -> Record:
+        d = json.loads(path.read_text())
+        return cls(path, d["netns"], d["links"], d["pids"], d["dirs"])
+
+    def teardown(self) -> None:
+        for pid in reversed(self.pids):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 3
+        for pid in self.pids:
+            while time.time() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for link in self.links:
+            sh("ip", "link", "del", link, check=False)
+        for ns in reversed(self.netns):
+            sh("ip", "netns", "del", ns, check=False)
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class Hypervisor:
+    name: str
+    index: int
+    ns: str
+    rundir: Path
+    vtep: ipaddress.IPv4Interface
+    mgmt_ip: str  # the controller's address as seen from this namespace
+    agent_pid: int | None = None
+    of_port: int = 6653
+
+    def vsctl(self, *args: str) -> str:
+        return sh("ovs-vsctl", f"--db=unix:{self.rundir}/db.sock", *args, ns=self.ns).stdout
+
+    def ofctl(self, *args: str) -> str:
+        return sh("ovs-ofctl", "-O", "OpenFlow13", *args, ns=self.ns,
+                  env=os.environ | {"OVS_RUNDIR": str(self.rundir)}).stdout
+
+
+@dataclass
+class Vm:
+    name: str
+    ns: str
+    hypervisor: Hypervisor
+    port_id: str
+    tap: str
+    mac: str
+    ip: str | None = None
+
+    def exec(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return sh(*cmd, ns=self.ns, check=check, timeout=timeout)
+
+    def popen(self, *cmd: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], **kw)
+
+
+class Fabric:
+    """An underlay segment (a Linux bridge in its own namespace) and hypervisors hanging off it."""
+
+    def __init__(self, tag: str | None = None, base: Path | None = None) -> None:
+        check_prerequisites()
+        self.tag = tag or os.urandom(2).hex()
+        self.base = base or Path(f"/tmp/tianji-{self.tag}")
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.rec = Record(self.base / "created.json", dirs=[str(self.base)])
+        self.ul_ns = f"tj{self.tag}ul"
+        self.hypervisors: dict[str, Hypervisor] = {}
+        self.vms: dict[str, Vm] = {}
+        self._ns(self.ul_ns)
+        sh("ip", "link", "add", "br0", "type", "bridge", ns=self.ul_ns)
+        sh("ip", "link", "set", "br0", "up", ns=self.ul_ns)
+
+    def _ns(self, name: str) -> str:
+        sh("ip", "netns", "add", name)
+        self.rec.netns.append(name)
+        self.rec.save()
+        sh("ip", "link", "set", "lo", "up", ns=name)
+        return name
+
+    def _spawn(self, ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:
+        with open(log, "ab") as f:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=f, stderr=subprocess.STDOUT,
+                                 env=env, start_new_session=True)
+        self.rec.pids.append(p.pid)
+        self.rec.save()
+        return p.pid
+
+    def add_hypervisor(self, name: str) -> Hypervisor:
+        i = len(self.hypervisors) + 1
+        ns = self._ns(f"tj{self.tag}h{i}")
+        rundir = self.base / name
+        rundir.mkdir(parents=True, exist_ok=True)
+        env = os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
+        sh("ovsdb-tool", "create", f"{rundir}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        for cmd in (["ovsdb-server", f"{rundir}/conf.db", f"--remote=punix:{rundir}/db.sock", "--detach",
+                     "--no-chdir", f"--pidfile={rundir}/ovsdb-server.pid", f"--log-file={rundir}/ovsdb-server.log",
+                     "-vconsole:off"],
+                    ["ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init"],
+                    ["ovs-vswitchd", f"unix:{rundir}/db.sock", "--detach", "--no-chdir",
+                     f"--pidfile={rundir}/ovs-vswitchd.pid", f"--log-file={rundir}/ovs-vswitchd.log",
+                     "-vconsole:off"]):
+            sh(*cmd, ns=ns, env=env)
+            for pidfile in ("ovsdb-server.pid", "ovs-vswitchd.pid"):
+                pf = rundir / pidfile
+                if pf.exists() and int(pf.read_text()) not in self.rec.pids:
+                    self.rec.pids.insert(0, int(pf.read_text()))
+                    self.rec.save()
+        # underlay: a veth into the bridge namespace; the VTEP IP goes on br-phy (the agent puts it there)
+        sh("ip", "link", "add", "ul0", "netns", ns, "type", "veth", "peer", "name", f"ul-{i}", "netns", self.ul_ns)
+        sh("ip", "link", "set", f"ul-{i}", "master", "br0", "up", ns=self.ul_ns)
+        sh("ip", "link", "set", "ul0", "up", ns=ns)
+        # management: a point-to-point veth to the root namespace, where the controller listens
+        root_if = f"tj{self.tag}m{i}"
+        base_ip = ipaddress.IPv4Address("169.254.100.0") + 4 * i
+        sh("ip", "link", "add", root_if, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
+        self.rec.links.append(root_if)
+        self.rec.save()
+        sh("ip", "addr", "add", f"{base_ip + 1}/30", "dev", root_if)
+        sh("ip", "link", "set", root_if, "up")
+        sh("ip", "addr", "add", f"{base_ip + 2}/30", "dev", "mgmt0", ns=ns)
+        sh("ip", "link", "set", "mgmt0", "up", ns=ns)
+        hv = Hypervisor(name, i, ns, rundir, ipaddress.IPv4Interface(f"172.31.0.{i}/24"), str(base_ip + 1))
+        self.hypervisors[name] = hv
+        return hv
+
+    def start_agent(self, hv: Hypervisor, controller_port: int, token: str) -> int:
+        cmd = [str(VENV_BIN / "tianji"), "agent", "--host", hv.name,
+               "--controller", f"http://{hv.mgmt_ip}:{controller_port}", "--token", token,
+               "--vtep-ip", str(hv.vtep), "--underlay-if", "ul0", "--ovs-rundir", str(hv.rundir),
+               "--of-port", str(hv.of_port), "--state-dir", str(self.base / "agents")]
+        hv.agent_pid = self._spawn(hv.ns, cmd, self.base / f"agent-{hv.name}.log")
+        return hv.agent_pid
+
+    def stop_agent(self, hv: Hypervisor, sig: int = signal.SIGTERM) -> None:
+        if hv.agent_pid:
+            try:
+                os.killpg(hv.agent_pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(hv.agent_pid, 0)
+            except ChildProcessError:
+                pass
+            hv.agent_pid = None
+
+    def agent_status(self, hv: Hypervisor) -> dict:
+        try:
+            return json.loads((self.base / "agents" / f"agent-{hv.name}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def add_vm(self, name: str, hv: Hypervisor, port: dict, dhcp: bool = False) -> Vm:
+        """A VM: a namespace plugged into br-int by a veth carrying iface-id, MTU 1450, TX offload off."""
+        ns = self._ns(f"tj{self.tag}{name}"[:15])
+        tap = f"t{self.tag}{name}"[:15]
+        sh("ip", "link", "add", "eth0", "netns", ns, "address", port["mac"], "type", "veth", "peer", "name", tap,
+           "netns", hv.ns)
+        sh("ip", "link", "set", "eth0", "mtu", "1450", "up", ns=ns)
+        sh("ethtool", "-K", "eth0", "tx", "off", ns=ns)
+        sh("ip", "link", "set", tap, "mtu", "1450", "up", ns=hv.ns)
+        hv.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
+                 f"external_ids:iface-id={port['id']}", f"external_ids:attached-mac={port['mac']}")
+        vm = Vm(name, ns, hv, port["id"], tap, port["mac"])
+        if dhcp:
+            lease = self.base / f"{name}.leases"
+            sh("dhclient", "-1", "-4", "-lf", str(lease), "-pf", str(self.base / f"{name}.dhclient.pid"),
+               "eth0", ns=ns, timeout=30)
+            pf = self.base / f"{name}.dhclient.pid"
+            if pf.exists():
+                self.rec.pids.append(int(pf.read_text()))
+                self.rec.save()
+        else:
+            prefix = port.get("prefixlen", 24)
+            sh("ip", "addr", "add", f"{port['ip']}/{prefix}", "dev", "eth0", ns=ns)
+            sh("ip", "route", "add", "default", "via", port["gateway_ip"], ns=ns)
+        vm.ip = port["ip"]
+        self.vms[name] = vm
+        return vm
+
+    def remove_vm(self, vm: Vm) -> None:
+        vm.hypervisor.vsctl("--if-exists", "del-port", "br-int", vm.tap)
+        sh("ip", "netns", "del", vm.ns, check=False)
+        if vm.ns in self.rec.netns:
+            self.rec.netns.remove(vm.ns)
+            self.rec.save()
+        self.vms.pop(vm.name, None)
+
+    def teardown(self) -> None:
+        for hv in self.hypervisors.values():
+            self.stop_agent(hv)
+        self.rec.teardown()

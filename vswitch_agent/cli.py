@@ -1,0 +1,84 @@
+"""`tianji agent`: run the vSwitch agent, or print its status."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+agent_app = typer.Typer(help="The vSwitch agent (one per hypervisor).", invoke_without_command=True)
+console = Console()
+DEFAULT_STATE = Path("/run/tianji")
+
+
+@agent_app.callback()
+def agent(ctx: typer.Context,
+          host: str = typer.Option(None, help="this hypervisor's name"),
+          controller: str = typer.Option(None, envvar="TIANJI_URL", help="controller URL"),
+          token: str = typer.Option(None, envvar="TIANJI_TOKEN", help="admin or host token"),
+          vtep_ip: str = typer.Option(None, help="VTEP address (IP/prefix), placed on br-phy"),
+          underlay_if: str = typer.Option(None, help="underlay NIC, added to br-phy"),
+          ovs_rundir: str = typer.Option(None, help="private OVS run directory (default: the system OVS)"),
+          datapath: str = typer.Option("netdev", help="netdev (userspace) or system"),
+          of_port: int = typer.Option(6653, help="local OpenFlow listen port"),
+          state_dir: Path = typer.Option(DEFAULT_STATE, help="status and zone files"),
+          log_level: str = typer.Option("info")) -> None:
+    """Run the agent: `tianji agent --host NAME --controller URL --token T --vtep-ip IP --underlay-if IF`."""
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [n for n, v in (("--host", host), ("--controller", controller), ("--token", token),
+                              ("--vtep-ip", vtep_ip), ("--underlay-if", underlay_if)) if not v]
+    if missing:
+        console.print(f"[red]error:[/red] missing {', '.join(missing)}")
+        raise typer.Exit(2)
+    if datapath not in ("netdev", "system"):
+        console.print("[red]error:[/red] --datapath must be netdev or system")
+        raise typer.Exit(2)
+    logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {host} %(levelname)s %(name)s: %(message)s")
+    from vswitch_agent.agent import AgentOptions, run
+
+    run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
+                     ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, state_dir=state_dir))
+
+
+@agent_app.command("status")
+def status(host: str = typer.Option(None, help="agent host name (default: every agent in --state-dir)"),
+           state_dir: Path = typer.Option(DEFAULT_STATE), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Revision applied, flow counts, drops per table and the last error of local agents."""
+    files = [state_dir / f"agent-{host}.json"] if host else sorted(state_dir.glob("agent-*.json"))
+    rows = []
+    for f in files:
+        try:
+            rows.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            console.print(f"[red]error:[/red] no status at {f}: is the agent running with --state-dir {state_dir}?")
+            raise typer.Exit(1) from None
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    t = Table(title="tianji agents", header_style="bold cyan")
+    for c in ("host", "revision", "desired", "switch", "flows", "adds/dels", "ports up", "drops by table",
+              "last error", "age"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        up = sum(1 for v in r.get("ports", {}).values() if v == "UP")
+        err = r.get("last_error") or {}
+        t.add_row(r["host"], str(r.get("revision")), str(r.get("desired_revision")),
+                  "connected" if r.get("switch_connected") else "DISCONNECTED", str(r.get("flows")),
+                  f"{r.get('flow_adds')}/{r.get('flow_deletes')}", f"{up}/{len(r.get('ports', {}))}",
+                  " ".join(f"{k}:{v}" for k, v in sorted(r.get("drops", {}).items(), key=lambda x: int(x[0])) if v),
+                  err.get("message", ""), f"{time.time() - r.get('updated', 0):.0f}s")
+    console.print(t)
+
+
+@agent_app.command("pipeline")
+def pipeline() -> None:
+    """Print the br-int OpenFlow pipeline."""
+    from vswitch_agent.pipeline import describe
+
+    console.print(describe())

@@ -1,0 +1,73 @@
+"""Everything the agent does to OVSDB, in one module, through ovs-vsctl.
+
+The agent owns br-int (VM ports + one flow-based VXLAN port) and br-phy (the underlay NIC with the VTEP IP
+on its internal port, which the userspace datapath needs to route tunnel packets).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+TUNNEL_PORT = "vxlan0"
+
+
+class OvsdbError(RuntimeError):
+    pass
+
+
+@dataclass
+class Ovsdb:
+    rundir: str | None = None  # a private OVS instance's run directory (emulated hypervisors)
+
+    def vsctl(self, *args: str, check: bool = True) -> str:
+        cmd = ["ovs-vsctl", "--timeout=10"]
+        if self.rundir:
+            cmd.append(f"--db=unix:{self.rundir}/db.sock")
+        r = subprocess.run([*cmd, *args], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise OvsdbError(f"ovs-vsctl {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def ensure_bridges(self, *, datapath: str, of_port: int, underlay_if: str, vtep_ip: str) -> None:
+        """Idempotent: creates what is missing, never recreates what exists (that would drop traffic)."""
+        self.vsctl("--may-exist", "add-br", "br-int", "--", "set", "bridge", "br-int", f"datapath_type={datapath}",
+                   "fail_mode=secure", "protocols=OpenFlow13", "other_config:disable-in-band=true")
+        target = f"tcp:127.0.0.1:{of_port}"
+        if self.vsctl("get-controller", "br-int").split() != [target]:
+            self.vsctl("set-controller", "br-int", target)
+        self.vsctl("set", "controller", "br-int", "connection_mode=out-of-band", "max_backoff=1000",
+                   "inactivity_probe=5000", check=False)
+        self.vsctl("--may-exist", "add-br", "br-phy", "--", "set", "bridge", "br-phy", f"datapath_type={datapath}")
+        self.vsctl("--may-exist", "add-port", "br-phy", underlay_if)
+        self.vsctl("--may-exist", "add-port", "br-int", TUNNEL_PORT, "--", "set", "interface", TUNNEL_PORT,
+                   "type=vxlan", "options:remote_ip=flow", "options:key=flow", f"options:local_ip={vtep_ip}",
+                   "options:dst_port=4789")
+
+    def interfaces(self) -> tuple[dict[str, int], int | None]:
+        """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port)."""
+        out = self.vsctl("--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
+        data = json.loads(out)["data"]
+        ports: dict[str, int] = {}
+        tunnel = None
+        for name, ofport, ext in data:
+            ofport = ofport if isinstance(ofport, int) else -1
+            if name == TUNNEL_PORT and ofport > 0:
+                tunnel = ofport
+                continue
+            ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+            if "iface-id" in ids and ofport > 0:
+                ports[ids["iface-id"]] = ofport
+        return ports, tunnel
+
+    def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None) -> None:
+        """Plug a VM interface the way Nova/OVN do: the iface-id names the logical port."""
+        extra = [f"external_ids:attached-mac={mac}"] if mac else []
+        self.vsctl("--may-exist", "add-port", bridge, ifname, "--", "set", "interface", ifname,
+                   f"external_ids:iface-id={port_id}", *extra)
+
+    def unplug(self, bridge: str, ifname: str) -> None:
+        self.vsctl("--if-exists", "del-port", bridge, ifname)
