@@ -86,6 +86,26 @@ class ZoneMap:
         return result
 
 
+class Flag:
+    """A wake-up flag polled on the hub. (os-ken's hub.Event.wait(timeout) never returns with the eventlet
+    release this project pins, so timeouts are done by sleeping in small steps.)"""
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def clear(self) -> None:
+        self.value = False
+
+    def wait(self, timeout: float, step: float = 0.02) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.value and time.monotonic() < deadline:
+            hub.sleep(step)
+        return self.value
+
+
 class ControllerApi:
     """urllib (green under eventlet) rather than httpx: the agent's whole I/O runs on os-ken's hub."""
 
@@ -125,8 +145,8 @@ class AgentApp(app_manager.OSKenApp):
         self.installed: dict[int, str] = {}  # cookie -> fingerprint, from the last read-back
         self.baseline: dict[int, str] = {}  # cookie -> fingerprint as first seen after we installed it
         self.stats_acc: list = []
-        self.stats_done = hub.Event()
-        self.wake = hub.Event()
+        self.stats_done = Flag()
+        self.wake = Flag()
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "reconciles": 0, "flow_adds": 0, "flow_deletes": 0,
                                       "drops": {}, "ports": {}}

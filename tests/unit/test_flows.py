@@ -72,7 +72,8 @@ def config(extra_rules: list[SecurityGroupRuleInfo] | None = None, peered: bool 
         vpcs=vpcs, endpoints=eps,
         security_groups=[sg_rules(extra_rules or []),
                          SecurityGroupInfo(id="sgC", vpc_id="C", rules=[
-                             SecurityGroupRuleInfo(id=5, direction="egress", protocol="any", remote_cidrs=["0.0.0.0/0"]),
+                             SecurityGroupRuleInfo(id=5, direction="egress", protocol="any",
+                                                   remote_cidrs=["0.0.0.0/0"]),
                              SecurityGroupRuleInfo(id=6, direction="ingress", protocol="any",
                                                    remote_cidrs=["0.0.0.0/0"])])],
         vteps=[Vtep(host="hv1", ip="192.0.2.1"), Vtep(host="hv2", ip="192.0.2.2")])
