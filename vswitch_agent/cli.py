@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 agent_app = typer.Typer(help="The vSwitch agent (one per hypervisor).", invoke_without_command=True)
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_STATE = Path("/run/tianji")
 
 
