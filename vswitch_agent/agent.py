@@ -326,8 +326,9 @@ class AgentApp(app_manager.OSKenApp):
         self.by_cookie = desired
         st = self.state
         st["revision"] = cfg.revision if not to_add and not to_delete else st["revision"]
-        if not to_add and not to_delete:
-            st["converged_at"] = time.time()
+        if not to_add and not to_delete and st.get("converged_revision") != cfg.revision:
+            st["converged_at"], st["converged_revision"] = time.time(), cfg.revision
+            self._write_status()
         st["flows"], st["reconciles"] = len(desired), st["reconciles"] + 1
         st["flow_adds"] += len(to_add)
         st["flow_deletes"] += len(to_delete)

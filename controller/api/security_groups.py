@@ -116,5 +116,5 @@ def delete_rule(sg_id: str, rule_id: int, request: Request, p: Principal = Depen
         rule = t.session.get(m.SecurityGroupRule, rule_id)
         if rule is None or rule.group_id != sg.id:
             raise not_found("rule", str(rule_id))
-        t.session.delete(rule)
+        sg.rules.remove(rule)  # delete-orphan cascade deletes it, once
         t.touch_vpcs(sg.vpc_id)
