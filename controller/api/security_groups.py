@@ -92,10 +92,7 @@ def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenan
             raise conflict(None, "the default security group of a VPC cannot be deleted")
         if reason := _in_use(s, sg):
             raise conflict(None, reason)
-        for rule in list(sg.rules):
-            s.delete(rule)
-        s.flush()
-        s.delete(sg)
+        s.delete(sg)  # its rules go with it (delete-orphan cascade)
         t.touch_vpcs(sg.vpc_id)
 
 

@@ -107,11 +107,7 @@ def delete_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_ten
         for r in s.execute(select(m.Route).where(m.Route.vpc_id == vpc_id)).scalars():
             s.delete(r)
         for sg in s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id)).scalars():
-            for rule in sg.rules:
-                s.delete(rule)
-        s.flush()
-        for sg in s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id)).scalars():
-            s.delete(sg)
+            s.delete(sg)  # rules go with their group (delete-orphan cascade)
         s.flush()
         s.delete(vpc)
 
