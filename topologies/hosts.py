@@ -222,33 +222,40 @@ class Fabric:
         except (OSError, ValueError):
             return {}
 
-    def add_vm(self, name: str, hv: Hypervisor, port: dict, dhcp: bool = False) -> Vm:
-        """A VM: a namespace plugged into br-int by a veth carrying iface-id, MTU 1450, TX offload off."""
+    def prepare_vm(self, name: str, hv: Hypervisor, mac: str) -> Vm:
+        """The VM's namespace and veth (MTU 1450, TX offload off), not yet plugged into br-int."""
         ns = self._ns(f"tj{self.tag}{name}"[:15])
         tap = f"t{self.tag}{name}"[:15]
-        sh("ip", "link", "add", "eth0", "netns", ns, "address", port["mac"], "type", "veth", "peer", "name", tap,
+        sh("ip", "link", "add", "eth0", "netns", ns, "address", mac, "type", "veth", "peer", "name", tap,
            "netns", hv.ns)
         sh("ip", "link", "set", "eth0", "mtu", "1450", "up", ns=ns)
         sh("ethtool", "-K", "eth0", "tx", "off", ns=ns)
         sh("ip", "link", "set", tap, "mtu", "1450", "up", ns=hv.ns)
-        hv.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
-                 f"external_ids:iface-id={port['id']}", f"external_ids:attached-mac={port['mac']}")
-        vm = Vm(name, ns, hv, port["id"], tap, port["mac"])
+        vm = Vm(name, ns, hv, "", tap, mac)
+        self.vms[name] = vm
+        return vm
+
+    def plug_vm(self, vm: Vm, port: dict, dhcp: bool = False) -> Vm:
+        """Plug the way Nova/OVN do (iface-id names the port), then address it: statically or by DHCP."""
+        vm.port_id = port["id"]
+        vm.hypervisor.vsctl("--may-exist", "add-port", "br-int", vm.tap, "--", "set", "interface", vm.tap,
+                            f"external_ids:iface-id={port['id']}", f"external_ids:attached-mac={port['mac']}")
         if dhcp:
-            lease = self.base / f"{name}.leases"
-            sh("dhclient", "-1", "-4", "-lf", str(lease), "-pf", str(self.base / f"{name}.dhclient.pid"),
-               "eth0", ns=ns, timeout=30)
-            pf = self.base / f"{name}.dhclient.pid"
+            pf = self.base / f"{vm.name}.dhclient.pid"
+            sh("dhclient", "-1", "-4", "-lf", str(self.base / f"{vm.name}.leases"), "-pf", str(pf), "eth0",
+               ns=vm.ns, timeout=30)
             if pf.exists():
                 self.rec.pids.append(int(pf.read_text()))
                 self.rec.save()
         else:
-            prefix = port.get("prefixlen", 24)
-            sh("ip", "addr", "add", f"{port['ip']}/{prefix}", "dev", "eth0", ns=ns)
-            sh("ip", "route", "add", "default", "via", port["gateway_ip"], ns=ns)
+            sh("ip", "addr", "add", f"{port['ip']}/{port.get('prefixlen', 24)}", "dev", "eth0", ns=vm.ns)
+            sh("ip", "route", "add", "default", "via", port["gateway_ip"], ns=vm.ns)
         vm.ip = port["ip"]
-        self.vms[name] = vm
         return vm
+
+    def add_vm(self, name: str, hv: Hypervisor, port: dict, dhcp: bool = False) -> Vm:
+        """A VM for `port` on `hv`: prepared and plugged."""
+        return self.plug_vm(self.prepare_vm(name, hv, port["mac"]), port, dhcp)
 
     def remove_vm(self, vm: Vm) -> None:
         vm.hypervisor.vsctl("--if-exists", "del-port", "br-int", vm.tap)

@@ -99,7 +99,7 @@ class Flag:
     def clear(self) -> None:
         self.value = False
 
-    def wait(self, timeout: float, step: float = 0.02) -> bool:
+    def wait(self, timeout: float, step: float = 0.005) -> bool:
         deadline = time.monotonic() + timeout
         while not self.value and time.monotonic() < deadline:
             hub.sleep(step)
@@ -220,7 +220,7 @@ class AgentApp(app_manager.OSKenApp):
                     log.info("interfaces: plugged %s, unplugged %s", sorted(added), sorted(removed))
                 self.ofports, self.tunnel_ofport, self.ifaces_known = ports, tunnel, True
                 self.wake.set()
-            hub.sleep(0.25)
+            hub.sleep(0.1)
 
     # --- OpenFlow ------------------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
