@@ -19,9 +19,49 @@ from tempfile import mkdtemp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import subprocess  # noqa: E402
+
 from controller.client import Client  # noqa: E402
 from controller.compiler import compile_host  # noqa: E402
-from tests.conftest import Controller, PgDatabase  # noqa: E402
+from controller.db import Database  # noqa: E402
+from tests.conftest import PgDatabase, free_port  # noqa: E402
+
+BIN = Path(sys.executable).parent / "tianji"
+
+
+class ControllerProcess:
+    """The controller as its own process(es), as deployed: the bench's clients must not share its GIL."""
+
+    def __init__(self, database_url: str | None, workers: int) -> None:
+        self.state = Path(mkdtemp(prefix="tianji-bench-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [str(BIN), "controller", "serve", "--port", str(self.port), "--state-dir", str(self.state),
+               "--workers", str(workers), "--log-level", "warning"]
+        if database_url:
+            cmd += ["--database-url", database_url]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "w"))
+        deadline = time.time() + 30
+        while True:
+            try:
+                self.admin_token = (self.state / "admin.token").read_text().strip()
+                Client(self.url, self.admin_token).get("/healthz")
+                break
+            except Exception:  # noqa: BLE001
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("controller did not start: " + (self.state / "log").read_text()) from None
+                time.sleep(0.2)
+        self.admin = Client(self.url, self.admin_token)
+        self.db = Database(database_url or f"sqlite:///{self.state / 'tianji.db'}")
+
+    def tenant(self, name: str) -> Client:
+        t = self.admin.post("/v1/tenants", {"name": name})
+        return Client(self.url, t["token"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+        self.db.engine.dispose()
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -55,7 +95,7 @@ class Watcher(threading.Thread):
 
 def run(backend: str, args: argparse.Namespace) -> dict:
     pg = PgDatabase() if backend == "postgres" else None
-    ctl = Controller(Path(mkdtemp(prefix="tianji-bench-")), pg.url if pg else None)
+    ctl = ControllerProcess(pg.url if pg else None, args.workers if pg else 1)
     try:
         adm = ctl.admin
         hosts = [f"hv{i:03d}" for i in range(args.hosts)]
@@ -135,6 +175,7 @@ def main() -> None:
     ap.add_argument("--watchers", type=int, default=10)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--workers", type=int, default=2, help="controller worker processes on PostgreSQL")
     args = ap.parse_args()
     os.environ.setdefault("TIANJI_TEST_PG", "1")
     all_results = {b: run(b, args) for b in args.backends.split(",")}

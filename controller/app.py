@@ -56,6 +56,11 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     return app
 
 
+def app_from_env() -> FastAPI:
+    """Factory for `uvicorn --workers`: every worker process builds its app from the environment."""
+    return create_app(Settings.from_env(), announce_token=False)
+
+
 async def _liveness(app: FastAPI) -> None:
     s: Settings = app.state.settings
     while True:

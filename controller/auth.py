@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -15,6 +16,9 @@ from sqlalchemy import select
 
 from controller import models as m
 from controller.errors import ApiError
+
+# A token's principal is cached this long per process: a deleted tenant's token may work this much longer.
+PRINCIPAL_TTL = 5.0
 
 
 def new_token(prefix: str) -> str:
@@ -59,12 +63,24 @@ def principal(request: Request) -> Principal:
     if hmac.compare_digest(token, state.admin_token):
         return Principal("admin", name="admin")
     h = token_hash(token)
-    with state.db.read() as s:
+    cache: dict = state.__dict__.setdefault("_principals", {})
+    hit = cache.get(h)
+    if hit and hit[1] > time.monotonic():
+        return hit[0]
+    found = _lookup(state.db, h)
+    if found is None:
+        raise ApiError(401, "invalid token", "Authorization")
+    cache[h] = (found, time.monotonic() + PRINCIPAL_TTL)
+    return found
+
+
+def _lookup(db, h: str) -> Principal | None:  # noqa: ANN001
+    with db.read() as s:
         if t := s.execute(select(m.Tenant).where(m.Tenant.token_hash == h)).scalar_one_or_none():
             return Principal("tenant", tenant_id=t.id, name=t.name)
         if ht := s.execute(select(m.HostToken).where(m.HostToken.token_hash == h)).scalar_one_or_none():
             return Principal("host", name=ht.name)
-    raise ApiError(401, "invalid token", "Authorization")
+    return None
 
 
 def require_admin(p: Principal = Depends(principal)) -> Principal:

@@ -30,6 +30,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
           database_url: str = typer.Option(None, envvar="TIANJI_DATABASE_URL",
                                            help="postgresql+psycopg://... (default: SQLite in the state dir)"),
           host_down_after: float = typer.Option(None, help="seconds of heartbeat silence before a host is down"),
+          workers: int = typer.Option(1, help="worker processes (PostgreSQL: use one per core)"),
           log_level: str = typer.Option("info")) -> None:
     """Start the controller: REST API under /v1, OpenAPI at /docs."""
     import logging
@@ -41,10 +42,20 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env(state_dir=state_dir, database_url=database_url, host_down_after=host_down_after)
-    api = create_app(settings)
+    api = create_app(settings)  # migrates and creates the admin token once, before any worker starts
     where = settings.database_url.split("@")[-1] if settings.database_url else settings.url
-    console.print(f"tianji controller: http://{host}:{port}  database: {where}  state: {settings.state_dir}")
-    uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=2)
+    console.print(f"tianji controller: http://{host}:{port}  database: {where}  state: {settings.state_dir}"
+                  + (f"  workers: {workers}" if workers > 1 else ""))
+    if workers > 1:
+        os.environ["TIANJI_STATE_DIR"] = str(settings.state_dir)
+        if settings.database_url:
+            os.environ["TIANJI_DATABASE_URL"] = settings.database_url
+        if host_down_after is not None:
+            os.environ["TIANJI_HOST_DOWN_AFTER"] = str(host_down_after)
+        uvicorn.run("controller.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                    log_level=log_level.lower(), timeout_graceful_shutdown=2)
+    else:
+        uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=2)
 
 
 # --- API client commands ------------------------------------------------------------------------------

@@ -56,12 +56,14 @@ class WriteTxn:
 
     def _stamp(self) -> None:
         s, rev = self.session, self.revision
+        # Core statements on the tables: no ORM session synchronisation needed for these stamps
+        vpcs, hosts, counters = m.Vpc.__table__, m.Host.__table__, m.Counter.__table__
         if self.changes.vpcs:
-            s.execute(update(m.Vpc).where(m.Vpc.id.in_(self.changes.vpcs)).values(revision=rev))
+            s.execute(update(vpcs).where(vpcs.c.id.in_(self.changes.vpcs)).values(revision=rev))
         if self.changes.hosts:
-            s.execute(update(m.Host).where(m.Host.name.in_(self.changes.hosts)).values(config_revision=rev))
+            s.execute(update(hosts).where(hosts.c.name.in_(self.changes.hosts)).values(config_revision=rev))
         if self.changes.topology:
-            s.execute(update(m.Counter).where(m.Counter.name == "topology").values(value=rev))
+            s.execute(update(counters).where(counters.c.name == "topology").values(value=rev))
 
 
 def make_engine(url: str) -> Engine:
@@ -110,18 +112,21 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
-        """One transaction: bump the revision, run the body, stamp what it touched, commit.
-        Any exception rolls everything back, so a failed request changes nothing."""
+        """One transaction: run the body, stamp what it touched with a new revision, commit.
+        Any exception rolls everything back, so a failed request changes nothing.
+
+        SQLite has one writer at a time: bumping first takes its lock at once (no deadlocking upgrade later).
+        PostgreSQL bumps last, so the revision row is locked only for the commit and writers in different
+        subnets and VPCs run concurrently; unique constraints (plus a subnet row lock while allocating)
+        keep allocations unique, and revisions still follow commit order."""
         with self.sessions() as s, s.begin():
-            rev = s.execute(
-                update(m.Counter)
-                .where(m.Counter.name == "revision")
-                .values(value=m.Counter.value + 1)
-                .returning(m.Counter.value)
-            ).scalar_one()
-            txn = WriteTxn(s, rev)
+            txn = WriteTxn(s, 0)
+            if not self.is_postgres:
+                txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
+            if self.is_postgres:
+                txn.changes.revision = self._bump(s)
             txn._stamp()
             if self.is_postgres:
                 from controller.watch import notify_payload
@@ -129,6 +134,13 @@ class Database:
                 s.execute(text("SELECT pg_notify('tianji_revision', :p)"), {"p": notify_payload(txn.changes)})
         for cb in self.listeners:
             cb(txn.changes)
+
+    @staticmethod
+    def _bump(s: Session) -> int:
+        c = m.Counter.__table__
+        return s.execute(
+            update(c).where(c.c.name == "revision").values(value=c.c.value + 1).returning(c.c.value)
+        ).scalar_one()
 
     @contextmanager
     def snapshot(self) -> Iterator[Session]:

@@ -49,6 +49,8 @@ def create_port(body: PortCreate, request: Request, p: Principal = Depends(requi
         with db_of(request).write() as t:
             s = t.session
             sn = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id")
+            # serialise allocations within this subnet (a row lock on PostgreSQL; SQLite has one writer anyway)
+            s.execute(select(m.Subnet.id).where(m.Subnet.id == sn.id).with_for_update())
             net = ipaddress.IPv4Network(sn.cidr)
             if body.ip:
                 try:

@@ -53,6 +53,7 @@ def delete_tenant(tenant_id: str, request: Request, _: Principal = Depends(requi
         if t.session.execute(select(func.count()).select_from(m.Vpc).where(m.Vpc.tenant_id == tenant_id)).scalar():
             raise conflict(None, f"tenant {tenant.name} still has VPCs; delete them first")
         t.session.delete(tenant)
+    request.app.state.__dict__.get("_principals", {}).clear()
 
 
 @router.get("/whoami")

@@ -56,6 +56,8 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
                 raise not_found("tenant", tenant_id, "tenant_id")
             if s.execute(select(m.Vpc.id).where(m.Vpc.tenant_id == tenant_id, m.Vpc.name == body.name)).first():
                 raise conflict("name", f"you already have a VPC named {body.name!r}")
+            # serialise VNI allocation (a row lock on PostgreSQL); the unique constraint stays the guarantee
+            s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())
             vni = allocate_vni(s, settings.vni_min, settings.vni_max)
             vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni))
             s.add(vpc)
