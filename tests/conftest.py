@@ -58,13 +58,13 @@ class Controller:
     """A controller process-equivalent: the real app served by uvicorn on a free port, in a thread."""
 
     def __init__(self, state_dir: Path, database_url: str | None, host_down_after: float = 15.0,
-                 listen: str = "127.0.0.1") -> None:
+                 listen: str = "127.0.0.1", port: int | None = None) -> None:
         self.settings = Settings.from_env(state_dir=state_dir, database_url=database_url,
                                           host_down_after=host_down_after)
         self.app = create_app(self.settings, announce_token=False)
         self.db = self.app.state.db
         self.admin_token = self.app.state.admin_token
-        self.port = free_port()
+        self.port = port or free_port()
         self.listen = listen
         self.url = f"http://{'127.0.0.1' if listen == '0.0.0.0' else listen}:{self.port}"
         cfg = uvicorn.Config(self.app, host=listen, port=self.port, log_level="warning", lifespan="on",

@@ -56,6 +56,7 @@ class Cluster:
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     ctl = Controller(tmp_path / "state", None, listen="0.0.0.0", host_down_after=6)
     fabric = Fabric()
+    cluster = None
     try:
         hvs = {n: fabric.add_hypervisor(n) for n in ("hv1", "hv2")}
         for h in hvs.values():
@@ -65,11 +66,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         vpc = t.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})
         subnets = [t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": f"s{i}", "cidr": f"10.0.{i}.0/24"})
                    for i in (1, 2)]
-        yield Cluster(ctl, fabric, hvs, t, vpc, subnets)
+        cluster = Cluster(ctl, fabric, hvs, t, vpc, subnets)
+        yield cluster
     finally:
         for h in fabric.hypervisors.values():
             log = fabric.base / f"agent-{h.name}.log"
             if log.exists():
                 print(f"--- {log} (tail) ---\n" + log.read_text()[-3000:])
         fabric.teardown()
-        ctl.stop()
+        (cluster.controller if cluster else ctl).stop()
