@@ -382,6 +382,12 @@ def _register_components() -> None:
         app.add_typer(agent_app, name="agent")
     except ImportError as e:  # pragma: no cover - only when the agent's dependencies are missing
         err.print(f"[yellow]note:[/yellow] `tianji agent` unavailable: {e}")
+    try:
+        from topologies.cli import cluster_app
+
+        app.add_typer(cluster_app, name="cluster")
+    except ImportError as e:  # pragma: no cover - Mininet comes from Debian's python3-mininet
+        err.print(f"[yellow]note:[/yellow] `tianji cluster` unavailable: {e} (apt-get install mininet)")
 
 
 def main() -> None:

@@ -1,0 +1,83 @@
+"""`tianji cluster`: the emulated cluster on Mininet."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from topologies.cluster import DEFAULT_STATE, Cluster, State
+
+cluster_app = typer.Typer(no_args_is_help=True, help="Emulated cluster: hypervisors with OVS + agent, VMs.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+@cluster_app.command("up")
+def up(topology: str = typer.Option("small", help="small, medium, or a path to a topology JSON file"),
+       cli: bool = typer.Option(False, "--cli", help="drop into the Mininet CLI (the cluster stays up after)"),
+       name: str = typer.Option("tj", help="cluster name (prefix of every namespace and link it makes)"),
+       state_dir: Path = typer.Option(DEFAULT_STATE),
+       database_url: str = typer.Option(None, envvar="TIANJI_DATABASE_URL")) -> None:
+    """Start the controller, the hypervisors (OVS + agent each) and the other nodes; wait for every agent."""
+    c = Cluster.up(topology, name=name, state_dir=state_dir, database_url=database_url,
+                   progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    _print_status(c)
+    console.print(f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token}")
+    if cli:
+        from mininet.cli import CLI
+
+        CLI(c.net)
+
+
+@cluster_app.command("down")
+def down(name: str = typer.Option("tj"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """Remove exactly what `up` created (also after a crash)."""
+    st = State.load(state_dir / name)
+    Cluster(st).down()
+    console.print(f"cluster {name!r} removed: {len(st.netns)} namespaces, {len(st.links)} links, "
+                  f"{len(st.pids)} processes")
+
+
+vm_app = typer.Typer(no_args_is_help=True, help="VMs of the emulated cluster.")
+cluster_app.add_typer(vm_app, name="vm")
+
+
+@vm_app.command("add")
+def vm_add(port: str = typer.Option(..., "--port", help="the port id; the VM is plugged on its host"),
+           vm_name: str = typer.Option(None, "--name"), static: bool = typer.Option(False, help="no DHCP"),
+           name: str = typer.Option("tj", "--cluster"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static)
+    console.print(f"VM {info['name']} plugged on {info['host']}: {info['ip']}/{info['prefixlen']} "
+                  f"(namespace {info['ns']}; `ip netns exec {info['ns']} ping ...`)")
+
+
+@vm_app.command("remove")
+def vm_remove(vm_name: str, name: str = typer.Option("tj", "--cluster"),
+              state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    Cluster(State.load(state_dir / name)).vm_remove(vm_name)
+    console.print(f"VM {vm_name} removed")
+
+
+@cluster_app.command("status")
+def status(name: str = typer.Option("tj"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    _print_status(Cluster(State.load(state_dir / name)))
+
+
+def _print_status(c: Cluster) -> None:
+    st = c.state
+    t = Table(title=f"cluster {st.name} ({st.topology.get('name')}, up in {st.up_seconds} s)",
+              header_style="bold cyan")
+    for col in ("node", "role", "namespace", "address", "agent"):
+        t.add_column(col)
+    for n, h in st.hypervisors.items():
+        a = c.agent_status(n)
+        t.add_row(n, "hypervisor", h["ns"], h["vtep"],
+                  f"rev {a.get('revision')} flows {a.get('flows')}" if a else "no status")
+    for n, info in st.nodes.items():
+        t.add_row(n, info["role"], info["ns"], info.get("underlay_ip") or info.get("ip") or "", "")
+    for n, v in st.vms.items():
+        t.add_row(n, f"vm on {v['host']}", v["ns"], f"{v['ip']}/{v['prefixlen']}", "")
+    console.print(t)

@@ -1,0 +1,377 @@
+"""The emulated cluster: bring it up from a topology file, add VMs, tear down exactly what was made.
+
+State lives in `<state_dir>/state.json`, written as things are created, so `down` also works after a crash.
+Processes are stopped by PID, namespaces and links deleted by name; nothing else on the machine is touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from controller.client import ApiFailure, Client
+
+TOPOLOGIES = Path(__file__).parent / "data"
+TIANJI = str(Path(sys.executable).parent / "tianji")
+MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
+DEFAULT_STATE = Path("/run/tianji-cluster")
+
+
+def load_topology(name_or_path: str) -> dict:
+    p = Path(name_or_path)
+    if not p.exists():
+        p = TOPOLOGIES / f"{name_or_path}.json"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in TOPOLOGIES.glob("*.json")))
+        raise SystemExit(f"unknown topology {name_or_path!r}: use one of {known}, or a path to a JSON file")
+    topo = json.loads(p.read_text())
+    for key in ("hypervisors",):
+        if not topo.get(key):
+            raise SystemExit(f"topology {p}: '{key}' must list at least one node")
+    return topo
+
+
+@dataclass
+class State:
+    name: str
+    dir: str
+    topology: dict = field(default_factory=dict)
+    controller_url: str = ""
+    controller_port: int = 0
+    admin_token: str = ""
+    host_token: str = ""
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # root-namespace bridges and interfaces
+    pids: list[int] = field(default_factory=list)
+    hypervisors: dict[str, dict] = field(default_factory=dict)
+    vms: dict[str, dict] = field(default_factory=dict)
+    nodes: dict[str, dict] = field(default_factory=dict)
+    up_seconds: float | None = None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir) / "state.json"
+
+    def save(self) -> None:
+        Path(self.dir).mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.replace(self.path)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> State:
+        p = state_dir / "state.json"
+        if not p.exists():
+            raise SystemExit(f"no cluster state at {p}: bring one up with `tianji cluster up`")
+        return cls(**json.loads(p.read_text()))
+
+
+def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.net = None  # the Mininet object, only in the process that ran `up`
+
+    # --- bring-up ------------------------------------------------------------------------------------------
+    @classmethod
+    def up(cls, topology: str = "small", *, name: str = "tj", state_dir: Path = DEFAULT_STATE,
+           database_url: str | None = None, progress=print) -> Cluster:  # noqa: ANN001
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        from topologies.hosts import check_prerequisites
+        from topologies.nodes import ExternalNode, GatewayNode, HypervisorNode, OnPremNode, Segment
+
+        check_prerequisites()
+        setLogLevel("warning")
+        t0 = time.monotonic()
+        topo = load_topology(topology)
+        sdir = state_dir / name
+        if (sdir / "state.json").exists():
+            raise SystemExit(f"a cluster named {name!r} is already up (state in {sdir}); "
+                             f"`tianji cluster down --name {name}` first")
+        if sdir.exists():
+            shutil.rmtree(sdir)
+        st = State(name=name, dir=str(sdir), topology=topo)
+        st.save()
+        c = cls(st)
+        try:
+            # the controller, on SQLite in the cluster's state directory unless a database URL is given
+            port = _free_port()
+            cdir = sdir / "controller"
+            cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(port), "--state-dir",
+                   str(cdir), "--host-down-after", "6", "--log-level", "warning"]
+            if database_url:
+                cmd += ["--database-url", database_url]
+            cdir.mkdir(parents=True, exist_ok=True)
+            with open(sdir / "controller.log", "ab") as log:
+                p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            st.pids.append(p.pid)
+            st.controller_port, st.controller_url = port, f"http://127.0.0.1:{port}"
+            st.save()
+            progress(f"controller started (pid {p.pid}) on port {port}")
+
+            net = Mininet(topo=None, build=False, controller=None, switch=Segment, cleanup=False,
+                          autoSetMacs=False, link=Link)
+            c.net = net
+            ul = net.addSwitch(f"{name}-ul", cls=Segment)
+            mg = net.addSwitch(f"{name}-mg", cls=Segment)
+            ex = net.addSwitch(f"{name}-ex", cls=Segment)
+            st.links += [ul.name, mg.name, ex.name]
+            st.save()
+            hvs = {}
+            underlay = ipaddress.IPv4Network(topo.get("underlay", "172.31.0.0/24"))
+            for i, hv_name in enumerate(topo["hypervisors"], start=1):
+                ns = f"{name}-{hv_name}"
+                st.netns.append(ns)
+                st.save()
+                hv = net.addHost(hv_name, cls=HypervisorNode, nsname=ns, ip=None)
+                net.addLink(hv, ul, intfName1="ul0", intfName2=f"{name}{hv_name}u"[:15])
+                net.addLink(hv, mg, intfName1="mgmt0", intfName2=f"{name}{hv_name}m"[:15])
+                mgmt_ip = MGMT_NET.network_address + 10 + i
+                hv.run("ip", "addr", "add", f"{mgmt_ip}/{MGMT_NET.prefixlen}", "dev", "mgmt0")
+                hv.run("ip", "link", "set", "mgmt0", "up")
+                hv.run("ip", "link", "set", "ul0", "up")
+                hvs[hv_name] = hv
+                st.hypervisors[hv_name] = {"ns": ns, "rundir": str(sdir / hv_name),
+                                           "vtep": f"{underlay.network_address + 10 + i}/{underlay.prefixlen}",
+                                           "mgmt_ip": str(mgmt_ip), "agent_pid": None}
+            for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", [])),
+                                      ("external", ExternalNode, topo.get("external", [])),
+                                      ("onprem", OnPremNode, topo.get("onprem", []))):
+                for j, n in enumerate(names, start=1):
+                    ns = f"{name}-{n}"
+                    st.netns.append(ns)
+                    node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
+                    info: dict = {"ns": ns, "role": role}
+                    if role == "gateway":
+                        net.addLink(node, ul, intfName1="ul0", intfName2=f"{name}{n}u"[:15])
+                        net.addLink(node, ex, intfName1="ext0", intfName2=f"{name}{n}x"[:15])
+                        addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
+                        node.run("ip", "addr", "add", addr, "dev", "ul0")
+                        info["underlay_ip"] = addr
+                    elif role == "external":
+                        net.addLink(node, ex, intfName1="eth0", intfName2=f"{name}{n}x"[:15])
+                        node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")
+                        info["ip"] = f"198.51.100.{j}"
+                    for intf in node.intfList():
+                        node.run("ip", "link", "set", intf.name, "up", check=False)
+                    st.nodes[n] = info
+                    st.save()
+            net.build()
+            for sw in (ul, mg, ex):
+                sw.start([])
+            _sh("ip", "addr", "add", f"{MGMT_NET.network_address + 1}/{MGMT_NET.prefixlen}", "dev", mg.name)
+            progress(f"Mininet: {len(hvs)} hypervisors, {len(st.nodes)} other nodes, underlay {underlay}")
+
+            # OVS and agents on every hypervisor, then wait until every agent has reported in
+            admin = c._admin(wait=True)
+            st.admin_token = admin.http.headers["Authorization"].split()[1]
+            st.host_token = admin.post("/v1/host-tokens", {"name": f"{name}-agents"})["token"]
+            st.save()
+            for hv_name, hv in hvs.items():
+                info = st.hypervisors[hv_name]
+                st.pids += hv.start_ovs(Path(info["rundir"]))
+                st.save()
+                url = f"http://{MGMT_NET.network_address + 1}:{port}"
+                info["agent_pid"] = hv.start_agent(TIANJI, url, st.host_token, info["vtep"], "ul0",
+                                                   sdir / "agents", sdir / f"agent-{hv_name}.log")
+                st.pids.append(info["agent_pid"])
+                st.save()
+            progress("agents started; waiting for every agent to report in ...")
+            c.wait_agents(timeout=60)
+            st.up_seconds = round(time.monotonic() - t0, 2)
+            st.save()
+            progress(f"cluster {name!r} up in {st.up_seconds} s")
+            return c
+        except BaseException:
+            c.down()
+            raise
+
+    def _admin(self, wait: bool = False) -> Client:
+        token_file = Path(self.state.dir) / "controller" / "admin.token"
+        deadline = time.time() + 20
+        while True:
+            try:
+                c = Client(self.state.controller_url, token_file.read_text().strip())
+                c.get("/healthz")
+                return c
+            except (OSError, ApiFailure):
+                if not wait or time.time() > deadline:
+                    raise SystemExit("the cluster's controller is not answering; see "
+                                     f"{self.state.dir}/controller.log") from None
+                time.sleep(0.1)
+
+    @property
+    def admin(self) -> Client:
+        return Client(self.state.controller_url, self.state.admin_token)
+
+    def agent_status(self, hv: str) -> dict:
+        try:
+            return json.loads((Path(self.state.dir) / "agents" / f"agent-{hv}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_agents(self, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        want = set(self.state.hypervisors)
+        while True:
+            up = {h["name"] for h in self.admin.get("/v1/hosts") if h["status"] == "up"}
+            ready = {h for h in want if self.agent_status(h).get("switch_connected")}
+            if want <= up and want <= ready:
+                return
+            if time.time() > deadline:
+                raise SystemExit(f"agents not ready after {timeout}s: {sorted(want - (up & ready))}; "
+                                 f"see {self.state.dir}/agent-*.log")
+            time.sleep(0.1)
+
+    def wait_converged(self, timeout: float = 15) -> None:
+        deadline = time.time() + timeout
+        for hv in self.state.hypervisors:
+            want = self.admin.get(f"/v1/hosts/{hv}/config")["revision"]
+            while (self.agent_status(hv).get("revision") or -1) < want:
+                if time.time() > deadline:
+                    raise TimeoutError(f"agent {hv} did not converge to revision {want}")
+                time.sleep(0.02)
+
+    # --- nodes ---------------------------------------------------------------------------------------------
+    def hypervisor(self, name: str):  # noqa: ANN201
+        from topologies.nodes import HypervisorNode
+
+        info = self.state.hypervisors[name]
+        hv = HypervisorNode(name, nsname=info["ns"])
+        hv.rundir = Path(info["rundir"])
+        return hv
+
+    def vm_add(self, port_id: str, name: str | None = None, dhcp: bool = True) -> dict:
+        """Plug a VM for a port on the port's host (the way Nova/OVN plug: veth + iface-id)."""
+        from mininet.link import Link
+
+        from topologies.nodes import VmNode
+
+        st = self.state
+        port = self.admin.get(f"/v1/ports/{port_id}")
+        if not port.get("host"):
+            raise SystemExit(f"port {port_id} is not bound to a host: `tianji port bind {port_id} HOST` first")
+        if port["host"] not in st.hypervisors:
+            raise SystemExit(f"port {port_id} is bound to {port['host']}, which is not in this cluster")
+        subnet = self.admin.get(f"/v1/subnets/{port['subnet_id']}")
+        name = name or f"vm{port_id[:6]}"
+        if name in st.vms:
+            raise SystemExit(f"a VM named {name} exists already")
+        ns = f"{st.name}-{name}"
+        st.netns.append(ns)
+        st.save()
+        hv = self.hypervisor(port["host"])
+        vm = VmNode(name, nsname=ns)
+        tap = f"tp{port_id[:8]}"
+        Link(vm, hv, intfName1="eth0", intfName2=tap)
+        vm.prepare(port["mac"])
+        hv.run("ip", "link", "set", tap, "mtu", "1450", "up")
+        hv.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
+                 f"external_ids:iface-id={port_id}", f"external_ids:attached-mac={port['mac']}")
+        prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
+        # DHCP is answered by the switch: wait until the agent has put this port's flows in, so the client's
+        # first DISCOVER is answered instead of waiting seconds for its retransmission
+        deadline = time.time() + 10
+        while f"dl_src={port['mac']}" not in hv.ofctl("dump-flows", "br-int", "table=10"):
+            if time.time() > deadline:
+                raise SystemExit(f"the agent on {port['host']} did not program port {port_id} within 10 s; "
+                                 f"see {st.dir}/agent-{port['host']}.log")
+            time.sleep(0.02)
+        if dhcp:
+            vm.dhcp(Path(st.dir))
+            pf = Path(st.dir) / f"{name}.dhclient.pid"
+            if pf.exists():
+                st.pids.append(int(pf.read_text()))
+        else:
+            vm.static(port["ip"], prefix, subnet["gateway_ip"])
+        vm.terminate()  # the shells are no longer needed; the named namespaces and their links stay
+        hv.terminate()
+        info = {"name": name, "ns": ns, "port_id": port_id, "host": port["host"], "tap": tap, "ip": port["ip"],
+                "mac": port["mac"], "prefixlen": prefix, "gateway": subnet["gateway_ip"]}
+        st.vms[name] = info
+        st.save()
+        return info
+
+    def vm_remove(self, name: str) -> None:
+        st = self.state
+        info = st.vms.pop(name)
+        hv = st.hypervisors[info["host"]]
+        subprocess.run(["ip", "netns", "exec", hv["ns"], "ovs-vsctl", f"--db=unix:{hv['rundir']}/db.sock",
+                        "--if-exists", "del-port", "br-int", info["tap"]], capture_output=True)
+        _sh("ip", "netns", "del", info["ns"], check=False)
+        if info["ns"] in st.netns:
+            st.netns.remove(info["ns"])
+        st.save()
+
+    def vm_exec(self, name: str, *cmd: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess:
+        ns = self.state.vms[name]["ns"] if name in self.state.vms else f"{self.state.name}-{name}"
+        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode:
+            raise RuntimeError(f"{name}: {' '.join(cmd)}: {r.stderr.strip()}")
+        return r
+
+    # --- teardown ------------------------------------------------------------------------------------------
+    def down(self) -> None:
+        st = self.state
+        for pid in reversed(st.pids):
+            try:
+                os.killpg(pid, signal.SIGTERM) if _is_group_leader(pid) else os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.time() + 5
+        for pid in st.pids:
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.05)
+            if _alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for ns in reversed(st.netns):
+            _sh("ip", "netns", "del", ns, check=False)
+        for link in st.links:
+            _sh("ip", "link", "del", link, check=False)
+        shutil.rmtree(st.dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def _is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
