@@ -335,6 +335,45 @@ class Cluster:
             raise RuntimeError(f"{name}: {' '.join(cmd)}: {r.stderr.strip()}")
         return r
 
+    # --- faults --------------------------------------------------------------------------------------------
+    def kill_agent(self, hv: str, sig: int = signal.SIGKILL) -> None:
+        pid = self.state.hypervisors[hv]["agent_pid"]
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
+        while _alive(pid):
+            time.sleep(0.02)
+
+    def start_agent(self, hv: str) -> int:
+        st = self.state
+        info = st.hypervisors[hv]
+        node = self.hypervisor(hv)
+        url = f"http://{MGMT_NET.network_address + 1}:{st.controller_port}"
+        pid = node.start_agent(TIANJI, url, st.host_token, info["vtep"], "ul0", Path(st.dir) / "agents",
+                               Path(st.dir) / f"agent-{hv}.log")
+        node.terminate()
+        info["agent_pid"] = pid
+        st.pids.append(pid)
+        st.save()
+        return pid
+
+    def restart_controller(self, down_for: float = 1.0) -> None:
+        """Stop the controller process and start it again on the same port and state."""
+        st = self.state
+        pid = st.pids[0]
+        os.killpg(pid, signal.SIGTERM)
+        while _alive(pid):
+            time.sleep(0.02)
+        time.sleep(down_for)
+        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
+               str(Path(st.dir) / "controller"), "--host-down-after", "6", "--log-level", "warning"]
+        with open(Path(st.dir) / "controller.log", "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        st.pids[0] = p.pid
+        st.save()
+        self._admin(wait=True)
+
     # --- teardown ------------------------------------------------------------------------------------------
     def down(self) -> None:
         st = self.state
