@@ -27,7 +27,7 @@ $(VENV_STAMP): pyproject.toml
 	@$(PY) -c "import controller, fastapi, os_ken, pyroute2, scapy" && touch $@
 
 demo: setup
-	@$(PY) -m topologies.demo
+	@$(PY) -m topologies.demo $(DEMO_ARGS)
 
 test: setup
 	@bash scripts/run-tests.sh

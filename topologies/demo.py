@@ -1,151 +1,173 @@
-"""`make demo`: a tenant builds a VPC with the CLI, then traffic flows between VMs on two emulated hypervisors.
+"""`make demo`: the `small` cluster, two tenants with the same addresses, peering, isolation, security groups.
 
-Steps: start the controller (SQLite), create a tenant, two VPCs, subnets, ports and a peering with the
-`tianji` CLI (its tables are printed as they come), then bring up two hypervisor namespaces, each with its
-own Open vSwitch and `tianji agent`, plug VMs for the ports and check connectivity. Everything it creates
-is removed at the end.
+    python -m topologies.demo [--keep]
+
+Brings up the emulated cluster (controller, 3 hypervisors each with Open vSwitch and a tianji agent), lets two
+tenants build networks with the `tianji` CLI (both use 10.0.0.0/16 and the very same VM addresses), plugs VMs
+across the hypervisors, and checks what a user would: ping, TCP throughput (iperf3) and HTTP (curl) where
+traffic must flow, silence where it must not. Prints the results; tears down unless --keep.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-BIN = Path(sys.executable).parent / "tianji"
+from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster, State
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+NAME = "demo"
 
 
 def step(title: str) -> None:
     console.rule(f"[bold]{title}")
 
 
-def cli(env: dict, *args: str, quiet: bool = False) -> dict | list | None:
-    console.print(f"[dim]$ tianji {' '.join(args)}[/dim]")
-    shown = subprocess.run([str(BIN), *args], env=env, capture_output=True, text=True)
-    if shown.returncode != 0:
-        console.print(shown.stderr)
-        raise SystemExit(f"demo step failed: tianji {' '.join(args)}")
-    if not quiet:
-        console.print(shown.stdout.rstrip())
-    return None
-
-
-def api(env: dict, *args: str) -> dict | list:
-    r = subprocess.run([str(BIN), "--json", *args], env=env, capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)
+def tj(env: dict, *args: str, show: bool = True) -> dict | list | None:
+    """Run the CLI as a user would; print its table, return its JSON."""
+    if show:
+        console.print(f"[dim]$ tianji {' '.join(args)}[/dim]")
+        r = subprocess.run([TIANJI, *args], env=env, capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"tianji {' '.join(args)} failed: {r.stderr.strip()}")
+        console.print(r.stdout.rstrip())
+        return None
+    r = subprocess.run([TIANJI, "--json", *args], env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"tianji {' '.join(args)} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout) if r.stdout.strip().startswith(("{", "[")) else None
 
 
 def main() -> None:
-    state = Path(tempfile.mkdtemp(prefix="tianji-demo-"))
-    port = 18900 + os.getpid() % 1000
-    step("1. start the controller (SQLite in a fresh state directory)")
-    ctl = subprocess.Popen([str(BIN), "controller", "serve", "--host", "0.0.0.0", "--port", str(port),
-                            "--state-dir", str(state), "--log-level", "warning"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    fabric = None
+    keep = "--keep" in sys.argv
+    if (DEFAULT_STATE / NAME / "state.json").exists():
+        console.print("[yellow]a previous demo cluster is still up: removing it first")
+        Cluster(State.load(DEFAULT_STATE / NAME)).down()
+    step("1. bring up the `small` emulated cluster")
+    c = Cluster.up("small", name=NAME, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    ok = False
     try:
-        deadline = time.time() + 20
-        while not (state / "admin.token").exists() or subprocess.run(
-                ["curl", "-sf", f"http://127.0.0.1:{port}/healthz"], capture_output=True).returncode:
-            if time.time() > deadline or ctl.poll() is not None:
-                raise SystemExit("the controller did not start:\n" + (ctl.stdout.read() if ctl.stdout else ""))
-            time.sleep(0.2)
-        admin = (state / "admin.token").read_text().strip()
-        console.print(f"controller at http://127.0.0.1:{port}, admin token in {state / 'admin.token'}")
-        env_admin = os.environ | {"TIANJI_URL": f"http://127.0.0.1:{port}", "TIANJI_TOKEN": admin}
+        import os
 
-        step("2. the admin creates a tenant")
-        tenant = api(env_admin, "tenant", "create", "acme")
-        env = env_admin | {"TIANJI_TOKEN": tenant["token"]}
-        console.print(f"tenant acme: {tenant['id']}")
+        env = os.environ | {"TIANJI_URL": c.state.controller_url, "TIANJI_TOKEN": c.state.admin_token}
+        tj(env, "host", "list")
 
-        roots = None
-        if os.geteuid() == 0:
-            from topologies.hosts import Fabric
+        step("2. two tenants, the same CIDR, the same VM addresses")
+        acme = tj(env, "tenant", "create", "acme", show=False)
+        globex = tj(env, "tenant", "create", "globex", show=False)
+        ea, eg = env | {"TIANJI_TOKEN": acme["token"]}, env | {"TIANJI_TOKEN": globex["token"]}
+        nets = {}
+        for label, e in (("acme", ea), ("globex", eg)):
+            vpc = tj(e, "vpc", "create", "prod", "--cidr", "10.0.0.0/16", show=False)
+            web = tj(e, "subnet", "create", "web", "--vpc", vpc["id"], "--cidr", "10.0.1.0/24", show=False)
+            app = tj(e, "subnet", "create", "app", "--vpc", vpc["id"], "--cidr", "10.0.2.0/24", show=False)
+            nets[label] = (vpc, web, app)
+        avpc, aweb, aapp = nets["acme"]
+        gvpc, gweb, _ = nets["globex"]
+        data = tj(ea, "vpc", "create", "data", "--cidr", "10.1.0.0/16", show=False)
+        db = tj(ea, "subnet", "create", "db", "--vpc", data["id"], "--cidr", "10.1.1.0/24", show=False)
+        peering = tj(ea, "peering", "create", "--requester", avpc["id"], "--accepter", data["id"], show=False)
+        tj(ea, "sg", "rule-add", data["default_security_group_id"], "--direction", "ingress",
+           "--remote-cidr", "10.0.0.0/16")  # the data VPC admits the peered prod VPC
+        websg = tj(ea, "sg", "create", "web", "--vpc", avpc["id"], show=False)
+        tj(ea, "sg", "rule-add", websg["id"], "--direction", "ingress", "--protocol", "tcp", "--port", "80")
+        tj(ea, "sg", "rule-add", websg["id"], "--direction", "egress", "--protocol", "any")
+        tj(ea, "vpc", "list")
+        tj(ea, "peering", "list")
+        tj(ea, "route", "list", "--vpc", avpc["id"])
 
-            step("3. two hypervisors: private Open vSwitch + tianji agent each")
-            fabric = Fabric()
-            roots = {n: fabric.add_hypervisor(n) for n in ("hv1", "hv2")}
-            for h in roots.values():
-                fabric.start_agent(h, port, admin)
-            while len(api(env_admin, "host", "list")) < 2:
-                time.sleep(0.2)
-            cli(env_admin, "host", "list")
+        step("3. ports and VMs across the hypervisors (addresses by DHCP from the switch)")
+        plan = [("acme", "web1", aweb, "hv1", "10.0.1.10", None), ("acme", "web2", aweb, "hv2", "10.0.1.11", None),
+                ("acme", "app1", aapp, "hv3", "10.0.2.10", None), ("acme", "db1", db, "hv2", "10.1.1.10", None),
+                ("acme", "www", aweb, "hv3", "10.0.1.80", websg["id"]),
+                ("globex", "web1", gweb, "hv2", "10.0.1.10", None), ("globex", "web2", gweb, "hv3", "10.0.1.11", None),
+                ("globex", "web3", gweb, "hv1", "10.0.1.12", None)]
+        vms = {}
+        for tenant, name, sn, host, ip, sg in plan:
+            e = ea if tenant == "acme" else eg
+            args = ["port", "create", name, "--subnet", sn["id"], "--host", host, "--ip", ip]
+            port = tj(e, *args + (["--sg", sg] if sg else []), show=False)
+            vm = c.vm_add(port["id"], f"{tenant[0]}{name}", dhcp=True)
+            vms[f"{tenant}/{name}"] = vm
+            console.print(f"  {tenant}/{name:5} on {host}: {vm['ip']} (DHCP)")
+        tj(ea, "port", "list")
 
-        step("4. the tenant builds its network with the CLI")
-        vpc = api(env, "vpc", "create", "prod", "--cidr", "10.0.0.0/16")
-        data = api(env, "vpc", "create", "data", "--cidr", "10.1.0.0/16")
-        cli(env, "vpc", "list")
-        web = api(env, "subnet", "create", "web", "--vpc", vpc["id"], "--cidr", "10.0.1.0/24")
-        app = api(env, "subnet", "create", "app", "--vpc", vpc["id"], "--cidr", "10.0.2.0/24")
-        db = api(env, "subnet", "create", "db", "--vpc", data["id"], "--cidr", "10.1.1.0/24")
-        cli(env, "subnet", "list")
-        hosts = ("hv1", "hv2", "hv2", "hv1") if roots else (None,) * 4
-        ports = {}
-        for (name, sn), host in zip((("web1", web), ("web2", web), ("app1", app), ("db1", db)), hosts,
-                                    strict=True):
-            extra = ["--host", host] if host else []
-            ports[name] = (api(env, "port", "create", name, "--subnet", sn["id"], *extra), sn)
-        cli(env, "port", "list")
-        pc = api(env, "peering", "create", "--requester", vpc["id"], "--accepter", data["id"])
-        cli(env, "peering", "list")
-        # the data VPC's default group admits only its own members: let the peered prod VPC in
-        cli(env, "sg", "rule-add", data["default_security_group_id"], "--direction", "ingress",
-            "--remote-cidr", "10.0.0.0/16")
-        cli(env, "route", "list", "--vpc", vpc["id"])
-        cli(env, "sg", "show", vpc["default_security_group_id"])
+        step("4. traffic")
+        web = subprocess.Popen(["ip", "netns", "exec", vms["acme/www"]["ns"], sys.executable, "-c",
+                                "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', 80), "
+                                "http.server.SimpleHTTPRequestHandler).serve_forever()"], cwd="/tmp",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        results = Table(title="what the tenants see", header_style="bold cyan")
+        for col in ("check", "from", "to", "expect", "result", "latency", "TCP throughput"):
+            results.add_column(col)
+        failures = 0
 
-        if not roots:
-            console.print("[yellow]not root: skipping the data plane (run `make demo` as root to see traffic)")
-            return
-        step("5. VMs plugged on the hypervisors; traffic")
-        vms = {n: fabric.add_vm(n, roots[p["host"]], p | {"gateway_ip": sn["gateway_ip"]})
-               for n, (p, sn) in ports.items()}
-        time.sleep(1.5)
-        results = Table(title="connectivity", header_style="bold cyan")
-        for c in ("check", "from", "to", "expect", "result", "latency"):
-            results.add_column(c)
+        def ping(src: str, ip: str) -> tuple[bool, str]:
+            for _ in range(3):  # the first packet to a new VTEP is spent on OVS resolving its MAC
+                c.vm_exec(vms[src]["name"], "ping", "-c", "1", "-W", "1", ip)
+            r = c.vm_exec(vms[src]["name"], "ping", "-c", "5", "-i", "0.2", "-W", "1", ip)
+            avg = next((ln.split("/")[4] for ln in r.stdout.splitlines() if "min/avg" in ln), None)
+            return r.returncode == 0, f"{float(avg):.2f} ms" if avg else "-"
 
-        def ping(src: str, dst_ip: str) -> tuple[bool, str]:
-            vms[src].exec("ping", "-c", "1", "-W", "1", dst_ip, check=False)  # warm up VTEP ARP
-            r = vms[src].exec("ping", "-c", "3", "-i", "0.2", "-W", "1", dst_ip, check=False)
-            avg = next((ln.split("/")[4] for ln in r.stdout.splitlines() if "min/avg" in ln), "-")
-            return r.returncode == 0, f"{avg} ms" if avg != "-" else "-"
+        def iperf(src: str, dst: str) -> str:
+            srv = subprocess.Popen(["ip", "netns", "exec", vms[dst]["ns"], "iperf3", "-s", "-1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
+            out = c.vm_exec(vms[src]["name"], "iperf3", "-c", vms[dst]["ip"], "-t", "2", "-J").stdout
+            srv.kill()
+            try:
+                return f"{json.loads(out)['end']['sum_received']['bits_per_second'] / 1e6:.0f} Mbit/s"
+            except (ValueError, KeyError):
+                return "failed"
 
-        checks = [("same subnet, cross host", "web1", "web2", True),
-                  ("cross subnet, cross host", "web1", "app1", True),
-                  ("cross subnet, same host", "app1", "web2", True),
-                  ("peering (distributed)", "web1", "db1", True)]
-        ok_all = True
-        for label, a, b, want in checks:
-            ok, lat = ping(a, vms[b].ip)
-            ok_all &= ok == want
-            results.add_row(label, a, f"{b} {vms[b].ip}", "reach" if want else "blocked",
-                            "[green]ok" if ok == want else "[red]FAIL", lat)
-        cli(env, "peering", "delete", pc["id"])
-        time.sleep(1.0)
-        ok, _ = ping("web1", vms["db1"].ip)
-        ok_all &= not ok
-        results.add_row("peering deleted", "web1", f"db1 {vms['db1'].ip}", "blocked",
-                        "[green]ok" if not ok else "[red]FAIL", "-")
+        def row(check: str, src: str, dst: str, want: bool, tput: bool = False) -> None:
+            nonlocal failures
+            got, lat = ping(src, vms[dst]["ip"])
+            t = iperf(src, dst) if (tput and got) else "-"
+            good = got == want and t != "failed"
+            failures += not good
+            results.add_row(check, src, f"{dst} {vms[dst]['ip']}", "reach" if want else "blocked",
+                            "[green]ok" if good else "[red]FAIL", lat if got else "-", t)
+
+        row("same subnet, cross host", "acme/web1", "acme/web2", True, tput=True)
+        row("cross subnet, cross host", "acme/web1", "acme/app1", True, tput=True)
+        row("peering (hv1 -> hv2, peer VNI)", "acme/web1", "acme/db1", True, tput=True)
+        row("same IP, other tenant", "globex/web1", "globex/web2", True)
+        row("isolation: globex -> acme app", "globex/web1", "acme/app1", False)
+        row("isolation: acme -> globex-only IP", "acme/app1", "globex/web3", False)
+        http = c.vm_exec(vms["acme/app1"]["name"], "curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}",
+                         "-m", "3", "http://10.0.1.80/")
+        code, _, secs = http.stdout.partition(" ")
+        good = code == "200"
+        failures += not good
+        results.add_row("security group: HTTP allowed", "acme/app1", "acme/www :80", "reach",
+                        "[green]ok" if good else "[red]FAIL", f"{float(secs or 0) * 1000:.1f} ms", "-")
+        row("security group: ICMP not allowed", "acme/app1", "acme/www", False)
+        tj(ea, "peering", "delete", peering["id"], show=True)
+        c.wait_converged()
+        row("peering deleted", "acme/web1", "acme/db1", False)
+        web.kill()
         console.print(results)
-        subprocess.run([str(BIN), "agent", "status", "--state-dir", str(fabric.base / "agents")])
-        if not ok_all:
-            raise SystemExit("demo: a connectivity check failed")
-        console.print("[bold green]demo complete: tenant traffic flows over VXLAN between two hypervisors")
+        subprocess.run([TIANJI, "agent", "status", "--state-dir", f"{c.state.dir}/agents"])
+        ok = failures == 0
+        if ok:
+            console.print(f"[bold green]demo complete: cluster up in {c.state.up_seconds} s, every check passed")
+        else:
+            console.print(f"[bold red]{failures} check(s) failed")
     finally:
-        if fabric is not None:
-            fabric.teardown()
-        ctl.terminate()
-        ctl.wait(10)
+        if keep:
+            console.print(f"cluster kept: `tianji cluster status --name {NAME}`, `tianji cluster down --name {NAME}`; "
+                          f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token}")
+        else:
+            c.down()
+            console.print("cluster torn down")
+    if not ok:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
