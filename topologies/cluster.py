@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
 DEFAULT_STATE = Path("/run/tianji-cluster")
+_SAVE_LOCK = threading.Lock()
 
 
 def load_topology(name_or_path: str) -> dict:
@@ -61,10 +63,11 @@ class State:
         return Path(self.dir) / "state.json"
 
     def save(self) -> None:
-        Path(self.dir).mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        tmp.replace(self.path)
+        with _SAVE_LOCK:  # VMs may be plugged from several threads
+            Path(self.dir).mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(self), indent=1))
+            tmp.replace(self.path)
 
     @classmethod
     def load(cls, state_dir: Path) -> State:
@@ -173,6 +176,9 @@ class Cluster:
                         addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
                         node.run("ip", "addr", "add", addr, "dev", "ul0")
                         info["underlay_ip"] = addr
+                    elif role == "onprem" and topo.get("gateways"):
+                        gw = net.get(topo["gateways"][0])  # the private line ends on the first gateway host
+                        net.addLink(node, gw, intfName1="pl0", intfName2=f"pl-{n}"[:15])
                     elif role == "external":
                         net.addLink(node, ex, intfName1="eth0", intfName2=f"{name}{n}x"[:15])
                         node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")

@@ -1,0 +1,131 @@
+"""Emulated-cluster benchmark (root): bring-up times, overlay throughput/latency against the kernel's own
+vxlan device measured in the same run, and the time for 100 new ports to become reachable.
+
+    python bench/cluster.py [--ports 100] [--skip-medium]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.client import Client  # noqa: E402
+from topologies.cluster import Cluster  # noqa: E402
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+
+
+def ns(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return sh("ip", "netns", "exec", name, *cmd, check=check)
+
+
+def tcp_and_rtt(client_ns: str, server_ns: str, server_ip: str) -> tuple[float, float]:
+    srv = subprocess.Popen(["ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", server_ip],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.4)
+    ns(client_ns, "ping", "-c", "3", "-W", "1", server_ip, check=False)  # warm up
+    out = json.loads(ns(client_ns, "iperf3", "-c", server_ip, "-t", "3", "-J").stdout)
+    srv.wait(10)
+    rtt = ns(client_ns, "ping", "-c", "20", "-i", "0.05", server_ip).stdout
+    avg = float(next(ln for ln in rtt.splitlines() if "min/avg" in ln).split("/")[4])
+    return out["end"]["sum_received"]["bits_per_second"] / 1e6, avg
+
+
+def kernel_vxlan_baseline() -> tuple[float, float]:
+    """Two namespaces joined by a veth 'underlay', each with a kernel vxlan device, MTU 1450 like the VMs."""
+    names = ("tjbl1", "tjbl2")
+    try:
+        for n in names:
+            sh("ip", "netns", "add", n)
+            ns(n, "ip", "link", "set", "lo", "up")
+        sh("ip", "link", "add", "u", "netns", names[0], "type", "veth", "peer", "name", "u", "netns", names[1])
+        for i, n in enumerate(names, start=1):
+            ns(n, "ip", "addr", "add", f"192.168.77.{i}/24", "dev", "u")
+            ns(n, "ip", "link", "set", "u", "up")
+            ns(n, "ip", "link", "add", "vx", "type", "vxlan", "id", "4242", "local", f"192.168.77.{i}", "remote",
+               f"192.168.77.{3 - i}", "dstport", "4789")
+            ns(n, "ip", "addr", "add", f"10.77.0.{i}/24", "dev", "vx")
+            ns(n, "ip", "link", "set", "vx", "mtu", "1450", "up")
+        return tcp_and_rtt(names[0], names[1], "10.77.0.2")
+    finally:
+        for n in names:
+            sh("ip", "netns", "del", n, check=False)
+
+
+def measure_small(c: Cluster, args: argparse.Namespace, rows: list) -> None:
+        adm = c.admin
+        t = adm.post("/v1/tenants", {"name": "bench"})
+        tc = Client(c.state.controller_url, t["token"])
+        vpc = tc.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
+        sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/20"})
+
+        def vm(host: str, name: str) -> dict:
+            p = tc.post("/v1/ports", {"subnet_id": sn["id"], "name": name, "host": host})
+            return c.vm_add(p["id"], name, dhcp=False)
+
+        a, b_same, b_cross = vm("hv1", "a"), vm("hv1", "same"), vm("hv2", "cross")
+        same = tcp_and_rtt(a["ns"], b_same["ns"], b_same["ip"])
+        cross = tcp_and_rtt(a["ns"], b_cross["ns"], b_cross["ip"])
+        base = kernel_vxlan_baseline()
+        rows.append(("TCP, same host (OVS userspace)", f"{same[0]:.0f} Mbit/s", f"rtt {same[1]:.3f} ms"))
+        rows.append(("TCP, cross host over VXLAN (OVS userspace)", f"{cross[0]:.0f} Mbit/s",
+                     f"rtt {cross[1]:.3f} ms"))
+        rows.append(("TCP, kernel vxlan device, same kind of namespaces (baseline)", f"{base[0]:.0f} Mbit/s",
+                     f"rtt {base[1]:.3f} ms"))
+        rows.append(("cross host / kernel baseline", f"x{cross[0] / base[0]:.2f} throughput",
+                     f"x{cross[1] / base[1]:.2f} rtt"))
+        # 100 new ports across the cluster: API create -> plugged -> reachable from VM a
+        t0 = time.monotonic()
+        hosts = list(c.state.hypervisors)
+
+        def new_port(i: int) -> str:
+            p = tc.post("/v1/ports", {"subnet_id": sn["id"], "name": f"n{i}", "host": hosts[i % len(hosts)]})
+            c.vm_add(p["id"], f"n{i}", dhcp=False)
+            return p["ip"]
+
+        with ThreadPoolExecutor(4) as ex:  # the hypervisors plug VMs in parallel, as Nova computes do
+            ips = list(ex.map(new_port, range(args.ports)))
+        pending = set(ips)
+        while pending:
+            for ip in list(pending):
+                if ns(a["ns"], "ping", "-c", "1", "-W", "0.2", ip, check=False).returncode == 0:
+                    pending.discard(ip)
+            if time.monotonic() - t0 > 300:
+                break
+        rows.append((f"{args.ports} new ports across {len(hosts)} hypervisors: create, plug, all reachable",
+                     f"{time.monotonic() - t0:.1f} s", f"unreachable: {len(pending)}"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ports", type=int, default=100)
+    ap.add_argument("--skip-medium", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for topo in ("small",) + (() if args.skip_medium else ("medium",)):
+        c = Cluster.up(topo, name=f"b{topo[0]}", progress=lambda m: None)
+        rows.append((f"bring-up of {topo} ({len(c.state.hypervisors)} hypervisors, agents reporting)",
+                     f"{c.state.up_seconds:.2f} s", ""))
+        if topo != "small":
+            c.down()
+            continue
+        try:
+            measure_small(c, args, rows)
+        finally:
+            c.down()
+    width = max(len(r[0]) for r in rows)
+    for r in rows:
+        print(f"{r[0]:<{width}}  {r[1]:>18}  {r[2]}")
+
+
+if __name__ == "__main__":
+    main()
