@@ -9,10 +9,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of, default_group_id, owned, scoped, with_retries
+from controller.api.common import db_of, owned, scoped, visible, with_retries
 from controller.api.schemas import PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, require_tenant_api
-from controller.errors import conflict, invalid
+from controller.errors import conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
 
 router = APIRouter(tags=["ports"])
@@ -26,8 +26,8 @@ def port_out(p: m.Port) -> PortOut:
 
 def resolve_groups(s: Session, ids: list[str] | None, vpc_id: str, p: Principal) -> list[m.SecurityGroup]:
     if ids is None:
-        gid = default_group_id(s, vpc_id)
-        return [s.get(m.SecurityGroup, gid)] if gid else []
+        return list(s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id,
+                                                            m.SecurityGroup.is_default.is_(True))).scalars())
     groups = []
     for i, gid in enumerate(dict.fromkeys(ids)):
         sg = owned(s, m.SecurityGroup, gid, p, "security group", f"security_group_ids.{i}")
@@ -48,9 +48,10 @@ def create_port(body: PortCreate, request: Request, p: Principal = Depends(requi
     def txn() -> PortOut:
         with db_of(request).write() as t:
             s = t.session
-            sn = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id")
-            # serialise allocations within this subnet (a row lock on PostgreSQL; SQLite has one writer anyway)
-            s.execute(select(m.Subnet.id).where(m.Subnet.id == sn.id).with_for_update())
+            # the subnet, locked while allocating in it (a row lock on PostgreSQL; SQLite has one writer anyway)
+            sn = s.execute(select(m.Subnet).where(m.Subnet.id == body.subnet_id).with_for_update()).scalar()
+            if sn is None or not visible(p, sn.tenant_id):
+                raise not_found("subnet", body.subnet_id, "subnet_id")
             net = ipaddress.IPv4Network(sn.cidr)
             if body.ip:
                 try:
@@ -71,9 +72,7 @@ def create_port(body: PortCreate, request: Request, p: Principal = Depends(requi
                 if s.execute(select(m.Port.id).where(m.Port.mac == mac)).first():
                     raise conflict("mac", f"MAC {mac} is already in use")
             else:
-                mac = random_mac()
-                while s.execute(select(m.Port.id).where(m.Port.mac == mac)).first():
-                    mac = random_mac()
+                mac = random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
             check_host(s, body.host)
             groups = resolve_groups(s, body.security_group_ids, sn.vpc_id, p)
             port = m.Port(tenant_id=sn.tenant_id, vpc_id=sn.vpc_id, subnet_id=sn.id, name=body.name, ip=str(ip),
