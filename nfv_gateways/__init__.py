@@ -1,0 +1,1 @@
+"""Tianji NFV gateways: NAT (this package's first role), load balancer and private line (later)."""

@@ -1,0 +1,318 @@
+"""The NAT gateway's translation semantics (RFC 4787 / RFC 5382 / RFC 5508), the pure-Python reference.
+
+Behaviour:
+* Endpoint-independent mapping: an internal (VNI, IP, port, protocol) keeps one public (EIP, port) whatever the
+  destination. "Paired" pooling: an internal address always uses the same EIP of its rule.
+* Filtering: address-and-port-dependent. Inbound packets reach a dynamic mapping only from a remote (IP, port)
+  the internal endpoint has sent to (for ICMP echo, from the address it pinged). 1:1 EIPs and DNAT rules accept
+  inbound from anywhere (security groups still apply at the VM's host).
+* Hairpinning: a VM sending to an EIP served here is translated out and straight back in.
+* TCP, UDP and ICMP echo (identifier translated like a port). ICMP errors arriving for a mapping (port
+  unreachable, fragmentation needed, time exceeded) are translated back with their embedded header rewritten.
+* Timeouts (configurable): UDP 300 s (RFC 4787 minimum 120 s), TCP established 7440 s (2 h 4 min), TCP
+  transitory 240 s, ICMP 60 s.
+* Each instance owns a disjoint slice of the port range, so instances never hand out the same mapping. When the
+  slice is full the packet is dropped and `port_exhausted` counted: a live mapping is never reused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+
+from nfv_gateways.packet import (
+    ICMP_ECHO,
+    ICMP_ECHO_REPLY,
+    ICMP_TIME_EXCEEDED,
+    ICMP_UNREACH,
+    PROTO_ICMP,
+    PROTO_TCP,
+    PROTO_UDP,
+    Ip4,
+    csum,
+    l4_ports,
+    parse_ip4,
+    rewrite_addr,
+    rewrite_port,
+)
+
+TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+
+
+def ip2int(ip: str) -> int:
+    return int(ipaddress.IPv4Address(ip))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    udp: float = 300.0
+    tcp_established: float = 7440.0
+    tcp_transitory: float = 240.0
+    icmp: float = 60.0
+
+
+@dataclass(frozen=True)
+class SnatRule:
+    vni: int
+    cidr: str
+    eips: tuple[int, ...]
+
+    def covers(self, vni: int, ip: int) -> bool:
+        net = ipaddress.IPv4Network(self.cidr)
+        return vni == self.vni and int(net.network_address) == ip & int(net.netmask)
+
+
+@dataclass(frozen=True)
+class NatConfig:
+    snat: tuple[SnatRule, ...] = ()
+    static: tuple[tuple[int, int, int], ...] = ()  # (vni, internal ip, eip): 1:1 EIPs
+    dnat: tuple[tuple[int, int, int, int, int, int], ...] = ()  # (eip, proto, ext port, vni, ip, port)
+    port_lo: int = 1024
+    port_hi: int = 65535
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+@dataclass
+class Mapping:
+    vni: int
+    ip: int
+    port: int
+    proto: int
+    eip: int
+    eport: int
+    last: float
+    peers: set[tuple[int, int]] = field(default_factory=set)
+    tcp_established: bool = False
+    tcp_closing: bool = False
+
+
+@dataclass
+class Verdict:
+    """Where a translated packet goes: `out` (the internet side) or `in` (into VNI `vni`, to internal `ip`)."""
+
+    direction: str
+    vni: int = 0
+    ip: int = 0
+
+
+class NatTable:
+    def __init__(self, config: NatConfig) -> None:
+        self.config = config
+        self.by_inside: dict[tuple[int, int, int, int], Mapping] = {}
+        self.by_outside: dict[tuple[int, int, int], Mapping] = {}
+        self.counters: Counter[str] = Counter()
+        self._index_config()
+
+    def _index_config(self) -> None:
+        c = self.config
+        self.static_in = {(vni, ip): eip for vni, ip, eip in c.static}
+        self.static_out = {eip: (vni, ip) for vni, ip, eip in c.static}
+        self.dnat = {(eip, proto, port): (vni, ip, iport) for eip, proto, port, vni, ip, iport in c.dnat}
+        self.dnat_rev = {(vni, ip, iport, proto): (eip, port) for (eip, proto, port), (vni, ip, iport)
+                         in self.dnat.items()}
+        self.served = {e for r in c.snat for e in r.eips} | set(self.static_out) | {k[0] for k in self.dnat}
+
+    def update_config(self, config: NatConfig) -> None:
+        """New rules; existing mappings whose EIP is still served here stay (their flows are untouched)."""
+        self.config = config
+        self._index_config()
+        for m in list(self.by_inside.values()):
+            if m.eip not in self.served:
+                self._remove(m)
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def _timeout(self, m: Mapping) -> float:
+        t = self.config.timeouts
+        if m.proto == PROTO_TCP:
+            return t.tcp_established if m.tcp_established and not m.tcp_closing else t.tcp_transitory
+        return t.udp if m.proto == PROTO_UDP else t.icmp
+
+    def _remove(self, m: Mapping) -> None:
+        self.by_inside.pop((m.vni, m.ip, m.port, m.proto), None)
+        self.by_outside.pop((m.eip, m.eport, m.proto), None)
+
+    def expire(self, now: float) -> int:
+        dead = [m for m in self.by_inside.values() if now - m.last > self._timeout(m)]
+        for m in dead:
+            self._remove(m)
+        self.counters["expired"] += len(dead)
+        return len(dead)
+
+    def _pick_eip(self, vni: int, ip: int) -> int | None:
+        for r in self.config.snat:
+            if r.covers(vni, ip) and r.eips:
+                return r.eips[(ip * 2654435761) % len(r.eips)]  # paired: a function of the internal address
+        return None
+
+    def _alloc_port(self, eip: int, proto: int, want: int) -> int | None:
+        lo, hi = self.config.port_lo, self.config.port_hi
+        size = hi - lo + 1
+        start = want if lo <= want <= hi else lo + (want * 40503) % size  # try to preserve the port
+        for i in range(size):
+            p = lo + (start - lo + i) % size
+            if (eip, p, proto) not in self.by_outside:
+                return p
+        return None
+
+    @staticmethod
+    def _tcp_flags(buf: bytes | bytearray, ip: Ip4) -> int:
+        return buf[ip.l4 + 13] if ip.proto == PROTO_TCP else 0
+
+    # --- translation ---------------------------------------------------------------------------------------
+    def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
+        """A packet from VPC `vni` towards the internet, translated in place; None: drop (counted)."""
+        ip = parse_ip4(buf)
+        if ip is None:
+            self.counters["drop_malformed"] += 1
+            return None
+        if ip.is_fragment:
+            self.counters["drop_fragment"] += 1
+            return None
+        ports = l4_ports(buf, ip)
+        if ports is None:
+            self.counters["drop_unsupported"] += 1
+            return None
+        sport, dport = ports
+        if (static := self.static_in.get((vni, ip.src))) is not None:
+            rewrite_addr(buf, ip, src=static)
+        elif (rev := self.dnat_rev.get((vni, ip.src, sport, ip.proto))) is not None:
+            rewrite_addr(buf, ip, src=rev[0])
+            rewrite_port(buf, ip, src=rev[1])
+        else:
+            m = self.by_inside.get((vni, ip.src, sport, ip.proto))
+            if m is None:
+                eip = self._pick_eip(vni, ip.src)
+                if eip is None:
+                    self.counters["drop_no_rule"] += 1
+                    return None
+                eport = self._alloc_port(eip, ip.proto, sport)
+                if eport is None:
+                    self.counters["port_exhausted"] += 1
+                    return None
+                m = Mapping(vni, ip.src, sport, ip.proto, eip, eport, now)
+                self.by_inside[(vni, ip.src, sport, ip.proto)] = m
+                self.by_outside[(eip, eport, ip.proto)] = m
+                self.counters["mappings_created"] += 1
+            m.last = now
+            m.peers.add((ip.dst, dport if ip.proto != PROTO_ICMP else 0))
+            flags = self._tcp_flags(buf, ip)
+            if flags & (TCP_FIN | TCP_RST):
+                m.tcp_closing = True
+            rewrite_addr(buf, ip, src=m.eip)
+            rewrite_port(buf, ip, src=m.eport)
+        self.counters["out"] += 1
+        if ip.dst in self.served:  # hairpin: straight back in
+            self.counters["hairpin"] += 1
+            return self.inbound(buf, now, hairpin=True)
+        return Verdict("out")
+
+    def inbound(self, buf: bytearray, now: float, hairpin: bool = False) -> Verdict | None:
+        """A packet from the internet to an EIP, translated in place; None: drop (counted)."""
+        ip = parse_ip4(buf)
+        if ip is None:
+            self.counters["drop_malformed"] += 1
+            return None
+        if ip.dst not in self.served:
+            self.counters["drop_not_ours"] += 1
+            return None
+        if ip.is_fragment:
+            self.counters["drop_fragment"] += 1
+            return None
+        if (st := self.static_out.get(ip.dst)) is not None:
+            vni, internal = st
+            rewrite_addr(buf, ip, dst=internal)
+            self.counters["in"] += 1
+            return Verdict("in", vni, internal)
+        if ip.proto == PROTO_ICMP and len(buf) > ip.l4 and buf[ip.l4] in (ICMP_UNREACH, ICMP_TIME_EXCEEDED):
+            return self._icmp_error_in(buf, ip)
+        ports = l4_ports(buf, ip)
+        if ports is None:
+            self.counters["drop_unsupported"] += 1
+            return None
+        sport, dport = ports
+        if ip.proto == PROTO_ICMP and buf[ip.l4] == ICMP_ECHO and not hairpin:
+            self.counters["drop_unsolicited"] += 1  # pings to a shared EIP are not forwarded inside
+            return None
+        if (d := self.dnat.get((ip.dst, ip.proto, dport))) is not None and ip.proto != PROTO_ICMP:
+            vni, internal, iport = d
+            rewrite_addr(buf, ip, dst=internal)
+            rewrite_port(buf, ip, dst=iport)
+            self.counters["in"] += 1
+            return Verdict("in", vni, internal)
+        m = self.by_outside.get((ip.dst, dport, ip.proto))
+        if m is None:
+            self.counters["drop_no_mapping"] += 1
+            return None
+        peer = (ip.src, sport if ip.proto != PROTO_ICMP else 0)
+        if peer not in m.peers and not hairpin:
+            self.counters["drop_filtered"] += 1
+            return None
+        m.last = now
+        flags = self._tcp_flags(buf, ip)
+        if flags & (TCP_FIN | TCP_RST):
+            m.tcp_closing = True
+        elif flags & TCP_ACK:
+            m.tcp_established = True
+        rewrite_addr(buf, ip, dst=m.ip)
+        if ip.proto == PROTO_ICMP:
+            rewrite_port(buf, ip, src=m.port)  # the echo identifier
+        else:
+            rewrite_port(buf, ip, dst=m.port)
+        self.counters["in"] += 1
+        return Verdict("in", m.vni, m.ip)
+
+    def _icmp_error_in(self, buf: bytearray, ip: Ip4) -> Verdict | None:
+        """An ICMP error about a packet we sent out: find its mapping from the embedded header, rewrite the
+        embedded source back to the internal endpoint, then the outer destination (RFC 5508)."""
+        inner_off = ip.l4 + 8
+        inner = _parse_inner(buf, inner_off)
+        if inner is None or inner.src != ip.dst:
+            self.counters["drop_malformed"] += 1
+            return None
+        if len(buf) < inner.l4 + 8:
+            self.counters["drop_malformed"] += 1
+            return None
+        if inner.proto in (PROTO_TCP, PROTO_UDP):
+            sport = struct.unpack_from("!H", buf, inner.l4)[0]
+        elif inner.proto == PROTO_ICMP and buf[inner.l4] == ICMP_ECHO:
+            sport = struct.unpack_from("!H", buf, inner.l4 + 4)[0]
+        else:
+            self.counters["drop_unsupported"] += 1
+            return None
+        m = self.by_outside.get((inner.src, sport, inner.proto))
+        if m is None:
+            self.counters["drop_no_mapping"] += 1
+            return None
+        # embedded header: source address and port back to the internal endpoint, its IP checksum recomputed
+        struct.pack_into("!I", buf, inner.l4 - inner.ihl + 12, m.ip)
+        struct.pack_into("!H", buf, inner.l4 - inner.ihl + 10, 0)
+        struct.pack_into("!H", buf, inner.l4 - inner.ihl + 10, csum(bytes(buf[inner.l4 - inner.ihl:inner.l4])))
+        if inner.proto == PROTO_ICMP:
+            struct.pack_into("!H", buf, inner.l4 + 4, m.port)
+        else:
+            struct.pack_into("!H", buf, inner.l4, m.port)
+        # the whole ICMP message's checksum, then the outer destination
+        end = ip.l4 - ip.ihl + ip.total
+        struct.pack_into("!H", buf, ip.l4 + 2, 0)
+        struct.pack_into("!H", buf, ip.l4 + 2, csum(bytes(buf[ip.l4:end])))
+        rewrite_addr(buf, ip, dst=m.ip)
+        self.counters["in_icmp_error"] += 1
+        return Verdict("in", m.vni, m.ip)
+
+
+def _parse_inner(buf: bytes | bytearray, off: int) -> Ip4 | None:
+    """The IP header embedded in an ICMP error: often truncated, so only its header must be whole and valid."""
+    if len(buf) - off < 20 or buf[off] >> 4 != 4:
+        return None
+    ihl = (buf[off] & 0xF) * 4
+    if ihl < 20 or len(buf) - off < ihl or csum(bytes(buf[off:off + ihl])) != 0:
+        return None
+    frag = struct.unpack_from("!H", buf, off + 6)[0]
+    src, dst = struct.unpack_from("!II", buf, off + 12)
+    total = struct.unpack_from("!H", buf, off + 2)[0]
+    return Ip4(ihl, total, buf[off + 9], src, dst, frag & 0x1FFF, bool(frag & 0x2000), off + ihl)
+
+
+__all__ = ["ICMP_ECHO_REPLY", "NatConfig", "NatTable", "SnatRule", "Timeouts", "Verdict", "ip2int"]
