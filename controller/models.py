@@ -187,3 +187,61 @@ class Route(Base):
     target_id: Mapped[str] = mapped_column(String(36), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     __table_args__ = (UniqueConstraint("vpc_id", "destination", name="uq_route_vpc_dest"),)
+
+
+class EipPool(Base):
+    """Public addresses the operator lends to tenants (admin-configured)."""
+
+    __tablename__ = "eip_pools"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    cidr: Mapped[str] = mapped_column(String(18), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class Eip(Base):
+    __tablename__ = "eips"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    pool_id: Mapped[str] = mapped_column(ForeignKey("eip_pools.id"), index=True)
+    address: Mapped[str] = mapped_column(String(15), unique=True)
+    port_id: Mapped[str | None] = mapped_column(ForeignKey("ports.id"), nullable=True, unique=True)
+    home: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)  # gateway instance
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class NatGateway(Base):
+    __tablename__ = "nat_gateways"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
+    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    __table_args__ = (UniqueConstraint("vpc_id", "name", name="uq_natgw_vpc_name"),)
+
+
+class NatGatewayEip(Base):
+    __tablename__ = "nat_gateway_eips"
+    nat_gateway_id: Mapped[str] = mapped_column(ForeignKey("nat_gateways.id", ondelete="CASCADE"), primary_key=True)
+    eip_id: Mapped[str] = mapped_column(ForeignKey("eips.id"), primary_key=True, unique=True)
+
+
+class SnatRule(Base):
+    __tablename__ = "snat_rules"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    nat_gateway_id: Mapped[str] = mapped_column(ForeignKey("nat_gateways.id", ondelete="CASCADE"), index=True)
+    subnet_id: Mapped[str | None] = mapped_column(ForeignKey("subnets.id"), nullable=True)
+    cidr: Mapped[str] = mapped_column(String(18))
+    eip_ids: Mapped[str] = mapped_column(String(1024))  # comma-separated, in order (paired pooling hashes over it)
+    __table_args__ = (UniqueConstraint("nat_gateway_id", "cidr", name="uq_snat_gw_cidr"),)
+
+
+class DnatRule(Base):
+    __tablename__ = "dnat_rules"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    nat_gateway_id: Mapped[str] = mapped_column(ForeignKey("nat_gateways.id", ondelete="CASCADE"), index=True)
+    eip_id: Mapped[str] = mapped_column(ForeignKey("eips.id"), index=True)
+    protocol: Mapped[str] = mapped_column(String(4))
+    external_port: Mapped[int] = mapped_column(Integer)
+    port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), index=True)
+    internal_port: Mapped[int] = mapped_column(Integer)
+    __table_args__ = (UniqueConstraint("eip_id", "protocol", "external_port", name="uq_dnat_eip_proto_port"),)

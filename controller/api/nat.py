@@ -1,0 +1,298 @@
+"""Elastic IPs and NAT gateways (tenant view). The gateway instances that carry them come with the gateway
+runtime; here: allocation, association, rules, and routes to a NAT gateway."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.api.common import db_of, owned, scoped, with_retries
+from controller.api.schemas import (
+    DnatRuleCreate,
+    DnatRuleOut,
+    EipAssociate,
+    EipCreate,
+    EipOut,
+    EipPoolCreate,
+    NatGatewayCreate,
+    NatGatewayOut,
+    SnatRuleCreate,
+    SnatRuleOut,
+)
+from controller.auth import Principal, require_admin, require_tenant_api
+from controller.errors import ApiError, conflict, invalid, not_found
+from controller.ipam import overlaps
+
+router = APIRouter(tags=["nat"])
+
+
+# --- pools (admin) --------------------------------------------------------------------------------------------
+@router.post("/eip-pools", status_code=201)
+def create_pool(body: EipPoolCreate, request: Request, _: Principal = Depends(require_admin)) -> dict:
+    with db_of(request).write() as t:
+        for other in t.session.execute(select(m.EipPool)).scalars():
+            if overlaps(other.cidr, body.cidr):
+                raise conflict("cidr", f"{body.cidr} overlaps the pool {other.cidr}")
+        pool = m.EipPool(cidr=body.cidr)
+        t.session.add(pool)
+        t.session.flush()
+        return {"id": pool.id, "cidr": pool.cidr}
+
+
+@router.get("/eip-pools")
+def list_pools(request: Request, _: Principal = Depends(require_admin)) -> list[dict]:
+    with db_of(request).read() as s:
+        return [{"id": p.id, "cidr": p.cidr} for p in s.execute(select(m.EipPool)).scalars()]
+
+
+# --- EIPs -----------------------------------------------------------------------------------------------------
+def _allocate(s: Session) -> tuple[m.EipPool, str]:
+    used = set(s.execute(select(m.Eip.address)).scalars())
+    for pool in s.execute(select(m.EipPool).order_by(m.EipPool.created_at)).scalars():
+        net = ipaddress.IPv4Network(pool.cidr)
+        for host in net.hosts():
+            if str(host) not in used:
+                return pool, str(host)
+    raise ApiError(409, "no public addresses left: the operator must add an EIP pool (POST /v1/eip-pools)")
+
+
+@router.post("/eips", status_code=201, response_model=EipOut)
+def create_eip(request: Request, body: EipCreate | None = None, p: Principal = Depends(require_tenant_api)) -> m.Eip:
+    tenant_id = p.tenant_id
+    if p.is_admin:
+        if not body or not body.tenant_id:
+            raise invalid("tenant_id", "the admin must name the tenant the EIP is for")
+        tenant_id = body.tenant_id
+
+    def txn() -> m.Eip:
+        with db_of(request).write() as t:
+            s = t.session
+            s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())  # serialise
+            pool, address = _allocate(s)
+            eip = m.Eip(tenant_id=tenant_id, pool_id=pool.id, address=address)
+            s.add(eip)
+            s.flush()
+            return eip
+
+    return with_retries(txn, "EIP allocation")
+
+
+@router.get("/eips", response_model=list[EipOut])
+def list_eips(request: Request, p: Principal = Depends(require_tenant_api)) -> list[m.Eip]:
+    with db_of(request).read() as s:
+        return list(s.execute(scoped(select(m.Eip), m.Eip, p).order_by(m.Eip.address)).scalars())
+
+
+@router.get("/eips/{eip_id}", response_model=EipOut)
+def get_eip(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> m.Eip:
+    with db_of(request).read() as s:
+        return owned(s, m.Eip, eip_id, p, "EIP")
+
+
+def _eip_in_use(s: Session, eip: m.Eip) -> str | None:
+    if eip.port_id:
+        return f"EIP {eip.address} is associated with port {eip.port_id}"
+    if s.execute(select(m.NatGatewayEip).where(m.NatGatewayEip.eip_id == eip.id)).first():
+        return f"EIP {eip.address} is used by a NAT gateway"
+    if s.execute(select(m.DnatRule.id).where(m.DnatRule.eip_id == eip.id)).first():
+        return f"EIP {eip.address} is used by a DNAT rule"
+    return None
+
+
+@router.delete("/eips/{eip_id}", status_code=204)
+def delete_eip(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        eip = owned(t.session, m.Eip, eip_id, p, "EIP")
+        if reason := _eip_in_use(t.session, eip):
+            raise conflict(None, reason + "; release it first")
+        t.session.delete(eip)
+
+
+@router.post("/eips/{eip_id}/associate", response_model=EipOut)
+def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = Depends(require_tenant_api)) -> m.Eip:
+    with db_of(request).write() as t:
+        s = t.session
+        eip = owned(s, m.Eip, eip_id, p, "EIP")
+        port = owned(s, m.Port, body.port_id, p, "port", "port_id")
+        if port.tenant_id != eip.tenant_id:
+            raise not_found("port", body.port_id, "port_id")
+        if eip.port_id == port.id:
+            return eip
+        if reason := _eip_in_use(s, eip):
+            raise conflict(None, reason)
+        if s.execute(select(m.Eip.id).where(m.Eip.port_id == port.id)).first():
+            raise conflict("port_id", f"port {port.id} already has an EIP")
+        eip.port_id = port.id
+        t.touch_vpcs(port.vpc_id)
+        s.flush()
+        return eip
+
+
+@router.post("/eips/{eip_id}/disassociate", response_model=EipOut)
+def disassociate(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> m.Eip:
+    with db_of(request).write() as t:
+        eip = owned(t.session, m.Eip, eip_id, p, "EIP")
+        if eip.port_id:
+            port = t.session.get(m.Port, eip.port_id)
+            t.touch_vpcs(port.vpc_id if port else None)
+        eip.port_id = None
+        t.session.flush()
+        return eip
+
+
+# --- NAT gateways ---------------------------------------------------------------------------------------------
+def _owned_eips(s: Session, ids: list[str], p: Principal, tenant_id: str, field: str) -> list[m.Eip]:
+    out = []
+    for i, eid in enumerate(dict.fromkeys(ids)):
+        eip = owned(s, m.Eip, eid, p, "EIP", f"{field}.{i}")
+        if eip.tenant_id != tenant_id:
+            raise not_found("EIP", eid, f"{field}.{i}")
+        out.append(eip)
+    return out
+
+
+def gw_out(s: Session, gw: m.NatGateway) -> NatGatewayOut:
+    ids = list(s.execute(select(m.NatGatewayEip.eip_id).where(m.NatGatewayEip.nat_gateway_id == gw.id)).scalars())
+    return NatGatewayOut(id=gw.id, tenant_id=gw.tenant_id, vpc_id=gw.vpc_id, name=gw.name, eip_ids=ids)
+
+
+@router.post("/nat-gateways", status_code=201, response_model=NatGatewayOut)
+def create_natgw(body: NatGatewayCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> NatGatewayOut:
+    with db_of(request).write() as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
+        eips = _owned_eips(s, body.eip_ids, p, vpc.tenant_id, "eip_ids")
+        for i, eip in enumerate(eips):
+            if reason := _eip_in_use(s, eip):
+                raise conflict(f"eip_ids.{i}", reason)
+        if s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc.id,
+                                                   m.NatGateway.name == body.name)).first():
+            raise conflict("name", f"VPC {vpc.name} already has a NAT gateway named {body.name!r}")
+        gw = m.NatGateway(tenant_id=vpc.tenant_id, vpc_id=vpc.id, name=body.name)
+        s.add(gw)
+        s.flush()
+        s.add_all([m.NatGatewayEip(nat_gateway_id=gw.id, eip_id=e.id) for e in eips])
+        t.touch_vpcs(vpc.id)
+        s.flush()
+        return gw_out(s, gw)
+
+
+@router.get("/nat-gateways", response_model=list[NatGatewayOut])
+def list_natgw(request: Request, p: Principal = Depends(require_tenant_api)) -> list[NatGatewayOut]:
+    with db_of(request).read() as s:
+        return [gw_out(s, g) for g in s.execute(scoped(select(m.NatGateway), m.NatGateway, p)).scalars()]
+
+
+@router.get("/nat-gateways/{gw_id}", response_model=NatGatewayOut)
+def get_natgw(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> NatGatewayOut:
+    with db_of(request).read() as s:
+        return gw_out(s, owned(s, m.NatGateway, gw_id, p, "NAT gateway"))
+
+
+@router.delete("/nat-gateways/{gw_id}", status_code=204)
+def delete_natgw(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        s = t.session
+        gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
+        for model in (m.SnatRule, m.DnatRule, m.NatGatewayEip):
+            for row in s.execute(select(model).where(model.nat_gateway_id == gw.id)).scalars():
+                s.delete(row)
+        s.flush()
+        s.delete(gw)
+        t.touch_vpcs(gw.vpc_id)
+
+
+@router.post("/nat-gateways/{gw_id}/snat-rules", status_code=201, response_model=SnatRuleOut)
+def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
+                p: Principal = Depends(require_tenant_api)) -> SnatRuleOut:
+    with db_of(request).write() as t:
+        s = t.session
+        gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
+        vpc = s.get(m.Vpc, gw.vpc_id)
+        if body.subnet_id:
+            sn = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id")
+            if sn.vpc_id != gw.vpc_id:
+                raise invalid("subnet_id", "the subnet is not in the NAT gateway's VPC")
+            cidr = sn.cidr
+        else:
+            cidr = body.cidr
+            if not ipaddress.IPv4Network(cidr).subnet_of(ipaddress.IPv4Network(vpc.cidr)):
+                raise invalid("cidr", f"{cidr} is not inside the VPC CIDR {vpc.cidr}")
+        gw_eips = set(s.execute(select(m.NatGatewayEip.eip_id).where(m.NatGatewayEip.nat_gateway_id == gw.id))
+                      .scalars())
+        for i, eid in enumerate(body.eip_ids):
+            if eid not in gw_eips:
+                raise invalid(f"eip_ids.{i}", f"EIP {eid} is not one of this NAT gateway's EIPs")
+        if s.execute(select(m.SnatRule.id).where(m.SnatRule.nat_gateway_id == gw.id, m.SnatRule.cidr == cidr)).first():
+            raise conflict("cidr", f"an SNAT rule for {cidr} exists already")
+        rule = m.SnatRule(nat_gateway_id=gw.id, subnet_id=body.subnet_id, cidr=cidr, eip_ids=",".join(body.eip_ids))
+        s.add(rule)
+        t.touch_vpcs(gw.vpc_id)
+        s.flush()
+        return SnatRuleOut(id=rule.id, nat_gateway_id=gw.id, subnet_id=rule.subnet_id, cidr=cidr,
+                           eip_ids=list(body.eip_ids))
+
+
+@router.get("/nat-gateways/{gw_id}/snat-rules", response_model=list[SnatRuleOut])
+def list_snat(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> list[SnatRuleOut]:
+    with db_of(request).read() as s:
+        gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
+        return [SnatRuleOut(id=r.id, nat_gateway_id=gw.id, subnet_id=r.subnet_id, cidr=r.cidr,
+                            eip_ids=r.eip_ids.split(","))
+                for r in s.execute(select(m.SnatRule).where(m.SnatRule.nat_gateway_id == gw.id)).scalars()]
+
+
+@router.delete("/nat-gateways/{gw_id}/snat-rules/{rule_id}", status_code=204)
+def delete_snat(gw_id: str, rule_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        gw = owned(t.session, m.NatGateway, gw_id, p, "NAT gateway")
+        rule = t.session.get(m.SnatRule, rule_id)
+        if rule is None or rule.nat_gateway_id != gw.id:
+            raise not_found("SNAT rule", rule_id)
+        t.session.delete(rule)
+        t.touch_vpcs(gw.vpc_id)
+
+
+@router.post("/nat-gateways/{gw_id}/dnat-rules", status_code=201, response_model=DnatRuleOut)
+def create_dnat(gw_id: str, body: DnatRuleCreate, request: Request,
+                p: Principal = Depends(require_tenant_api)) -> m.DnatRule:
+    with db_of(request).write() as t:
+        s = t.session
+        gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
+        eip = owned(s, m.Eip, body.eip_id, p, "EIP", "eip_id")
+        if eip.port_id:
+            raise conflict("eip_id", f"EIP {eip.address} is associated 1:1 with a port")
+        port = owned(s, m.Port, body.port_id, p, "port", "port_id")
+        if port.vpc_id != gw.vpc_id:
+            raise invalid("port_id", "the port is not in the NAT gateway's VPC")
+        if s.execute(select(m.DnatRule.id).where(m.DnatRule.eip_id == eip.id, m.DnatRule.protocol == body.protocol,
+                                                 m.DnatRule.external_port == body.external_port)).first():
+            raise conflict("external_port", f"{eip.address}:{body.external_port}/{body.protocol} is forwarded already")
+        rule = m.DnatRule(nat_gateway_id=gw.id, eip_id=eip.id, protocol=body.protocol,
+                          external_port=body.external_port, port_id=port.id, internal_port=body.internal_port)
+        s.add(rule)
+        t.touch_vpcs(gw.vpc_id)
+        s.flush()
+        return rule
+
+
+@router.get("/nat-gateways/{gw_id}/dnat-rules", response_model=list[DnatRuleOut])
+def list_dnat(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> list[m.DnatRule]:
+    with db_of(request).read() as s:
+        gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
+        return list(s.execute(select(m.DnatRule).where(m.DnatRule.nat_gateway_id == gw.id)).scalars())
+
+
+@router.delete("/nat-gateways/{gw_id}/dnat-rules/{rule_id}", status_code=204)
+def delete_dnat(gw_id: str, rule_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write() as t:
+        gw = owned(t.session, m.NatGateway, gw_id, p, "NAT gateway")
+        rule = t.session.get(m.DnatRule, rule_id)
+        if rule is None or rule.nat_gateway_id != gw.id:
+            raise not_found("DNAT rule", rule_id)
+        t.session.delete(rule)
+        t.touch_vpcs(gw.vpc_id)

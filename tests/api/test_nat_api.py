@@ -1,0 +1,80 @@
+"""EIPs and NAT gateways: allocation, association, rules, validation, tenancy."""
+
+from __future__ import annotations
+
+from tests.api.test_resources import expect, make_vpc
+from tests.conftest import Controller
+
+
+def setup(controller: Controller):  # noqa: ANN201
+    controller.admin.post("/v1/eip-pools", {"cidr": "203.0.113.0/29"})
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    port = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm"})
+    return a, vpc, sn, port
+
+
+def test_eip_allocation_association_and_exhaustion(controller: Controller) -> None:
+    a, vpc, sn, port = setup(controller)
+    b = controller.tenant()
+    expect(403, a.post, "/v1/eip-pools", {"cidr": "198.51.100.0/24"})
+    expect(409, controller.admin.post, "/v1/eip-pools", {"cidr": "203.0.113.0/28"}, field="cidr")
+    eips = [a.post("/v1/eips", {}) for _ in range(3)]
+    assert [e["address"] for e in eips] == ["203.0.113.1", "203.0.113.2", "203.0.113.3"]
+    more = [b.post("/v1/eips", {}) for _ in range(3)]
+    assert len({e["address"] for e in eips + more}) == 6
+    before = controller.snapshot()
+    e = expect(409, b.post, "/v1/eips", {})  # a /29 has 6 usable addresses
+    assert "EIP pool" in e.detail
+    assert controller.snapshot() == before
+    expect(404, b.get, f"/v1/eips/{eips[0]['id']}")
+    assert {x["id"] for x in b.get("/v1/eips")} == {x["id"] for x in more}
+    assoc = a.post(f"/v1/eips/{eips[0]['id']}/associate", {"port_id": port["id"]})
+    assert assoc["port_id"] == port["id"]
+    expect(409, a.post, f"/v1/eips/{eips[1]['id']}/associate", {"port_id": port["id"]}, field="port_id")
+    expect(404, b.post, f"/v1/eips/{more[0]['id']}/associate", {"port_id": port["id"]}, field="port_id")
+    expect(409, a.delete, f"/v1/eips/{eips[0]['id']}")
+    a.post(f"/v1/eips/{eips[0]['id']}/disassociate")
+    a.delete(f"/v1/eips/{eips[0]['id']}")
+    assert a.post("/v1/eips", {})["address"] == "203.0.113.1"  # released addresses return to the pool
+
+
+def test_nat_gateway_and_rules(controller: Controller) -> None:
+    a, vpc, sn, port = setup(controller)
+    e1, e2, e3 = (a.post("/v1/eips", {}) for _ in range(3))
+    gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e1["id"], e2["id"]]})
+    assert gw["eip_ids"] == [e1["id"], e2["id"]] or set(gw["eip_ids"]) == {e1["id"], e2["id"]}
+    snat = a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
+    assert snat["cidr"] == "10.0.1.0/24"
+    dnat = a.post(f"/v1/nat-gateways/{gw['id']}/dnat-rules", {"eip_id": e3["id"], "protocol": "tcp",
+                                                               "external_port": 8443, "port_id": port["id"],
+                                                               "internal_port": 443})
+    assert dnat["internal_port"] == 443
+    b = controller.tenant()
+    before = controller.snapshot()
+    bad = [
+        (422, f"/v1/nat-gateways/{gw['id']}/snat-rules", {"cidr": "10.0.1.0/24", "subnet_id": sn["id"],
+                                                          "eip_ids": [e1["id"]]}, None),
+        (422, f"/v1/nat-gateways/{gw['id']}/snat-rules", {"cidr": "192.168.0.0/24", "eip_ids": [e1["id"]]}, "cidr"),
+        (422, f"/v1/nat-gateways/{gw['id']}/snat-rules", {"cidr": "10.0.2.0/24", "eip_ids": [e3["id"]]},
+         "eip_ids.0"),
+        (409, f"/v1/nat-gateways/{gw['id']}/snat-rules", {"cidr": "10.0.1.0/24", "eip_ids": [e1["id"]]}, "cidr"),
+        (409, f"/v1/nat-gateways/{gw['id']}/dnat-rules", {"eip_id": e3["id"], "protocol": "tcp",
+                                                          "external_port": 8443, "port_id": port["id"],
+                                                          "internal_port": 22}, "external_port"),
+        (422, f"/v1/nat-gateways/{gw['id']}/dnat-rules", {"eip_id": e3["id"], "protocol": "icmp",
+                                                          "external_port": 1, "port_id": port["id"],
+                                                          "internal_port": 1}, "protocol"),
+        (409, "/v1/nat-gateways", {"vpc_id": vpc["id"], "name": "second", "eip_ids": [e1["id"]]}, "eip_ids.0"),
+        (422, "/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": []}, "eip_ids"),
+    ]
+    for status, path, body, field in bad:
+        expect(status, a.post, path, body, field=field)
+    expect(404, b.get, f"/v1/nat-gateways/{gw['id']}")
+    expect(404, b.post, f"/v1/nat-gateways/{gw['id']}/snat-rules", {"cidr": "10.0.0.0/24", "eip_ids": [e1["id"]]})
+    assert controller.snapshot() == before
+    expect(409, a.delete, f"/v1/eips/{e1['id']}")  # used by the gateway
+    a.delete(f"/v1/nat-gateways/{gw['id']}/dnat-rules/{dnat['id']}")
+    a.delete(f"/v1/nat-gateways/{gw['id']}")
+    a.delete(f"/v1/eips/{e1['id']}")
