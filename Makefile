@@ -24,6 +24,7 @@ $(VENV_STAMP): pyproject.toml
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	@$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 	@$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+	@$(PY) -c "from nfv_gateways.fastpath import build; print('==> NAT fast path built:', build(force=True))"
 	@$(PY) -c "import controller, fastapi, os_ken, pyroute2, scapy" && touch $@
 
 demo: setup
