@@ -43,6 +43,26 @@ def check_prerequisites() -> None:
         raise RuntimeError("emulated cluster prerequisites missing: " + "; ".join(problems))
 
 
+def start_private_ovs(ns: str, rundir: Path) -> list[int]:
+    """A private ovsdb-server + ovs-vswitchd (userspace datapath) inside namespace `ns`, with its own run
+    directory: one per emulated hypervisor (only one userspace ovs-vswitchd can run per namespace)."""
+    rundir.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
+    db = rundir / "conf.db"
+    if not db.exists():
+        sh("ovsdb-tool", "create", str(db), "/usr/share/openvswitch/vswitch.ovsschema")
+    sh("ovsdb-server", str(db), f"--remote=punix:{rundir}/db.sock", "--detach", "--no-chdir",
+       f"--pidfile={rundir}/ovsdb-server.pid", f"--log-file={rundir}/ovsdb-server.log", "-vconsole:off", ns=ns, env=env)
+    sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init", ns=ns, env=env)
+    sh("ovs-vswitchd", f"unix:{rundir}/db.sock", "--detach", "--no-chdir", f"--pidfile={rundir}/ovs-vswitchd.pid",
+       f"--log-file={rundir}/ovs-vswitchd.log", "-vconsole:off", ns=ns, env=env)
+    return ovs_pids(rundir)
+
+
+def ovs_pids(rundir: Path) -> list[int]:
+    return [int((rundir / p).read_text()) for p in ("ovsdb-server.pid", "ovs-vswitchd.pid") if (rundir / p).exists()]
+
+
 @dataclass
 class Record:
     """What a run created: namespaces, root-namespace links, processes (pid files), directories."""
@@ -163,21 +183,13 @@ class Fabric:
         ns = self._ns(f"tj{self.tag}h{i}")
         rundir = self.base / name
         rundir.mkdir(parents=True, exist_ok=True)
-        env = os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
-        sh("ovsdb-tool", "create", f"{rundir}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
-        for cmd in (["ovsdb-server", f"{rundir}/conf.db", f"--remote=punix:{rundir}/db.sock", "--detach",
-                     "--no-chdir", f"--pidfile={rundir}/ovsdb-server.pid", f"--log-file={rundir}/ovsdb-server.log",
-                     "-vconsole:off"],
-                    ["ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init"],
-                    ["ovs-vswitchd", f"unix:{rundir}/db.sock", "--detach", "--no-chdir",
-                     f"--pidfile={rundir}/ovs-vswitchd.pid", f"--log-file={rundir}/ovs-vswitchd.log",
-                     "-vconsole:off"]):
-            sh(*cmd, ns=ns, env=env)
-            for pidfile in ("ovsdb-server.pid", "ovs-vswitchd.pid"):
-                pf = rundir / pidfile
-                if pf.exists() and int(pf.read_text()) not in self.rec.pids:
-                    self.rec.pids.insert(0, int(pf.read_text()))
-                    self.rec.save()
+        try:
+            start_private_ovs(ns, rundir)
+        finally:  # whatever started is recorded, so teardown stops it even if a later step failed
+            for pid in ovs_pids(rundir):
+                if pid not in self.rec.pids:
+                    self.rec.pids.insert(0, pid)
+            self.rec.save()
         # underlay: a veth into the bridge namespace; the VTEP IP goes on br-phy (the agent puts it there)
         sh("ip", "link", "add", "ul0", "netns", ns, "type", "veth", "peer", "name", f"ul-{i}", "netns", self.ul_ns)
         sh("ip", "link", "set", f"ul-{i}", "master", "br0", "up", ns=self.ul_ns)

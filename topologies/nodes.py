@@ -22,8 +22,6 @@ from pathlib import Path
 
 from mininet.node import Host, Switch
 
-OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
-
 
 def netns_exists(name: str) -> bool:
     return Path(f"/run/netns/{name}").exists()
@@ -64,18 +62,10 @@ class HypervisorNode(NamespaceNode):
     """A hypervisor: its own Open vSwitch and its own tianji agent."""
 
     def start_ovs(self, rundir: Path) -> list[int]:
-        rundir.mkdir(parents=True, exist_ok=True)
+        from topologies.hosts import start_private_ovs
+
         self.rundir = rundir
-        db = rundir / "conf.db"
-        if not db.exists():
-            subprocess.run(["ovsdb-tool", "create", str(db), OVS_SCHEMA], check=True)
-        env = ("env", f"OVS_RUNDIR={rundir}", f"OVS_LOGDIR={rundir}", f"OVS_DBDIR={rundir}")
-        self.run(*env, "ovsdb-server", str(db), f"--remote=punix:{rundir}/db.sock", "--detach", "--no-chdir",
-                 f"--pidfile={rundir}/ovsdb-server.pid", f"--log-file={rundir}/ovsdb-server.log", "-vconsole:off")
-        self.run("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init")
-        self.run(*env, "ovs-vswitchd", f"unix:{rundir}/db.sock", "--detach", "--no-chdir",
-                 f"--pidfile={rundir}/ovs-vswitchd.pid", f"--log-file={rundir}/ovs-vswitchd.log", "-vconsole:off")
-        return [int((rundir / p).read_text()) for p in ("ovsdb-server.pid", "ovs-vswitchd.pid")]
+        return start_private_ovs(self.nsname, rundir)
 
     def start_agent(self, tianji: str, controller: str, token: str, vtep: str, underlay_if: str,
                     state_dir: Path, log: Path) -> int:

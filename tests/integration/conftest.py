@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,6 +48,15 @@ class Cluster:
         sn = self.subnets[subnet]
         port = self.tenant.post("/v1/ports", {"subnet_id": sn["id"], "name": name, "host": host} | port_kw)
         return self.fabric.add_vm(name, self.hv[host], port | {"gateway_ip": sn["gateway_ip"]}, dhcp=dhcp)
+
+    def ping_no_loss(self, src: Vm, dst_ip: str, during: Callable[[], None]) -> None:
+        """100 pings at 20 ms while `during` runs: every one must be answered."""
+        ping = src.popen("ping", "-c", "100", "-i", "0.02", "-W", "1", dst_ip, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        during()
+        out, _ = ping.communicate(timeout=60)
+        m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+        assert m and m.group(1) == m.group(2) == "100", out
 
     def ping(self, src: Vm, dst_ip: str, count: int = 3, interval: float = 0.2) -> bool:
         r = src.exec("ping", "-c", str(count), "-i", str(interval), "-W", "1", dst_ip, check=False)
