@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI
 
 from controller import errors
-from controller.api import hosts, nat, peerings, ports, security_groups, subnets, tenants, vpcs
+from controller.api import gateways, hosts, nat, peerings, ports, security_groups, subnets, tenants, vpcs
 from controller.auth import ensure_admin_token
 from controller.db import Database
 from controller.settings import Settings
@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
     app.state.broadcaster = Broadcaster(db)
     errors.install(app)
-    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat):
+    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, gateways):
         app.include_router(r.router, prefix="/v1")
 
     @app.get("/healthz", tags=["ops"])

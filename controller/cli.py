@@ -383,6 +383,12 @@ def _register_components() -> None:
     except ImportError as e:  # pragma: no cover - only when the agent's dependencies are missing
         err.print(f"[yellow]note:[/yellow] `tianji agent` unavailable: {e}")
     try:
+        from nfv_gateways.cli import gateway_app
+
+        app.add_typer(gateway_app, name="gateway")
+    except ImportError as e:  # pragma: no cover
+        err.print(f"[yellow]note:[/yellow] `tianji gateway` unavailable: {e}")
+    try:
         from topologies.cli import cluster_app
 
         app.add_typer(cluster_app, name="cluster")

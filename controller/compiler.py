@@ -13,12 +13,17 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.hostconfig import (
+    DnatInfo,
     Endpoint,
+    GatewayConfig,
+    GatewayVpc,
     HostConfig,
     PortInfo,
     RouteInfo,
     SecurityGroupInfo,
     SecurityGroupRuleInfo,
+    SnatInfo,
+    StaticEip,
     SubnetInfo,
     VpcInfo,
     Vtep,
@@ -85,6 +90,10 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
         for r in s.execute(select(m.Route.vpc_id, m.Route.destination, m.Route.target_type, m.Route.target_id)
                            .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
             user_routes[r.vpc_id].append(r)
+    gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id.in_(own))).scalars()) if own else set()
+    # the NAT instances: every live gateway host (one shared pool for now; EIP homing picks among them later)
+    gw_vteps = sorted(s.execute(select(m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.status == "up"))
+                      .scalars())
     vpcs = []
     for vid in sorted(relevant):
         v = vpc_rows[vid]
@@ -97,7 +106,10 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                 routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
                                         peer_vpc_id=peer))
             for r in user_routes.get(vid, ()):
-                if r.target_type == "peering" and r.target_id in active:
+                if r.target_type == "nat-gateway" and r.target_id in gateways and gw_vteps:
+                    routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway",
+                                            target_id=r.target_id, gateway_vteps=gw_vteps, origin="user"))
+                elif r.target_type == "peering" and r.target_id in active:
                     routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
                                             peer_vpc_id=active[r.target_id], origin="user"))
                 else:
@@ -142,3 +154,52 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
              s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
     return HostConfig(host=host, revision=revision, vtep_ip=vtep, ports=ports, vpcs=vpcs, endpoints=endpoints,
                       security_groups=groups, vteps=vteps)
+
+
+def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:
+    """A NAT gateway instance's config. Every live instance serves every NAT gateway and EIP for now
+    (instance homing and port slices come with scale-out)."""
+    host = s.get(m.Host, name)
+    if host is None:
+        return None
+    eip_addr = dict(s.execute(select(m.Eip.id, m.Eip.address)).all())
+    vpcs: dict[str, GatewayVpc] = {}
+    vpc_rows = {}
+
+    def vpc(vid: str) -> GatewayVpc:
+        if vid not in vpcs:
+            v = s.execute(select(m.Vpc.id, m.Vpc.vni, m.Vpc.router_mac).where(m.Vpc.id == vid)).one()
+            vpc_rows[vid] = v
+            vpcs[vid] = GatewayVpc(id=v.id, vni=v.vni, router_mac=v.router_mac)
+        return vpcs[vid]
+
+    snat: dict[str, list[SnatInfo]] = defaultdict(list)
+    for gw_vpc, cidr, ids in s.execute(select(m.NatGateway.vpc_id, m.SnatRule.cidr, m.SnatRule.eip_ids)
+                                       .join(m.SnatRule, m.SnatRule.nat_gateway_id == m.NatGateway.id)
+                                       .order_by(m.SnatRule.cidr)):
+        snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",") if i in eip_addr]))
+    for vid in s.execute(select(m.NatGateway.vpc_id)).scalars():
+        vpc(vid)
+    static = []
+    for address, vid, ip in s.execute(select(m.Eip.address, m.Port.vpc_id, m.Port.ip)
+                                      .join(m.Port, m.Port.id == m.Eip.port_id).order_by(m.Eip.address)):
+        static.append(StaticEip(vni=vpc(vid).vni, ip=ip, eip=address))
+    dnat = []
+    for r, vid, ip in s.execute(select(m.DnatRule, m.Port.vpc_id, m.Port.ip)
+                                .join(m.Port, m.Port.id == m.DnatRule.port_id)):
+        dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
+                             vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
+    out_vpcs = [v.model_copy(update={"snat": snat.get(v.id, [])}) for v in vpcs.values()]
+    endpoints = []
+    if vpcs:
+        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
+                           .join(m.Host, m.Host.name == m.Port.host).where(m.Port.vpc_id.in_(vpcs))
+                           .order_by(m.Port.vpc_id, m.Port.ip_int)):
+            endpoints.append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni, ip=e.ip, mac=e.mac,
+                                      host=e.host, vtep_ip=e.vtep_ip))
+    served = sorted({a for v in out_vpcs for r in v.snat for a in r.eips} | {x.eip for x in static}
+                    | {d.eip for d in dnat})
+    vteps = [Vtep(host=n, ip=ip, kind=k) for n, ip, k in
+             s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
+    return GatewayConfig(name=name, revision=revision, vtep_ip=host.vtep_ip, vpcs=out_vpcs, static=static,
+                         dnat=dnat, endpoints=endpoints, eips=served, vteps=vteps)

@@ -28,9 +28,10 @@ class RouteInfo(_Wire):
     to the peer VPC (its VNI) and deliver it directly to the destination host."""
 
     destination: str
-    target_type: Literal["local", "peering", "blackhole"]
+    target_type: Literal["local", "peering", "nat-gateway", "blackhole"]
     target_id: str | None = None
     peer_vpc_id: str | None = None  # for peering targets: the VPC the packet enters
+    gateway_vteps: list[str] = Field(default_factory=list)  # for gateway targets: the instances serving it
     origin: Literal["implicit", "user"] = "implicit"
 
 
@@ -105,3 +106,45 @@ class PortStatusReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ports: dict[str, Literal["UP", "DOWN"]] = Field(default_factory=dict)
     revision_applied: int | None = None
+
+
+class SnatInfo(_Wire):
+    cidr: str
+    eips: list[str]
+
+
+class GatewayVpc(_Wire):
+    id: str
+    vni: int
+    router_mac: str
+    snat: list[SnatInfo] = Field(default_factory=list)
+
+
+class StaticEip(_Wire):
+    vni: int
+    ip: str
+    eip: str
+
+
+class DnatInfo(_Wire):
+    eip: str
+    protocol: Literal["tcp", "udp"]
+    external_port: int
+    vni: int
+    ip: str
+    internal_port: int
+
+
+class GatewayConfig(_Wire):
+    """What a NAT gateway instance serves: per VNI its SNAT rules, the 1:1 EIPs, DNAT rules, and where every
+    port of those VPCs lives (to send replies back in VXLAN)."""
+
+    name: str
+    revision: int
+    vtep_ip: str | None = None
+    vpcs: list[GatewayVpc] = Field(default_factory=list)
+    static: list[StaticEip] = Field(default_factory=list)
+    dnat: list[DnatInfo] = Field(default_factory=list)
+    endpoints: list[Endpoint] = Field(default_factory=list)
+    eips: list[str] = Field(default_factory=list)  # addresses this instance answers ARP for
+    vteps: list[Vtep] = Field(default_factory=list)

@@ -23,6 +23,7 @@ from controller.client import ApiFailure, Client
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
+EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
 DEFAULT_STATE = Path("/run/tianji-cluster")
 _SAVE_LOCK = threading.Lock()
 
@@ -173,8 +174,14 @@ class Cluster:
                     if role == "gateway":
                         net.addLink(node, ul, intfName1="ul0", intfName2=f"{name}{n}u"[:15])
                         net.addLink(node, ex, intfName1="ext0", intfName2=f"{name}{n}x"[:15])
+                        net.addLink(node, mg, intfName1="mgmt0", intfName2=f"{name}{n}m"[:15])
                         addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
                         node.run("ip", "addr", "add", addr, "dev", "ul0")
+                        mgmt_ip = MGMT_NET.network_address + 100 + j
+                        node.run("ip", "addr", "add", f"{mgmt_ip}/{MGMT_NET.prefixlen}", "dev", "mgmt0")
+                        # full checksums on the wire: the hypervisors' userspace datapath (and the gateway's own
+                        # packet socket) cannot complete a veth's offloaded partial checksum
+                        node.run("ethtool", "-K", "ul0", "tx", "off")
                         info["underlay_ip"] = addr
                     elif role == "onprem" and topo.get("gateways"):
                         gw = net.get(topo["gateways"][0])  # the private line ends on the first gateway host
@@ -182,6 +189,9 @@ class Cluster:
                     elif role == "external":
                         net.addLink(node, ex, intfName1="eth0", intfName2=f"{name}{n}x"[:15])
                         node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")
+                        node.run("ip", "link", "set", "eth0", "up")
+                        node.run("ethtool", "-K", "eth0", "tx", "off")  # full checksums (see the gateway's ul0)
+                        node.run("ip", "route", "add", EIP_POOL, "dev", "eth0")  # the EIPs are on this segment
                         info["ip"] = f"198.51.100.{j}"
                     for intf in node.intfList():
                         node.run("ip", "link", "set", intf.name, "up", check=False)
@@ -209,6 +219,13 @@ class Cluster:
                 st.save()
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
+            gateways = [n for n, i in st.nodes.items() if i["role"] == "gateway"]
+            if gateways:
+                admin.post("/v1/eip-pools", {"cidr": EIP_POOL})
+                for n in gateways:
+                    c.start_gateway(n)
+                c.wait_gateways(timeout=30)
+                progress(f"NAT gateway instances up: {', '.join(gateways)}; EIP pool {EIP_POOL}")
             st.up_seconds = round(time.monotonic() - t0, 2)
             st.save()
             progress(f"cluster {name!r} up in {st.up_seconds} s")
@@ -340,6 +357,38 @@ class Cluster:
         if check and r.returncode:
             raise RuntimeError(f"{name}: {' '.join(cmd)}: {r.stderr.strip()}")
         return r
+
+    # --- gateways ------------------------------------------------------------------------------------------
+    def start_gateway(self, name: str) -> int:
+        st = self.state
+        info = st.nodes[name]
+        cmd = ["ip", "netns", "exec", info["ns"], TIANJI, "gateway", "run", "--role", "nat", "--name", name,
+               "--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
+               st.host_token, "--underlay-if", "ul0", "--vtep-ip", info["underlay_ip"], "--external-if", "ext0",
+               "--state-dir", str(Path(st.dir) / "gateways")]
+        with open(Path(st.dir) / f"gateway-{name}.log", "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        info["pid"] = p.pid
+        st.pids.append(p.pid)
+        st.save()
+        return p.pid
+
+    def gateway_status(self, name: str) -> dict:
+        try:
+            return json.loads((Path(self.state.dir) / "gateways" / f"gateway-{name}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_gateways(self, timeout: float = 30) -> None:
+        want = {n for n, i in self.state.nodes.items() if i["role"] == "gateway"}
+        deadline = time.time() + timeout
+        while True:
+            up = {h["name"] for h in self.admin.get("/v1/hosts") if h["kind"] == "gateway" and h["status"] == "up"}
+            if want <= up and all(self.gateway_status(n).get("revision") is not None for n in want):
+                return
+            if time.time() > deadline:
+                raise SystemExit(f"gateways not ready after {timeout}s; see {self.state.dir}/gateway-*.log")
+            time.sleep(0.1)
 
     # --- faults --------------------------------------------------------------------------------------------
     def kill_agent(self, hv: str, sig: int = signal.SIGKILL) -> None:

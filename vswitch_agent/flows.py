@@ -163,6 +163,13 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
                 peer = vpcs[r.peer_vpc_id]
                 add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", peer.router_mac),
                                                   ("set", "metadata", peer.vni), goto(P.FORWARD)], "route", obj))
+            elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
+                # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI).
+                # One instance for now; several become an OpenFlow select group over these VTEPs.
+                add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
+                                                  ("set", "tunnel_id", vpc.vni),
+                                                  ("set", "tun_ipv4_dst", r.gateway_vteps[0]),
+                                                  ("output", tunnel_ofport)], "route", obj))
             else:
                 add(flow(P.ROUTING, prio, match, [], "route", obj))
 

@@ -93,6 +93,8 @@ def host_status(name: str, body: PortStatusReport, request: Request,
     changed = {pid: st for pid, st in body.ports.items() if pid in current and current[pid] != st}
     if h.status != "up" or changed:
         with db.write() as t:
+            if h.status != "up":
+                t.touch_topology()  # gateway targets and VTEP lists follow liveness
             h2 = t.session.get(m.Host, name)
             h2.status, h2.last_seen = "up", now()
             for pid, st in changed.items():
@@ -157,6 +159,7 @@ def mark_silent_hosts_down(db: Database, silence: float) -> list[str]:
     if not stale:
         return []
     with db.write() as t:
+        t.touch_topology()
         for name in stale:
             t.session.execute(update(m.Host).where(m.Host.name == name, m.Host.last_seen < cutoff)
                               .values(status="down"))

@@ -13,7 +13,7 @@ from controller.api.common import db_of, default_group_id, owned, scoped, with_r
 from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.ipam import overlaps, router_mac
+from controller.ipam import router_mac
 
 router = APIRouter(tags=["vpcs"])
 
@@ -120,8 +120,8 @@ def parse_target(target: str) -> tuple[str, str]:
     kind, sep, ident = target.partition(":")
     if not sep or not ident:
         raise invalid("target", f"{target!r} is not a route target; use peering:<peering id>")
-    if kind != "peering":
-        raise invalid("target", f"target type {kind!r} is not supported; supported: peering")
+    if kind not in ("peering", "nat-gateway"):
+        raise invalid("target", f"target type {kind!r} is not supported; supported: peering, nat-gateway")
     return kind, ident
 
 
@@ -136,8 +136,9 @@ def effective_routes(s: Session, vpc: m.Vpc) -> list[RouteOut]:
         peer = s.get(m.Vpc, peer_id)
         active[pc.id] = peer
         routes.append(RouteOut(id=None, destination=peer.cidr, target=f"peering:{pc.id}", origin="implicit"))
+    gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc.id)).scalars())
     for r in s.execute(select(m.Route).where(m.Route.vpc_id == vpc.id).order_by(m.Route.created_at)).scalars():
-        state = "active" if r.target_id in active else "blackhole"
+        state = "active" if r.target_id in active or r.target_id in gateways else "blackhole"
         routes.append(RouteOut(id=r.id, destination=r.destination, target=f"{r.target_type}:{r.target_id}",
                                origin="user", state=state))
     return routes
@@ -156,19 +157,23 @@ def create_route(vpc_id: str, body: RouteCreate, request: Request,
     with db_of(request).write() as t:
         s = t.session
         vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
-        pc = s.get(m.Peering, target_id)
-        if pc is None or vpc_id not in (pc.requester_vpc_id, pc.accepter_vpc_id):
-            raise not_found("peering", target_id, "target")
-        if pc.status != "active":
-            raise conflict("target", f"peering {target_id} is {pc.status}; routes need an active peering")
-        if overlaps(body.destination, vpc.cidr):
-            raise conflict("destination", f"{body.destination} overlaps the VPC's local route {vpc.cidr}")
+        if kind == "peering":
+            pc = s.get(m.Peering, target_id)
+            if pc is None or vpc_id not in (pc.requester_vpc_id, pc.accepter_vpc_id):
+                raise not_found("peering", target_id, "target")
+            if pc.status != "active":
+                raise conflict("target", f"peering {target_id} is {pc.status}; routes need an active peering")
+        else:
+            gw = s.get(m.NatGateway, target_id)
+            if gw is None or gw.vpc_id != vpc_id:
+                raise not_found("NAT gateway", target_id, "target")
+        if ipaddress.ip_network(body.destination).subnet_of(ipaddress.ip_network(vpc.cidr)):
+            # a supernet (0.0.0.0/0) is fine: the local route is more specific and wins
+            raise conflict("destination", f"{body.destination} lies inside the VPC's local route {vpc.cidr}")
         for existing in effective_routes(s, vpc):
             if existing.destination == body.destination:
                 raise conflict("destination", f"a route to {body.destination} already exists "
                                               f"(target {existing.target})")
-        if ipaddress.ip_network(body.destination).prefixlen == 0:
-            pass  # a default route through a peering is allowed; the peer only delivers to its own ports
         r = m.Route(vpc_id=vpc_id, tenant_id=vpc.tenant_id, destination=body.destination,
                     target_type=kind, target_id=target_id)
         s.add(r)

@@ -1,0 +1,54 @@
+"""`tianji gateway`: run an NFV gateway instance, or print its status."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (NAT for now).")
+console = Console(width=None if sys.stdout.isatty() else 160)
+DEFAULT_STATE = Path("/run/tianji")
+
+
+@gateway_app.command("run")
+def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(...),
+        token: str = typer.Option(..., envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
+        vtep_ip: str = typer.Option(...), external_if: str = typer.Option(...),
+        fastpath: str = typer.Option("auto", help="auto|c|python (dpdk|xdp: not yet)"),
+        state_dir: Path = typer.Option(DEFAULT_STATE), log_level: str = typer.Option("info")) -> None:
+    """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
+    if role != "nat":
+        console.print(f"[red]error:[/red] role {role!r} is not available yet: use nat")
+        raise typer.Exit(2)
+    logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
+    from nfv_gateways.runtime import Gateway, GatewayOptions
+
+    Gateway(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
+                           vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir)).run()
+
+
+@gateway_app.command("status")
+def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Counters, table sizes and the fast path of a local gateway instance."""
+    try:
+        st = json.loads((state_dir / f"gateway-{name}.json").read_text())
+    except (OSError, ValueError):
+        console.print(f"[red]error:[/red] no status for {name} in {state_dir}: is it running with --state-dir?")
+        raise typer.Exit(1) from None
+    if as_json:
+        console.print_json(json.dumps(st))
+        return
+    t = Table(title=f"gateway {name}: fast path {st['fastpath']}, revision {st['revision']}, "
+                    f"{st['mappings']} mappings, EIPs {', '.join(st['eips'])}", header_style="bold cyan")
+    t.add_column("counter")
+    t.add_column("value", justify="right")
+    for k, v in sorted({**st["counters"], **{f"nat.{k}": v for k, v in st["nat"].items()}}.items()):
+        t.add_row(k, str(v))
+    console.print(t)

@@ -1,0 +1,278 @@
+"""A NAT gateway instance: a VTEP on the underlay, an Ethernet port on the external segment, NAT in between.
+
+Python path of the runtime (the packet I/O here is sockets; the per-flow translation of established flows runs in
+the C fast path when `--fastpath auto|c` finds it). Tenant traffic arrives in VXLAN with the VPC's VNI on a UDP
+socket bound to the VTEP address; replies go back in VXLAN to the VTEP of the host holding the destination port.
+On the external side the instance answers ARP for the EIPs it serves and resolves its next hops itself.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.hostconfig import GatewayConfig
+from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
+from nfv_gateways.packet import PROTO_TCP, PROTO_UDP
+
+log = logging.getLogger("tianji.gateway")
+ETH_P_ALL, ETH_IP, ETH_ARP = 0x0003, 0x0800, 0x0806
+PACKET_OUTGOING = 4
+VXLAN_PORT = 4789
+PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
+
+
+def mac_bytes(mac: str) -> bytes:
+    return bytes.fromhex(mac.replace(":", ""))
+
+
+def nat_config(cfg: GatewayConfig) -> NatConfig:
+    snat = tuple(SnatRule(v.vni, r.cidr, tuple(ip2int(e) for e in r.eips)) for v in cfg.vpcs for r in v.snat if r.eips)
+    static = tuple((x.vni, ip2int(x.ip), ip2int(x.eip)) for x in cfg.static)
+    dnat = tuple((ip2int(d.eip), PROTO[d.protocol], d.external_port, d.vni, ip2int(d.ip), d.internal_port)
+                 for d in cfg.dnat)
+    return NatConfig(snat=snat, static=static, dnat=dnat)
+
+
+@dataclass
+class GatewayOptions:
+    name: str
+    controller: str
+    token: str
+    underlay_if: str
+    vtep_ip: str
+    external_if: str
+    fastpath: str = "auto"
+    state_dir: Path = field(default_factory=lambda: Path("/run/tianji"))
+
+
+class Gateway:
+    def __init__(self, o: GatewayOptions) -> None:
+        self.o = o
+        self.vtep = str(ipaddress.IPv4Interface(o.vtep_ip if "/" in o.vtep_ip else f"{o.vtep_ip}/24").ip)
+        self.cfg: GatewayConfig | None = None
+        self.counters: Counter[str] = Counter()
+        self.table, self.fastpath = self._make_table(NatConfig())
+        self.endpoints: dict[tuple[int, int], tuple[str, bytes]] = {}
+        self.router_mac: dict[int, bytes] = {}
+        self.vteps: set[str] = set()
+        self.served: set[int] = set()
+        self.arp: dict[int, bytes] = {}
+        self.pending: dict[int, list[bytes]] = defaultdict(list)
+        self.lock = threading.Lock()
+        self.ext_mac = mac_bytes(Path(f"/sys/class/net/{o.external_if}/address").read_text().strip())
+
+    def _make_table(self, config: NatConfig):  # noqa: ANN202
+        if self.o.fastpath in ("auto", "c"):
+            try:
+                from nfv_gateways.fastpath import FastNat
+
+                return FastNat(config), "c (established flows in C, new flows in Python)"
+            except Exception as e:  # noqa: BLE001
+                if self.o.fastpath == "c":
+                    raise
+                log.warning("native fast path unavailable (%s): using the Python path", e)
+        elif self.o.fastpath in ("dpdk", "xdp"):
+            raise SystemExit(f"--fastpath {self.o.fastpath} is not available yet: use auto, c or python")
+        return NatTable(config), "python"
+
+    # --- controller --------------------------------------------------------------------------------------------
+    def api(self, method: str, path: str, body: object = None, timeout: float = 10) -> tuple[int, object]:
+        req = urllib.request.Request(self.o.controller.rstrip("/") + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {self.o.token}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            if e.code == 304:
+                return 304, None
+            raise
+
+    def apply(self, cfg: GatewayConfig) -> None:
+        with self.lock:
+            self.cfg = cfg
+            self.table.update_config(nat_config(cfg))
+            self.endpoints = {(e.vni, ip2int(e.ip)): (e.vtep_ip, mac_bytes(e.mac)) for e in cfg.endpoints}
+            self.router_mac = {v.vni: mac_bytes(v.router_mac) for v in cfg.vpcs}
+            self.vteps = {v.ip for v in cfg.vteps}
+            self.served = {ip2int(e) for e in cfg.eips}
+        log.info("config revision %d: %d VPCs, %d EIPs, %d endpoints", cfg.revision, len(cfg.vpcs), len(cfg.eips),
+                 len(cfg.endpoints))
+        for eip in cfg.eips:  # gratuitous ARP: the external segment learns where the EIPs live now
+            self.send_arp(2, ip2int(eip), ip2int(eip), b"\xff" * 6)
+
+    def watch_loop(self) -> None:
+        after = -1
+        while True:
+            try:
+                code, body = self.api("GET", f"/v1/gateways/{self.o.name}/config?after={after}&timeout=25", timeout=40)
+                if code == 200:
+                    cfg = GatewayConfig.model_validate(body)
+                    after = cfg.revision
+                    self.apply(cfg)
+            except Exception as e:  # noqa: BLE001 - keep serving with the last config through controller outages
+                self.counters["watch_errors"] += 1
+                log.warning("watch: %s", e)
+                time.sleep(1)
+
+    def heartbeat_loop(self) -> None:
+        while True:
+            try:
+                if not self.counters["registered"]:
+                    self.api("POST", "/v1/hosts", {"name": self.o.name, "vtep_ip": self.vtep, "kind": "gateway"})
+                    self.counters["registered"] = 1
+                self.api("POST", f"/v1/hosts/{self.o.name}/status", {"ports": {}})
+            except Exception as e:  # noqa: BLE001
+                self.counters["registered"] = 0
+                log.warning("heartbeat: %s", e)
+            self.write_status()
+            time.sleep(2)
+
+    def expiry_loop(self) -> None:
+        while True:
+            time.sleep(5)
+            with self.lock:
+                self.counters["expired"] += self.table.expire(time.time())
+
+    # --- data plane --------------------------------------------------------------------------------------------
+    def open_sockets(self) -> None:
+        self.vx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.vx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.vx.bind((self.vtep, VXLAN_PORT))
+        self.ext = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.ext.bind((self.o.external_if, 0))
+
+    def vxlan_loop(self) -> None:
+        while True:
+            data, (src, _port) = self.vx.recvfrom(65535)
+            try:
+                self.from_tenant(data, src)
+            except Exception as e:  # noqa: BLE001 - a malformed packet never takes the gateway down
+                self.counters["drop_error"] += 1
+                log.debug("tenant packet: %s", e)
+
+    def from_tenant(self, data: bytes, src: str) -> None:
+        if src not in self.vteps:
+            self.counters["drop_unknown_vtep"] += 1
+            return
+        if len(data) < 8 + 14 + 20 or data[0] & 0x08 == 0:
+            self.counters["drop_malformed"] += 1
+            return
+        vni = int.from_bytes(data[4:7], "big")
+        if vni not in self.router_mac:
+            self.counters["drop_unknown_vni"] += 1
+            return
+        if struct.unpack_from("!H", data, 8 + 12)[0] != ETH_IP:
+            self.counters["drop_not_ipv4"] += 1
+            return
+        buf = bytearray(data[8 + 14:])
+        with self.lock:
+            v = self.table.outbound(vni, buf, time.time())
+        if v is None:
+            self.counters["drop_nat"] += 1
+        elif v.direction == "out":
+            self.to_external(bytes(buf))
+        else:
+            self.to_tenant(v.vni, v.ip, bytes(buf))
+
+    def ext_loop(self) -> None:
+        while True:
+            frame, addr = self.ext.recvfrom(65535)
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            try:
+                self.from_external(frame)
+            except Exception as e:  # noqa: BLE001
+                self.counters["drop_error"] += 1
+                log.debug("external packet: %s", e)
+
+    def from_external(self, frame: bytes) -> None:
+        if len(frame) < 14:
+            self.counters["drop_malformed"] += 1
+            return
+        etype = struct.unpack_from("!H", frame, 12)[0]
+        if etype == ETH_ARP and len(frame) >= 42:
+            op = struct.unpack_from("!H", frame, 20)[0]
+            sha, spa, tpa = frame[22:28], int.from_bytes(frame[28:32], "big"), int.from_bytes(frame[38:42], "big")
+            self.arp[spa] = sha
+            for pkt in self.pending.pop(spa, []):
+                self.ext.send(sha + self.ext_mac + struct.pack("!H", ETH_IP) + pkt)
+            if op == 1 and tpa in self.served:
+                self.send_arp(2, tpa, spa, sha)
+            return
+        if etype != ETH_IP or frame[0:6] != self.ext_mac:
+            return
+        buf = bytearray(frame[14:])
+        with self.lock:
+            v = self.table.inbound(buf, time.time())
+        if v is None:
+            self.counters["drop_nat_in"] += 1
+            return
+        self.to_tenant(v.vni, v.ip, bytes(buf))
+
+    def send_arp(self, op: int, spa: int, tpa: int, tha: bytes) -> None:
+        dst = tha if op == 2 and tha != b"\xff" * 6 else b"\xff" * 6
+        body = struct.pack("!HHBBH6s4s6s4s", 1, ETH_IP, 6, 4, op, self.ext_mac, spa.to_bytes(4, "big"),
+                           tha if op == 2 else b"\0" * 6, tpa.to_bytes(4, "big"))
+        self.ext.send(dst + self.ext_mac + struct.pack("!H", ETH_ARP) + body)
+
+    def to_external(self, pkt: bytes) -> None:
+        dst = int.from_bytes(pkt[16:20], "big")
+        mac = self.arp.get(dst)
+        if mac is None:  # resolve the next hop (every destination is on-link on the emulated external segment)
+            q = self.pending[dst]
+            if len(q) < 64:
+                q.append(pkt)
+            self.send_arp(1, next(iter(self.served), 0), dst, b"\0" * 6)
+            self.counters["arp_pending"] += 1
+            return
+        self.ext.send(mac + self.ext_mac + struct.pack("!H", ETH_IP) + pkt)
+        self.counters["tx_external"] += 1
+
+    def to_tenant(self, vni: int, ip: int, pkt: bytes) -> None:
+        ep = self.endpoints.get((vni, ip))
+        if ep is None:
+            self.counters["drop_no_endpoint"] += 1
+            return
+        vtep, mac = ep
+        inner = mac + self.router_mac[vni] + struct.pack("!H", ETH_IP) + pkt
+        self.vx.sendto(b"\x08\0\0\0" + vni.to_bytes(3, "big") + b"\0" + inner, (vtep, VXLAN_PORT))
+        self.counters["tx_tenant"] += 1
+
+    # --- status ------------------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        nat = self.table.counters
+        return {"name": self.o.name, "fastpath": self.fastpath, "revision": self.cfg.revision if self.cfg else None,
+                "eips": self.cfg.eips if self.cfg else [], "mappings": len(getattr(self.table, "ref", self.table)
+                                                                              .by_inside),
+                "counters": dict(self.counters), "nat": dict(nat), "pid": os.getpid(), "updated": time.time()}
+
+    def write_status(self) -> None:
+        path = self.o.state_dir / f"gateway-{self.o.name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status(), indent=1))
+        tmp.replace(path)
+
+    def run(self) -> None:
+        self.open_sockets()
+        log.info("gateway %s: VTEP %s on %s, external %s, fast path: %s", self.o.name, self.vtep, self.o.underlay_if,
+                 self.o.external_if, self.fastpath)
+        for fn in (self.heartbeat_loop, self.watch_loop, self.vxlan_loop, self.ext_loop, self.expiry_loop):
+            threading.Thread(target=fn, name=fn.__name__, daemon=True).start()
+        while True:
+            time.sleep(3600)
