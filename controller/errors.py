@@ -68,6 +68,14 @@ def install(app: FastAPI) -> None:
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return problem(422, detail, errors[0]["field"] if errors else None, errors)
 
+    from sqlalchemy.exc import IntegrityError
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_req: Request, exc: IntegrityError) -> JSONResponse:
+        # a constraint caught what the handler's own checks did not (a race, or a reference left behind):
+        # the transaction was rolled back, nothing changed
+        return problem(409, f"conflict with existing data ({str(exc.orig).splitlines()[0]}); nothing was changed")
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail))

@@ -132,6 +132,11 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
 def delete_port(port_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write() as t:
         port = owned(t.session, m.Port, port_id, p, "port")
+        rules = t.session.execute(select(m.DnatRule.id).where(m.DnatRule.port_id == port_id)).scalars().all()
+        if rules:
+            raise conflict(None, f"port {port_id} is the target of DNAT rule(s) {', '.join(rules)}; delete them first")
+        for eip in t.session.execute(select(m.Eip).where(m.Eip.port_id == port_id)).scalars():
+            eip.port_id = None  # the EIP stays the tenant's, unassociated
         t.touch_vpcs(port.vpc_id)
         t.touch_hosts(port.host)
         t.session.delete(port)

@@ -98,8 +98,12 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
         for vm in n.vms:
             if vm in cluster.state.vms:
                 cluster.vm_remove(vm)
+        for gw in n.client.get("/v1/nat-gateways"):
+            n.client.delete(f"/v1/nat-gateways/{gw['id']}")
         for p in n.client.get("/v1/ports"):
             n.client.delete(f"/v1/ports/{p['id']}")
+        for e in n.client.get("/v1/eips"):
+            n.client.delete(f"/v1/eips/{e['id']}")
 
 
 def ex(cluster: Cluster, vm: dict, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
