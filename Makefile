@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping iperf3 tcpdump python3-venv python3-dev \
+APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping iperf3 tcpdump python3-venv python3-dev nftables \
             gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl postgresql-client procps
 VENV_STAMP := $(VENV)/.installed
 

@@ -103,6 +103,7 @@ class NatTable:
         self.by_inside: dict[tuple[int, int, int, int], Mapping] = {}
         self.by_outside: dict[tuple[int, int, int], Mapping] = {}
         self.counters: Counter[str] = Counter()
+        self.cursor: dict[tuple[int, int], int] = {}
         self._index_config()
 
     def _index_config(self) -> None:
@@ -147,12 +148,17 @@ class NatTable:
         return None
 
     def _alloc_port(self, eip: int, proto: int, want: int) -> int | None:
+        """The internal port itself if free (port preservation), else the next free one after a per-(EIP,
+        protocol) cursor: O(1) while ports are plentiful, a full scan only when the slice is nearly full."""
         lo, hi = self.config.port_lo, self.config.port_hi
+        if lo <= want <= hi and (eip, want, proto) not in self.by_outside:
+            return want
         size = hi - lo + 1
-        start = want if lo <= want <= hi else lo + (want * 40503) % size  # try to preserve the port
+        start = self.cursor.get((eip, proto), lo)
         for i in range(size):
             p = lo + (start - lo + i) % size
             if (eip, p, proto) not in self.by_outside:
+                self.cursor[(eip, proto)] = lo + (p - lo + 1) % size
                 return p
         return None
 
