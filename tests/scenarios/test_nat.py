@@ -19,11 +19,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a): pass
 socketserver.TCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.request_queue_size = 2048  # a listen backlog for 1,000 simultaneous clients
+socketserver.ThreadingTCPServer.daemon_threads = True
 socketserver.ThreadingTCPServer(("0.0.0.0", %d), H).serve_forever()
 """
 UDP_ECHO = """
 import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", %d))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind(("0.0.0.0", %d))
 while True:
     d, a = s.recvfrom(2048); s.sendto(("%%s:%%d" %% a).encode(), a)
 """
@@ -170,3 +173,111 @@ def test_nat_9_hostile_packets(cluster, tenants, internet) -> None:  # noqa: ANN
     moved = {k: st["counters"].get(k, 0) - before.get(k, 0) for k in st["counters"]}
     assert moved.get("drop_unknown_vtep", 0) + moved.get("drop_nat_in", 0) > 0, moved
     assert curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"]  # good traffic unaffected
+
+
+def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) -> None:  # noqa: ANN001
+    from tests.scenarios.conftest import Capture
+
+    n, eip, _ = nat_vpc(tenants)
+    a, b = n.vm("s", "hv1"), n.vm("s", "hv3")
+    own = n.client.post("/v1/eips", {})
+    n.client.post(f"/v1/eips/{own['id']}/associate", {"port_id": b["port_id"]})
+    sg = n.vpcs["prod"]["default_security_group_id"]
+    n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "tcp",
+                                                      "port_range_min": 8080, "port_range_max": 8080})
+    gw_ready(cluster, [eip["address"], own["address"]])
+    web = subprocess.Popen(["ip", "netns", "exec", b["ns"], sys.executable, "-c", WEB % 8080],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        # hairpinning: a reaches b through b's EIP, and b sees a's public address (a leaves with the SNAT EIP)
+        wait_for(lambda: curl(cluster, a, f"http://{own['address']}:8080/") == eip["address"], 10, "hairpin")
+    finally:
+        web.kill()
+    # an ICMP port unreachable from the internet (what ends a traceroute) comes back translated
+    cap = Capture(a["ns"], "eth0", "icmp")
+    ex(cluster, a, sys.executable, "-c", "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+       f"s.bind(('', 33434)); [s.sendto(b'probe', ('{internet['ip']}', 33434)) for _ in range(3)]")
+    # fragmentation needed, crafted on the external side about a's mapping (path-MTU discovery)
+    time.sleep(0.5)
+    scapy_send(cluster, internet["ns"], (
+        "orig = IP(src='%s', dst='%s')/UDP(sport=33434, dport=33434)/b'probe'\n"
+        "send(IP(dst='%s')/ICMP(type=3, code=4, nexthopmtu=1300)/IPerror(bytes(orig)[:28]), iface='eth0', count=2)")
+        % (eip["address"], internet["ip"], eip["address"]))
+    frames = cap.stop()
+    from scapy.layers.inet import ICMP as _ICMP
+    from scapy.layers.inet import IPerror as _IPerror
+    errs = [(f[_ICMP].type, f[_ICMP].code) for f in frames if _ICMP in f and f[_ICMP].type == 3]
+    assert (3, 3) in errs, f"port unreachable not translated back: {errs}"
+    assert (3, 4) in errs, f"fragmentation needed not translated back: {errs}"
+    for f in frames:
+        if _ICMP in f and f[_ICMP].type == 3:
+            assert f[_IPerror].src == a["ip"], "the embedded header still carries the EIP"
+
+
+UDP_FLOWS = """
+import socket, struct, time, sys
+dst, n = sys.argv[1], int(sys.argv[2])
+tx = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)  # the kernel adds the IP header
+rx = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+rx.settimeout(0.5)
+seen = {}
+def send(ports):
+    for sp in ports:
+        payload = b"flow"
+        tx.sendto(struct.pack("!HHHH", sp, 9000, 8 + len(payload), 0) + payload, (dst, 0))
+def drain():
+    try:
+        while True:
+            data = rx.recv(2048)
+            ihl = (data[0] & 15) * 4
+            sp, dp = struct.unpack_from("!HH", data, ihl)
+            if sp == 9000 and 20000 <= dp < 20000 + n:
+                seen[dp] = data[ihl + 8:].decode()
+    except OSError:
+        pass
+for attempt in range(10):  # like any UDP application, retry what got no answer
+    missing = [p for p in range(20000, 20000 + n) if p not in seen]
+    if not missing:
+        break
+    for i in range(0, len(missing), 500):
+        send(missing[i:i + 500]); time.sleep(0.1)
+    drain()
+print(len(seen), len(set(seen.values())))
+"""
+
+TCP_CONNS = """
+import asyncio, sys
+dst, n = sys.argv[1], int(sys.argv[2])
+async def one(i, gate):
+    r, w = await asyncio.open_connection(dst, 80)
+    await gate.wait()  # every connection is open at once before any request
+    w.write(b"GET / HTTP/1.0\\r\\n\\r\\n"); await w.drain()
+    data = await r.read()
+    w.close()
+    return data.endswith(b"\\n") or len(data) > 0
+async def main():
+    gate = asyncio.Event()
+    tasks = [asyncio.create_task(one(i, gate)) for i in range(n)]
+    await asyncio.sleep(3); gate.set()
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    print(sum(1 for x in res if x is True))
+asyncio.run(main())
+"""
+
+
+def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # noqa: ANN001
+    n, eip, _ = nat_vpc(tenants)
+    vm = n.vm("s", "hv2")
+    gw_ready(cluster, [eip["address"]])
+    wait_for(lambda: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10, "NAT works")
+    r = ex(cluster, vm, sys.executable, "-c", UDP_FLOWS, internet["ip"], "10000", timeout=120)
+    answered, distinct = map(int, r.stdout.split())
+    assert answered == 10000, f"only {answered} of 10,000 UDP flows got their answer: {r.stderr[-300:]}"
+    assert distinct == 10000, f"{10000 - distinct} public endpoints were shared between flows"
+    ex(cluster, vm, "sh", "-c", "ulimit -n 4096")
+    r = ex(cluster, vm, "sh", "-c", f"ulimit -n 4096 && {sys.executable} -c '{TCP_CONNS}' {internet['ip']} 1000",
+           timeout=120)
+    assert r.stdout.strip() == "1000", f"TCP: {r.stdout} {r.stderr[-300:]}"
+    assert cluster.gateway_status("gw1")["nat"].get("port_exhausted", 0) == 0
