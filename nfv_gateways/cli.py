@@ -21,7 +21,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         token: str = typer.Option(..., envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
         vtep_ip: str = typer.Option(...), external_if: str = typer.Option(...),
         fastpath: str = typer.Option("auto", help="auto|c|python (dpdk|xdp: not yet)"),
-        state_dir: Path = typer.Option(DEFAULT_STATE), log_level: str = typer.Option("info")) -> None:
+        state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
+        log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
     if role != "nat":
         console.print(f"[red]error:[/red] role {role!r} is not available yet: use nat")
@@ -30,7 +31,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
     from nfv_gateways.runtime import Gateway, GatewayOptions
 
     Gateway(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
-                           vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir)).run()
+                           vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir,
+                           metrics_port=metrics_port)).run()
 
 
 @gateway_app.command("status")

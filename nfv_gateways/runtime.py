@@ -55,6 +55,7 @@ class GatewayOptions:
     external_if: str
     fastpath: str = "auto"
     state_dir: Path = field(default_factory=lambda: Path("/run/tianji"))
+    metrics_port: int = 9477  # Prometheus text on 127.0.0.1 (in the gateway host's namespace)
 
 
 class Gateway:
@@ -268,11 +269,49 @@ class Gateway:
         tmp.write_text(json.dumps(self.status(), indent=1))
         tmp.replace(path)
 
+    def metrics(self) -> str:
+        """Prometheus text exposition of the counters and table sizes."""
+        st = self.status()
+        lines = ["# TYPE tianji_gateway_mappings gauge", f'tianji_gateway_mappings{{gateway="{self.o.name}"}} '
+                 f'{st["mappings"]}', "# TYPE tianji_gateway_eips gauge",
+                 f'tianji_gateway_eips{{gateway="{self.o.name}"}} {len(st["eips"])}',
+                 "# TYPE tianji_gateway_packets_total counter"]
+        for k, v in sorted(st["counters"].items()):
+            lines.append(f'tianji_gateway_packets_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
+        lines.append("# TYPE tianji_gateway_nat_total counter")
+        for k, v in sorted(st["nat"].items()):
+            lines.append(f'tianji_gateway_nat_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
+        if hasattr(self.table, "stats"):
+            lines.append("# TYPE tianji_gateway_fastpath_total counter")
+            for k, v in self.table.stats().items():
+                lines.append(f'tianji_gateway_fastpath_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
+        return "\n".join(lines) + "\n"
+
+    def serve_metrics(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        gw = self
+
+        class Metrics(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's API
+                body = gw.metrics().encode()
+                self.send_response(200 if self.path in ("/metrics", "/") else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_a: object) -> None:
+                pass
+
+        ThreadingHTTPServer(("127.0.0.1", self.o.metrics_port), Metrics).serve_forever()
+
     def run(self) -> None:
         self.open_sockets()
         log.info("gateway %s: VTEP %s on %s, external %s, fast path: %s", self.o.name, self.vtep, self.o.underlay_if,
                  self.o.external_if, self.fastpath)
-        for fn in (self.heartbeat_loop, self.watch_loop, self.vxlan_loop, self.ext_loop, self.expiry_loop):
+        for fn in (self.heartbeat_loop, self.watch_loop, self.vxlan_loop, self.ext_loop, self.expiry_loop,
+                   self.serve_metrics):
             threading.Thread(target=fn, name=fn.__name__, daemon=True).start()
         while True:
             time.sleep(3600)

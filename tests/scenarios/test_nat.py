@@ -173,6 +173,11 @@ def test_nat_9_hostile_packets(cluster, tenants, internet) -> None:  # noqa: ANN
     moved = {k: st["counters"].get(k, 0) - before.get(k, 0) for k in st["counters"]}
     assert moved.get("drop_unknown_vtep", 0) + moved.get("drop_nat_in", 0) > 0, moved
     assert curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"]  # good traffic unaffected
+    # the counters are exported as Prometheus text on the gateway host
+    gw_ns = cluster.state.nodes["gw1"]["ns"]
+    text = subprocess.run(["ip", "netns", "exec", gw_ns, "curl", "-s", "http://127.0.0.1:9477/metrics"],
+                          capture_output=True, text=True).stdout
+    assert 'tianji_gateway_mappings{gateway="gw1"}' in text and "drop_unknown_vtep" in text
 
 
 def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) -> None:  # noqa: ANN001
