@@ -64,9 +64,10 @@ def app_from_env() -> FastAPI:
 async def _liveness(app: FastAPI) -> None:
     s: Settings = app.state.settings
     while True:
-        await asyncio.sleep(max(0.5, min(2.0, s.host_down_after / 4)))
+        await asyncio.sleep(max(0.25, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4)))
         try:
-            down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after)
+            down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after,
+                                           s.gateway_down_after)
             for name in down:
                 log.warning("host %s silent for %.0fs: marked down, its ports DOWN", name, s.host_down_after)
         except Exception as e:  # noqa: BLE001 - keep checking through transient database errors

@@ -6,6 +6,7 @@ never with the whole database: every query below is keyed by the host or by thos
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 
 from sqlalchemy import func, or_, select
@@ -28,6 +29,20 @@ from controller.hostconfig import (
     VpcInfo,
     Vtep,
 )
+
+
+def live_gateways(s: Session) -> dict[str, str]:
+    """Live NAT gateway instances: name -> VTEP."""
+    return dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.status == "up")
+                          .order_by(m.Host.name)).all())
+
+
+def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
+    """Rendezvous (highest random weight) hashing: every controller computes the same home, and when an instance
+    dies only what it homed moves; what lives on the survivors stays where it is."""
+    if not instances:
+        return None
+    return max(instances, key=lambda i: hashlib.blake2b(f"{key}|{i}".encode(), digest_size=8).digest())
 
 
 def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
@@ -75,8 +90,17 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                                   .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
                                   .where(m.Port.host == host).order_by(m.PortSecurityGroup.group_id)):
             port_groups[pid].append(gid)
+    port_eips = dict(s.execute(select(m.Eip.port_id, m.Eip.id).join(m.Port, m.Port.id == m.Eip.port_id)
+                               .where(m.Port.host == host)).all()) if local else {}
+    gw_instances = live_gateways(s) if port_eips else {}
+
+    def eip_home(pid: str) -> str | None:
+        eid = port_eips.get(pid)
+        h = home(f"eip:{eid}", gw_instances) if eid else None
+        return gw_instances[h] if h else None
+
     ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
-                      security_group_ids=port_groups.get(p.id, [])) for p in local]
+                      security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
 
     # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets.
     vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
@@ -91,9 +115,7 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                            .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
             user_routes[r.vpc_id].append(r)
     gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id.in_(own))).scalars()) if own else set()
-    # the NAT instances: every live gateway host (one shared pool for now; EIP homing picks among them later)
-    gw_vteps = sorted(s.execute(select(m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.status == "up"))
-                      .scalars())
+    instances = live_gateways(s)
     vpcs = []
     for vid in sorted(relevant):
         v = vpc_rows[vid]
@@ -106,9 +128,10 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                 routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
                                         peer_vpc_id=peer))
             for r in user_routes.get(vid, ()):
-                if r.target_type == "nat-gateway" and r.target_id in gateways and gw_vteps:
+                if r.target_type == "nat-gateway" and r.target_id in gateways and instances:
                     routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway",
-                                            target_id=r.target_id, gateway_vteps=gw_vteps, origin="user"))
+                                            target_id=r.target_id, origin="user",
+                                            gateway_vteps=[instances[home(f"natgw:{r.target_id}", instances)]]))
                 elif r.target_type == "peering" and r.target_id in active:
                     routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
                                             peer_vpc_id=active[r.target_id], origin="user"))
@@ -162,6 +185,8 @@ def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | Non
     host = s.get(m.Host, name)
     if host is None:
         return None
+    instances = live_gateways(s) or {name: host.vtep_ip}
+    mine_gw = {g for g in s.execute(select(m.NatGateway.id)).scalars() if home(f"natgw:{g}", instances) == name}
     eip_addr = dict(s.execute(select(m.Eip.id, m.Eip.address)).all())
     vpcs: dict[str, GatewayVpc] = {}
     vpc_rows = {}
@@ -174,21 +199,25 @@ def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | Non
         return vpcs[vid]
 
     snat: dict[str, list[SnatInfo]] = defaultdict(list)
-    for gw_vpc, cidr, ids in s.execute(select(m.NatGateway.vpc_id, m.SnatRule.cidr, m.SnatRule.eip_ids)
-                                       .join(m.SnatRule, m.SnatRule.nat_gateway_id == m.NatGateway.id)
-                                       .order_by(m.SnatRule.cidr)):
-        snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",") if i in eip_addr]))
-    for vid in s.execute(select(m.NatGateway.vpc_id)).scalars():
-        vpc(vid)
+    for gw_id, gw_vpc, cidr, ids in s.execute(
+            select(m.NatGateway.id, m.NatGateway.vpc_id, m.SnatRule.cidr, m.SnatRule.eip_ids)
+            .join(m.SnatRule, m.SnatRule.nat_gateway_id == m.NatGateway.id).order_by(m.SnatRule.cidr)):
+        if gw_id in mine_gw:
+            snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",") if i in eip_addr]))
+    for gw_id, vid in s.execute(select(m.NatGateway.id, m.NatGateway.vpc_id)):
+        if gw_id in mine_gw:
+            vpc(vid)
     static = []
-    for address, vid, ip in s.execute(select(m.Eip.address, m.Port.vpc_id, m.Port.ip)
-                                      .join(m.Port, m.Port.id == m.Eip.port_id).order_by(m.Eip.address)):
-        static.append(StaticEip(vni=vpc(vid).vni, ip=ip, eip=address))
+    for eid, address, vid, ip in s.execute(select(m.Eip.id, m.Eip.address, m.Port.vpc_id, m.Port.ip)
+                                           .join(m.Port, m.Port.id == m.Eip.port_id).order_by(m.Eip.address)):
+        if home(f"eip:{eid}", instances) == name:
+            static.append(StaticEip(vni=vpc(vid).vni, ip=ip, eip=address))
     dnat = []
     for r, vid, ip in s.execute(select(m.DnatRule, m.Port.vpc_id, m.Port.ip)
                                 .join(m.Port, m.Port.id == m.DnatRule.port_id)):
-        dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
-                             vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
+        if r.nat_gateway_id in mine_gw:
+            dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
+                                 vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
     out_vpcs = [v.model_copy(update={"snat": snat.get(v.id, [])}) for v in vpcs.values()]
     endpoints = []
     if vpcs:

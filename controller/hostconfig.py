@@ -54,6 +54,7 @@ class PortInfo(_Wire):
     mac: str
     ip: str
     security_group_ids: list[str] = Field(default_factory=list)
+    eip_home_vtep: str | None = None  # a port with its own EIP sends off-VPC traffic to the instance homing it
 
 
 class Endpoint(_Wire):

@@ -23,6 +23,7 @@ class Settings:
     vni_min: int = 1000
     vni_max: int = 16_777_215
     host_down_after: float = 15.0  # seconds of heartbeat silence before a host is marked down
+    gateway_down_after: float = 2.0  # gateways heartbeat every 0.5 s; their EIPs move when they fall silent
     max_watch_timeout: float = 60.0
     eip_pool: str | None = None
 
@@ -36,6 +37,8 @@ class Settings:
             s.vni_min, s.vni_max = int(lo), int(hi)
         if v := os.environ.get("TIANJI_HOST_DOWN_AFTER"):
             s.host_down_after = float(v)
+        if v := os.environ.get("TIANJI_GATEWAY_DOWN_AFTER"):
+            s.gateway_down_after = float(v)
         for k, v in overrides.items():
             if v is not None:
                 setattr(s, k, v)

@@ -116,11 +116,12 @@ class NatTable:
         self.served = {e for r in c.snat for e in r.eips} | set(self.static_out) | {k[0] for k in self.dnat}
 
     def update_config(self, config: NatConfig) -> None:
-        """New rules; existing mappings whose EIP is still served here stay (their flows are untouched)."""
+        """New rules. A mapping stays only while a rule still gives its internal address that EIP: flows the
+        change does not concern are untouched, and a released EIP handed to someone else starts clean."""
         self.config = config
         self._index_config()
         for m in list(self.by_inside.values()):
-            if m.eip not in self.served:
+            if not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in config.snat):
                 self._remove(m)
 
     # --- helpers -------------------------------------------------------------------------------------------

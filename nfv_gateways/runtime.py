@@ -141,7 +141,7 @@ class Gateway:
                 self.counters["registered"] = 0
                 log.warning("heartbeat: %s", e)
             self.write_status()
-            time.sleep(2)
+            time.sleep(0.5)  # the controller moves this instance's EIPs after 2 s of silence
 
     def expiry_loop(self) -> None:
         while True:

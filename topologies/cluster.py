@@ -23,6 +23,7 @@ from controller.client import ApiFailure, Client
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
+CONTROLLER_ENV = os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": "1.5"}  # NAT instances fail over fast
 EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
 DEFAULT_STATE = Path("/run/tianji-cluster")
 _SAVE_LOCK = threading.Lock()
@@ -132,7 +133,8 @@ class Cluster:
                 cmd += ["--database-url", database_url]
             cdir.mkdir(parents=True, exist_ok=True)
             with open(sdir / "controller.log", "ab") as log:
-                p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=CONTROLLER_ENV)
             st.pids.append(p.pid)
             st.controller_port, st.controller_url = port, f"http://127.0.0.1:{port}"
             st.save()
@@ -373,6 +375,16 @@ class Cluster:
         st.save()
         return p.pid
 
+    def kill_gateway(self, name: str) -> None:
+        pid = self.state.nodes[name]["pid"]
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while _alive(pid):
+            time.sleep(0.02)
+        (Path(self.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
+
     def gateway_status(self, name: str) -> dict:
         try:
             return json.loads((Path(self.state.dir) / "gateways" / f"gateway-{name}.json").read_text())
@@ -424,7 +436,8 @@ class Cluster:
         cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
                str(Path(st.dir) / "controller"), "--host-down-after", "6", "--log-level", "warning"]
         with open(Path(st.dir) / "controller.log", "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env=CONTROLLER_ENV)
         st.pids[0] = p.pid
         st.save()
         self._admin(wait=True)

@@ -17,6 +17,7 @@ from controller.hostconfig import HostConfig, SecurityGroupRuleInfo, VpcInfo
 from vswitch_agent import pipeline as P
 
 ETH_IP, ETH_ARP = 0x0800, 0x0806
+ROUTE_PRIORITY = 1000  # + 10 x prefix length: longest prefix first, with room for a port's own default (+5)
 PROTO = {"tcp": 6, "udp": 17, "icmp": 1}
 ALL32 = 0xFFFFFFFF
 
@@ -154,7 +155,7 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
             match = router | {"eth_type": ETH_IP}
             if plen:
                 match["ipv4_dst"] = prefix(r.destination)
-            prio = 100 + plen
+            prio = ROUTE_PRIORITY + 10 * plen
             obj = f"{vid}:{r.destination}"
             if r.target_type == "local":
                 add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
@@ -208,6 +209,13 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
         zone = zones[p.vpc_id]
         add(flow(P.CLASSIFY, 100, {"in_port": of}, [("set", "metadata", vpc.vni), goto(P.PORT_SECURITY)],
                  "port", p.id))
+        if p.eip_home_vtep and tunnel_ofport is not None:
+            # its own EIP: off-VPC traffic goes to the instance homing that EIP (above the VPC's default route,
+            # below every more specific one)
+            add(flow(P.ROUTING, ROUTE_PRIORITY + 5, {"metadata": vpc.vni, "eth_dst": vpc.router_mac, "eth_type": ETH_IP,
+                                                     "ipv4_src": p.ip},
+                     [("dec_ttl",), ("set", "eth_src", vpc.router_mac), ("set", "tunnel_id", vpc.vni),
+                      ("set", "tun_ipv4_dst", p.eip_home_vtep), ("output", tunnel_ofport)], "port", p.id))
         src = {"in_port": of, "eth_src": p.mac}
         add(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_IP, "ipv4_src": p.ip}, [goto(P.EGRESS_CT)],
                  "port", p.id))

@@ -151,17 +151,28 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
                     headers={"X-Tianji-Revision": str(cfg.revision)})
 
 
-def mark_silent_hosts_down(db: Database, silence: float) -> list[str]:
-    """Hosts silent for longer than `silence` seconds go down, and their ports DOWN."""
-    cutoff = now() - timedelta(seconds=silence)
+def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float | None = None) -> list[str]:
+    """Hosts silent for longer than `silence` seconds (gateways: `gateway_silence`) go down, and their ports
+    DOWN; the topology stamp moves, so gateway targets and EIP homes follow."""
+    cutoffs = {"hypervisor": now() - timedelta(seconds=silence),
+               "gateway": now() - timedelta(seconds=gateway_silence or silence)}
     with db.read() as s:
-        stale = list(s.execute(select(m.Host.name).where(m.Host.status == "up", m.Host.last_seen < cutoff)).scalars())
+        stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
+                                                    .where(m.Host.status == "up"))
+                 if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"])]
     if not stale:
         return []
     with db.write() as t:
         t.touch_topology()
-        for name in stale:
-            t.session.execute(update(m.Host).where(m.Host.name == name, m.Host.last_seen < cutoff)
+        for name, kind in stale:
+            t.session.execute(update(m.Host).where(m.Host.name == name,
+                                                   m.Host.last_seen < cutoffs.get(kind, cutoffs["hypervisor"]))
                               .values(status="down"))
             t.session.execute(update(m.Port).where(m.Port.host == name).values(status="DOWN"))
-    return stale
+    return [n for n, _ in stale]
+
+
+def _aware(t):  # noqa: ANN001, ANN202 - SQLite hands back naive datetimes (stored as UTC)
+    from datetime import UTC
+
+    return t if t.tzinfo else t.replace(tzinfo=UTC)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -60,8 +61,13 @@ def curl(cluster, vm: dict, url: str, timeout: float = 2) -> str | None:  # noqa
     return r.stdout if r.returncode == 0 else None
 
 
+def served(cluster) -> dict[str, str]:  # noqa: ANN001
+    """EIP -> the instance serving it now."""
+    return {e: g for g in ("gw1", "gw2") for e in cluster.gateway_status(g).get("eips", [])}
+
+
 def gw_ready(cluster, eips: list[str]) -> None:  # noqa: ANN001
-    wait_for(lambda: set(eips) <= set(cluster.gateway_status("gw1").get("eips", [])), 10, "gateway config")
+    wait_for(lambda: set(eips) <= set(served(cluster)), 10, "gateway config")
     cluster.wait_converged()
 
 
@@ -199,22 +205,32 @@ def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) ->
         wait_for(lambda: curl(cluster, a, f"http://{own['address']}:8080/") == eip["address"], 10, "hairpin")
     finally:
         web.kill()
-    # an ICMP port unreachable from the internet (what ends a traceroute) comes back translated
+    # one UDP socket: the echo service tells which public endpoint it saw, then a closed port answers with an
+    # ICMP port unreachable (what ends a traceroute), which must come back translated
     cap = Capture(a["ns"], "eth0", "icmp")
-    ex(cluster, a, sys.executable, "-c", "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-       f"s.bind(('', 33434)); [s.sendto(b'probe', ('{internet['ip']}', 33434)) for _ in range(3)]")
-    # fragmentation needed, crafted on the external side about a's mapping (path-MTU discovery)
+    probe = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('', 33434)); s.settimeout(1)\n"
+             "for _ in range(5):\n    s.sendto(b'hi', ('%s', 9000))\n    try:\n"
+             "        print(s.recvfrom(100)[0].decode()); break\n    except OSError: pass\n"
+             "[s.sendto(b'probe', ('%s', 33434)) for _ in range(3)]") % (internet["ip"], internet["ip"])
+    public = ex(cluster, a, sys.executable, "-c", probe).stdout.strip()
+    pub_ip, _, pub_port = public.partition(":")
+    assert pub_ip == eip["address"], public
+    # fragmentation needed, crafted on the external side about that mapping (path-MTU discovery)
     time.sleep(0.5)
+    # through the external host's kernel (its routing and neighbour table, like the echo that just worked)
     scapy_send(cluster, internet["ns"], (
-        "orig = IP(src='%s', dst='%s')/UDP(sport=33434, dport=33434)/b'probe'\n"
-        "send(IP(dst='%s')/ICMP(type=3, code=4, nexthopmtu=1300)/IPerror(bytes(orig)[:28]), iface='eth0', count=2)")
-        % (eip["address"], internet["ip"], eip["address"]))
+        "import socket\norig = IP(src='%s', dst='%s')/UDP(sport=%s, dport=9000)/b'hi'\n"
+        "icmp = bytes(ICMP(type=3, code=4, nexthopmtu=1300)/IPerror(bytes(orig)[:28]))\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\n"
+        "import time\nfor _ in range(3):\n    s.sendto(icmp, ('%s', 0)); time.sleep(0.2)")
+        % (pub_ip, internet["ip"], pub_port, pub_ip))
+    time.sleep(1.0)
     frames = cap.stop()
     from scapy.layers.inet import ICMP as _ICMP
     from scapy.layers.inet import IPerror as _IPerror
     errs = [(f[_ICMP].type, f[_ICMP].code) for f in frames if _ICMP in f and f[_ICMP].type == 3]
     assert (3, 3) in errs, f"port unreachable not translated back: {errs}"
-    assert (3, 4) in errs, f"fragmentation needed not translated back: {errs}"
+    assert (3, 4) in errs, f"fragmentation needed not translated back: {errs} (public endpoint {public})"
     for f in frames:
         if _ICMP in f and f[_ICMP].type == 3:
             assert f[_IPerror].src == a["ip"], "the embedded header still carries the EIP"
@@ -285,4 +301,41 @@ def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # n
     r = ex(cluster, vm, "sh", "-c", f"ulimit -n 4096 && {sys.executable} -c '{TCP_CONNS}' {internet['ip']} 1000",
            timeout=120)
     assert r.stdout.strip() == "1000", f"TCP: {r.stdout} {r.stderr[-300:]}"
-    assert cluster.gateway_status("gw1")["nat"].get("port_exhausted", 0) == 0
+    assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
+
+
+def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
+    """Kill the instance homing one NAT gateway: its EIPs move, new connections work within 3 s, and a flow
+    through the other instance loses nothing."""
+    nets = {}
+    for _ in range(8):  # NAT gateways are homed by rendezvous hashing: make one land on each instance
+        n, eip, _ = nat_vpc(tenants)
+        gw_ready(cluster, [eip["address"]])
+        nets.setdefault(served(cluster)[eip["address"]], (n, eip))
+        if len(nets) == 2:
+            break
+    assert len(nets) == 2, "could not place NAT gateways on both instances"
+    (na, ea), (nb, eb) = nets["gw1"], nets["gw2"]
+    va, vb = na.vm("s", "hv1"), nb.vm("s", "hv2")
+    for vm, eip in ((va, ea), (vb, eb)):
+        wait_for(lambda vm=vm, eip=eip: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10,
+                 "NAT through its instance")
+    ping = subprocess.Popen(["ip", "netns", "exec", vb["ns"], "ping", "-c", "150", "-i", "0.02", "-W", "1",
+                             internet["ip"]], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    cluster.kill_gateway("gw1")
+    try:
+        wait_for(lambda: curl(cluster, va, f"http://{internet['ip']}/", timeout=0.5) == ea["address"], 3.0,
+                 "a new connection through the surviving instance, with the same EIP", interval=0)
+        moved_in = time.monotonic() - t0
+        out, _ = ping.communicate(timeout=60)
+
+
+        m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+        assert m and m.group(1) == m.group(2) == "150", f"the flow on the surviving instance lost packets: {out}"
+        assert served(cluster)[ea["address"]] == "gw2"
+        assert moved_in < 3.0
+    finally:
+        cluster.start_gateway("gw1")
+        cluster.wait_gateways(timeout=30)
