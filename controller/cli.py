@@ -359,6 +359,75 @@ def sg_rule_delete(ctx: typer.Context, sg_id: str, rule_id: int) -> None:
     console.print(f"deleted rule {rule_id}")
 
 
+eip = resource("eip", "Elastic IPs: public addresses from the operator's pool.")
+EIP_COLS = ["id", "address", "port_id", "tenant_id"]
+
+
+@eip.command("create")
+def eip_create(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "POST", "/v1/eips", {}), EIP_COLS)
+
+
+@eip.command("list")
+def eip_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/eips"), EIP_COLS, "EIPs")
+
+
+@eip.command("associate")
+def eip_associate(ctx: typer.Context, eip_id: str, port_id: str = typer.Option(..., "--port")) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/eips/{eip_id}/associate", {"port_id": port_id}), EIP_COLS)
+
+
+@eip.command("disassociate")
+def eip_disassociate(ctx: typer.Context, eip_id: str) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/eips/{eip_id}/disassociate"), EIP_COLS)
+
+
+@eip.command("delete")
+def eip_delete(ctx: typer.Context, eip_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/eips/{eip_id}")
+    console.print(f"released EIP {eip_id}")
+
+
+natgw = resource("nat-gateway", "NAT gateways: SNAT and DNAT for a VPC.")
+NATGW_COLS = ["id", "name", "vpc_id", "eip_ids"]
+
+
+@natgw.command("create")
+def natgw_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
+                 eips: list[str] = typer.Option(..., "--eip", help="EIP id (repeatable)"),
+                 name: str = typer.Option("nat")) -> None:
+    show(ctx, call(ctx, "POST", "/v1/nat-gateways", {"vpc_id": vpc_id, "name": name, "eip_ids": eips}), NATGW_COLS)
+
+
+@natgw.command("list")
+def natgw_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/nat-gateways"), NATGW_COLS, "NAT gateways")
+
+
+@natgw.command("delete")
+def natgw_delete(ctx: typer.Context, gw_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}")
+    console.print(f"deleted NAT gateway {gw_id}")
+
+
+@natgw.command("snat-add")
+def natgw_snat(ctx: typer.Context, gw_id: str, subnet_id: str = typer.Option(None, "--subnet"),
+               cidr: str = typer.Option(None), eips: list[str] = typer.Option(..., "--eip")) -> None:
+    body: dict[str, Any] = {"eip_ids": eips} | ({"subnet_id": subnet_id} if subnet_id else {"cidr": cidr})
+    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body), ["id", "cidr", "eip_ids"])
+
+
+@natgw.command("dnat-add")
+def natgw_dnat(ctx: typer.Context, gw_id: str, eip_id: str = typer.Option(..., "--eip"),
+               protocol: str = typer.Option("tcp"), external_port: int = typer.Option(...),
+               port_id: str = typer.Option(..., "--port"), internal_port: int = typer.Option(...)) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/dnat-rules",
+                   {"eip_id": eip_id, "protocol": protocol, "external_port": external_port, "port_id": port_id,
+                    "internal_port": internal_port}), ["id", "eip_id", "protocol", "external_port", "port_id",
+                                                       "internal_port"])
+
+
 host = resource("host", "Hypervisors and gateway hosts (admin).")
 HOST_COLS = ["name", "vtep_ip", "kind", "status", "ports", "last_seen"]
 

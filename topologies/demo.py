@@ -77,6 +77,12 @@ def main() -> None:
         websg = tj(ea, "sg", "create", "web", "--vpc", avpc["id"], show=False)
         tj(ea, "sg", "rule-add", websg["id"], "--direction", "ingress", "--protocol", "tcp", "--port", "80")
         tj(ea, "sg", "rule-add", websg["id"], "--direction", "egress", "--protocol", "any")
+        # the internet through a NAT gateway: an EIP, SNAT for the web subnet, a default route
+        eip = tj(ea, "eip", "create", show=False)
+        natgw = tj(ea, "nat-gateway", "create", "--vpc", avpc["id"], "--eip", eip["id"], show=False)
+        tj(ea, "nat-gateway", "snat-add", natgw["id"], "--subnet", aweb["id"], "--eip", eip["id"], show=False)
+        tj(ea, "route", "create", "--vpc", avpc["id"], "--destination", "0.0.0.0/0",
+           "--target", f"nat-gateway:{natgw['id']}")
         tj(ea, "vpc", "list")
         tj(ea, "peering", "list")
         tj(ea, "route", "list", "--vpc", avpc["id"])
@@ -148,6 +154,27 @@ def main() -> None:
         results.add_row("security group: HTTP allowed", "acme/app1", "acme/www :80", "reach",
                         "[green]ok" if good else "[red]FAIL", f"{float(secs or 0) * 1000:.1f} ms", "-")
         row("security group: ICMP not allowed", "acme/app1", "acme/www", False)
+        inet = c.state.nodes["inet"]
+        seen_as = subprocess.Popen(["ip", "netns", "exec", inet["ns"], sys.executable, "-c",
+                                    "import http.server, socketserver\n"
+                                    "class H(http.server.BaseHTTPRequestHandler):\n"
+                                    "    def do_GET(self):\n"
+                                    "        b = self.client_address[0].encode(); self.send_response(200)\n"
+                                    "        self.send_header('Content-Length', str(len(b))); self.end_headers()\n"
+                                    "        self.wfile.write(b)\n"
+                                    "    def log_message(self, *a): pass\n"
+                                    "socketserver.TCPServer(('0.0.0.0', 80), H).serve_forever()"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        got = ""
+        while got != eip["address"] and time.monotonic() - t0 < 10:
+            got = c.vm_exec(vms["acme/web1"]["name"], "curl", "-s", "-m", "1", f"http://{inet['ip']}/").stdout
+        seen_as.kill()
+        good = got == eip["address"]
+        failures += not good
+        results.add_row("internet via NAT gateway", "acme/web1", f"inet {inet['ip']}", f"seen as {eip['address']}",
+                        "[green]ok" if good else f"[red]FAIL ({got or 'no answer'})", "-", "-")
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()
         row("peering deleted", "acme/web1", "acme/db1", False)
