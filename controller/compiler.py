@@ -64,22 +64,26 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     h = s.execute(select(m.Host.config_revision).where(m.Host.name == host)).scalar_one_or_none()
     if h is None:
         return None
+    return _revision(s, h, *_own_and_peers(s, host))
+
+
+def _revision(s: Session, host_stamp: int, own: set[str],
+              peers: dict[str, list[tuple[str, str]]]) -> tuple[int, set[str]]:
     topo = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar_one()
-    own, peers = _own_and_peers(s, host)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vrev = 0
     if relevant:
         vrev = s.execute(select(func.max(m.Vpc.revision)).where(m.Vpc.id.in_(relevant))).scalar() or 0
-    return max(h, topo, vrev), relevant
+    return max(host_stamp, topo, vrev), relevant
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
-    rev = host_revision(s, host)
-    if rev is None:
+    row = s.execute(select(m.Host.config_revision, m.Host.vtep_ip).where(m.Host.name == host)).one_or_none()
+    if row is None:
         return None
-    revision, relevant = rev
-    vtep = s.execute(select(m.Host.vtep_ip).where(m.Host.name == host)).scalar_one()
     own, peers = _own_and_peers(s, host)
+    revision, relevant = _revision(s, row.config_revision, own, peers)
+    vtep = row.vtep_ip
 
     # Local ports and their security groups.
     local = s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip)

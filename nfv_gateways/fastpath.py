@@ -116,10 +116,8 @@ class FastNat:
 
     def sync(self) -> None:
         """Pull the last-seen times the fast path kept back into the reference (before expiry, for stats)."""
-        for key, m in self.ref.by_inside.items():
-            last = self.lib.nat_last(self.h, *key)
-            if last > m.last:
-                m.last = last
+        for key in self.ref.by_inside:
+            self.sync_one(key)
 
     def expire(self, now: float) -> int:
         self.sync()

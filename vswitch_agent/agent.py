@@ -66,6 +66,7 @@ class ZoneMap:
             self.zones: dict[str, int] = json.loads(path.read_text())
         except (OSError, ValueError):
             self.zones = {}
+        self.saved = dict(self.zones)  # what the file holds: written only when the map changes
 
     def assign(self, vpc_ids: set[str], vnis: dict[str, int]) -> dict[str, int]:
         result: dict[str, int] = {}
@@ -80,9 +81,10 @@ class ZoneMap:
                 z = z % 65535 + 1
             result[vid] = self.zones[vid] = z
             taken.add(z)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.exists() or json.loads(self.path.read_text() or "{}") != self.zones:
+        if self.zones != self.saved or not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.zones))
+            self.saved = dict(self.zones)
         return result
 
 
@@ -302,11 +304,10 @@ class AgentApp(app_manager.OSKenApp):
             installed[s.cookie] = openflow.fingerprint(s)
             if s.priority == 0 and not s.instructions:
                 drops[str(s.table_id)] = s.packet_count
-        to_add = [f for c, f in desired.items()
-                  if c not in installed or (c in self.baseline and self.baseline[c] != installed[c])]
+        tampered = [c for c in desired if c in installed and c in self.baseline and self.baseline[c] != installed[c]]
+        to_add = [f for c, f in desired.items() if c not in installed] + [desired[c] for c in tampered]
+        added = {f.cookie for f in to_add}
         to_delete = [c for c in installed if c not in desired]
-        tampered = [c for c, f in desired.items() if c in installed and c in self.baseline
-                    and self.baseline[c] != installed[c]]
         for f in to_add:  # adds first: a changed flow replaces its predecessor without a gap
             dp.send_msg(openflow.flow_add(dp, f))
         for c in to_delete:
@@ -315,10 +316,10 @@ class AgentApp(app_manager.OSKenApp):
             dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
             log.info("revision %d: +%d -%d flows (%d edited by hand restored), %d desired", cfg.revision,
                      len(to_add), len(to_delete), len(tampered), len(desired))
-            for c in {f.cookie for f in to_add}:
+            for c in added:
                 self.baseline.pop(c, None)
         for c, fp in installed.items():
-            if c in desired and c not in self.baseline and c not in {f.cookie for f in to_add}:
+            if c in desired and c not in self.baseline and c not in added:
                 self.baseline[c] = fp
         for c in list(self.baseline):
             if c not in desired:
