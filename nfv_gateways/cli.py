@@ -17,22 +17,26 @@ DEFAULT_STATE = Path("/run/tianji")
 
 
 @gateway_app.command("run")
-def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(...),
-        token: str = typer.Option(..., envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
+def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(""),
+        token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
         vtep_ip: str = typer.Option(...), external_if: str = typer.Option(...),
-        fastpath: str = typer.Option("auto", help="auto|c|python (dpdk|xdp: not yet)"),
+        fastpath: str = typer.Option("auto", help="auto|dpdk|xdp|packet|c|python: auto takes the best that starts"),
         state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
+        config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
         log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
     if role != "nat":
         console.print(f"[red]error:[/red] role {role!r} is not available yet: use nat")
+        raise typer.Exit(2)
+    if config_file is None and not (controller and token):
+        console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     from nfv_gateways.runtime import Gateway, GatewayOptions
 
     Gateway(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
                            vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir,
-                           metrics_port=metrics_port)).run()
+                           metrics_port=metrics_port, config_file=config_file)).run()
 
 
 @gateway_app.command("status")

@@ -46,7 +46,11 @@ def build(force: bool = False) -> Path:
 
 
 def load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(build()))
+    return declare(ctypes.CDLL(str(build())))
+
+
+def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Argument types of the NAT table functions (in _nat_fp.so and in every data-plane build, which includes it)."""
     u32, u16, u8, dbl, ptr = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8, ctypes.c_double, ctypes.c_void_p
     lib.nat_create.restype = ptr
     lib.nat_create.argtypes = [u32]
@@ -66,8 +70,8 @@ def load() -> ctypes.CDLL:
 class FastNat:
     """NatTable's interface; C for established flows, the Python reference for everything else."""
 
-    def __init__(self, config: NatConfig, capacity_pow2: int = 1 << 16) -> None:
-        self.lib = load()
+    def __init__(self, config: NatConfig, capacity_pow2: int = 1 << 16, lib: ctypes.CDLL | None = None) -> None:
+        self.lib = lib if lib is not None else load()
         self.h = self.lib.nat_create(capacity_pow2)
         if not self.h:
             raise FastPathUnavailable("nat_create failed (out of memory?)")
@@ -182,4 +186,4 @@ def _outside_key(buf: bytes | bytearray) -> tuple[int, int, int] | None:
     return (ip.dst, ports[0] if ip.proto == PROTO_ICMP else ports[1], ip.proto)
 
 
-__all__ = ["FastNat", "FastPathUnavailable", "build", "load"]
+__all__ = ["FastNat", "FastPathUnavailable", "build", "declare", "load"]

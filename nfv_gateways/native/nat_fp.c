@@ -5,6 +5,7 @@
  * hairpin, static EIPs, DNAT, ICMP errors, fragments, malformed headers) returns NAT_MISS so Python decides:
  * the fast path never disagrees with the reference, it only declines.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct {
     uint32_t *served;
     uint32_t nserved;
     uint64_t hits_out, hits_in, misses;
+    pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
 } nat_t;
 
 static uint32_t mix(uint64_t x) {
@@ -53,6 +55,7 @@ nat_t *nat_create(uint32_t cap_pow2) {
     n->out_index = malloc(sizeof(int32_t) * cap_pow2);
     if (!n->slots || !n->out_index) return NULL;
     for (uint32_t i = 0; i < cap_pow2; i++) n->out_index[i] = -1;
+    pthread_mutex_init(&n->mu, NULL);
     return n;
 }
 
@@ -68,8 +71,9 @@ static int set_list(uint32_t **dst, uint32_t *count, const uint32_t *src, uint32
     free(*dst); *dst = copy; *count = len;
     return 0;
 }
-int nat_set_special(nat_t *n, const uint32_t *eips, uint32_t len) { return set_list(&n->special, &n->nspecial, eips, len); }
-int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len) { return set_list(&n->served, &n->nserved, eips, len); }
+#define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)
+int nat_set_special(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->special, &n->nspecial, eips, len)); }
+int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->served, &n->nserved, eips, len)); }
 
 static int in_list(const uint32_t *l, uint32_t len, uint32_t v) {
     for (uint32_t i = 0; i < len; i++) if (l[i] == v) return 1;
@@ -100,7 +104,7 @@ static int32_t find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto) {
 }
 
 /* Insert or update a mapping (Python's view of it). Returns 0, or -1 when the table is full. */
-int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
+static int put_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
             uint8_t established, const uint32_t *peer_ip, const uint16_t *peer_port, uint8_t npeers, double last) {
     int32_t idx = find_in(n, vni, ip, port, proto);
     uint32_t m = n->cap - 1;
@@ -123,7 +127,7 @@ int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, u
     return 0;
 }
 
-int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
+static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     int32_t idx = find_in(n, vni, ip, port, proto);
     if (idx < 0) return -1;
     mapping_t *s = &n->slots[idx];
@@ -134,10 +138,17 @@ int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     return 0;
 }
 
-double nat_last(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
+static double last_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     int32_t idx = find_in(n, vni, ip, port, proto);
     return idx < 0 ? -1.0 : n->slots[idx].last;
 }
+
+int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
+            uint8_t established, const uint32_t *peer_ip, const uint16_t *peer_port, uint8_t npeers, double last) {
+    LOCKED(n, put_(n, vni, ip, port, proto, eip, eport, established, peer_ip, peer_port, npeers, last));
+}
+int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) { LOCKED(n, del_(n, vni, ip, port, proto)); }
+double nat_last(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) { LOCKED(n, last_(n, vni, ip, port, proto)); }
 
 /* --- packet surgery, identical arithmetic to nfv_gateways/packet.py -------------------------------------- */
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
@@ -217,7 +228,7 @@ static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
     return 0;
 }
 
-int nat_outbound(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) {
+static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
     if (!parse(b, len, &ip) || ip.frag || !ports(b, &ip, &sp, &dp, &it)) goto miss;
     if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) goto miss;               /* FIN/RST: Python tracks state */
@@ -237,7 +248,7 @@ miss:
     return NAT_MISS;
 }
 
-int nat_inbound(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
+static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
     if (!parse(b, len, &ip) || ip.frag) goto miss;
     if (!in_list(n->served, n->nserved, ip.dst) || in_list(n->special, n->nspecial, ip.dst)) goto miss;
@@ -262,10 +273,17 @@ miss:
     return NAT_MISS;
 }
 
+int nat_outbound(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) { LOCKED(n, outbound_(n, vni, b, len, now)); }
+int nat_inbound(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
+    LOCKED(n, inbound_(n, b, len, now, out_vni, out_ip));
+}
+
 /* Bursts: the per-packet loop stays in C; Python only looks at the misses. */
 void nat_outbound_burst(nat_t *n, const uint32_t *vnis, uint8_t **bufs, const uint32_t *lens, uint32_t count,
                         double now, int32_t *results) {
-    for (uint32_t i = 0; i < count; i++) results[i] = nat_outbound(n, vnis[i], bufs[i], lens[i], now);
+    pthread_mutex_lock(&n->mu);
+    for (uint32_t i = 0; i < count; i++) results[i] = outbound_(n, vnis[i], bufs[i], lens[i], now);
+    pthread_mutex_unlock(&n->mu);
 }
 
 void nat_stats(nat_t *n, uint64_t *out3) { out3[0] = n->hits_out; out3[1] = n->hits_in; out3[2] = n->misses; }

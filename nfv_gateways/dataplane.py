@@ -1,0 +1,198 @@
+"""The gateway's native data plane (nfv_gateways/native/gw_dp.c) behind ctypes: packet I/O and established flows in C.
+
+One C source, built on the target machine into one library per packet-I/O backend it can support:
+
+    dpdk    DPDK ethdev over net_af_xdp vdevs (`pkg-config libdpdk`), the loop on a worker lcore
+    xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`)
+    packet  AF_PACKET sockets with recvmmsg/sendmmsg bursts (always)
+
+Every library also carries the NAT table (nat_fp.c), so the loop and the Python slow path share one table:
+`FastNat` (Python) creates mappings and pushes them in; the loop translates established flows and punts the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from nfv_gateways.fastpath import FastNat, FastPathUnavailable, declare
+from nfv_gateways.nat import NatConfig
+
+log = logging.getLogger("tianji.gateway.dataplane")
+NATIVE = Path(__file__).parent / "native"
+SRC = NATIVE / "gw_dp.c"
+DEPS = (SRC, NATIVE / "nat_fp.c")
+BACKENDS = ("dpdk", "xdp", "packet")  # best first: what `--fastpath auto` tries
+PKG = {"dpdk": ["libdpdk"], "xdp": ["libxdp", "libbpf"], "packet": []}
+DEFINE = {"dpdk": "-DTJ_DPDK", "xdp": "-DTJ_XDP", "packet": ""}
+UL, EXT, PUNT_TRANSLATED = 0, 1, 0x82
+SLOT = 2048
+STATS = ("rx_ul", "rx_ext", "tx_ul", "tx_ext", "fast_out", "fast_in", "punt", "punt_full", "drop_unknown_vtep",
+         "drop_unknown_vni", "drop_not_ipv4", "drop_malformed", "ignored", "tx_err", "inject", "inject_full",
+         "bursts")
+
+
+def lib_path(backend: str) -> Path:
+    return NATIVE / f"_gw_{backend}.so"
+
+
+def build(backend: str, force: bool = False) -> Path:
+    """Compile the data plane for one backend on this machine; FastPathUnavailable says what is missing."""
+    out = lib_path(backend)
+    if out.exists() and not force and all(out.stat().st_mtime >= d.stat().st_mtime for d in DEPS):
+        return out
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise FastPathUnavailable("no C compiler: apt-get install gcc (or run `make setup`)")
+    flags: list[str] = []
+    if PKG[backend]:
+        pc = subprocess.run(["pkg-config", "--cflags", "--libs", *PKG[backend]], capture_output=True, text=True)
+        if pc.returncode:
+            raise FastPathUnavailable(f"{backend}: pkg-config {' '.join(PKG[backend])} failed "
+                                      f"(install {'libdpdk-dev' if backend == 'dpdk' else 'libxdp-dev libbpf-dev'})")
+        flags = pc.stdout.split()
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [cc, "-O2", "-fPIC", "-shared", "-Wall", *([DEFINE[backend]] if DEFINE[backend] else []), "-o", str(tmp),
+           str(SRC), *flags, "-lpthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise FastPathUnavailable(f"building the {backend} data plane failed: {r.stderr.strip()[-500:]}")
+    tmp.replace(out)
+    return out
+
+
+def build_all(force: bool = False) -> dict[str, str]:
+    """Build every backend this machine supports; returns backend -> library path or the reason it is missing."""
+    result = {}
+    for b in BACKENDS:
+        try:
+            result[b] = str(build(b, force))
+        except FastPathUnavailable as e:
+            result[b] = f"unavailable: {e}"
+    return result
+
+
+def load(backend: str) -> ctypes.CDLL:
+    # without a bpffs (network namespaces rarely have one) libxdp loads a single XDP program: say so only once here
+    os.environ.setdefault("LIBXDP_SKIP_DISPATCHER", "1")
+    lib = declare(ctypes.CDLL(str(build(backend))))
+    u32, u8, ptr, p32 = ctypes.c_uint32, ctypes.c_uint8, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)
+    lib.dp_create.restype = ptr
+    lib.dp_create.argtypes = [ptr, ctypes.c_char_p, ctypes.c_char_p, u32]
+    lib.dp_error.restype = ctypes.c_char_p
+    lib.dp_error.argtypes = [ptr]
+    lib.dp_open.argtypes = [ptr, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+    for f in (lib.dp_start, lib.dp_stop, lib.dp_close):
+        f.argtypes = [ptr]
+    lib.dp_punt.argtypes = [ptr, ctypes.c_void_p, p32, ctypes.POINTER(u8), u32, ctypes.c_int]
+    lib.dp_inject.argtypes = [ptr, u8, ctypes.c_char_p, u32]
+    lib.dp_set_config.argtypes = [ptr, p32, u32, p32, ctypes.c_char_p, u32, p32, p32, p32, ctypes.c_char_p, u32]
+    lib.dp_set_neigh.argtypes = [ptr, u8, u32, ctypes.c_char_p]
+    lib.dp_stats.argtypes = [ptr, ctypes.POINTER(ctypes.c_uint64)]
+    lib.dp_nstats.restype = u32
+    lib.dp_backends.restype = ctypes.c_char_p
+    return lib
+
+
+def eal_args(name: str, ul_if: str, ext_if: str) -> str:
+    """EAL without hugepages or PCI, as measured on these machines; AF_XDP vdevs on the gateway's two interfaces."""
+    cores = sorted(os.sched_getaffinity(0))
+    lcores = f"{cores[0]},{cores[-1]}" if len(cores) > 1 else f"{cores[0]}"
+    return (f"-l {lcores} --main-lcore {cores[0]} --no-huge -m 256 --no-shconf --no-pci --no-telemetry "
+            f"--log-level *:warning --file-prefix tj-{name}-{os.getpid()} "
+            f"--vdev=net_af_xdp0,iface={ul_if},start_queue=0,queue_count=1,busy_budget=0 "
+            f"--vdev=net_af_xdp1,iface={ext_if},start_queue=0,queue_count=1,busy_budget=0")
+
+
+def _u32s(values: list[int]) -> ctypes.Array:
+    return (ctypes.c_uint32 * max(len(values), 1))(*values)
+
+
+class NativeDataPlane:
+    """Both ports of a gateway instance in C. Python drains the punt ring, answers through `inject`."""
+
+    def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes, vtep: int,
+                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18) -> None:
+        self.backend = backend
+        self.lib = load(backend)
+        self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
+        self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
+        if not self.h:
+            raise FastPathUnavailable("dp_create failed (out of memory?)")
+        self.blinded: list[str] = []
+        if backend == "packet":  # the AF_PACKET taps still hand every frame to the kernel: keep it out of the way
+            self._blind_kernel(ul_if, ext_if)
+        arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else ""
+        if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
+            err = self.lib.dp_error(self.h).decode()
+            self.lib.dp_close(self.h)
+            self._unblind()
+            raise FastPathUnavailable(f"{backend}: {err}")
+        self._bufs = ctypes.create_string_buffer(SLOT * 64)
+        self._lens = (ctypes.c_uint32 * 64)()
+        self._ports = (ctypes.c_uint8 * 64)()
+        self._nstats = self.lib.dp_nstats()
+
+    def _blind_kernel(self, *ifaces: str) -> None:
+        """nftables netdev ingress drop: AF_PACKET taps see frames before it, the kernel's stack never does."""
+        subprocess.run(["nft", "delete", "table", "netdev", "tianji_gw"], capture_output=True)
+        cmds = [["add", "table", "netdev", "tianji_gw"]]
+        for i, ifname in enumerate(ifaces):
+            cmds.append(["add", "chain", "netdev", "tianji_gw", f"in{i}",
+                         f"{{ type filter hook ingress device {ifname} priority 0 ; policy drop ; }}"])
+        for c in cmds:
+            r = subprocess.run(["nft", *c], capture_output=True, text=True)
+            if r.returncode:
+                log.warning("nft %s: %s (the kernel will also see the gateway's frames)", " ".join(c),
+                            r.stderr.strip())
+                return
+        self.blinded = list(ifaces)
+
+    def _unblind(self) -> None:
+        if self.blinded:
+            subprocess.run(["nft", "delete", "table", "netdev", "tianji_gw"], capture_output=True)
+            self.blinded = []
+
+    def start(self) -> None:
+        if self.lib.dp_start(self.h) != 0:
+            raise FastPathUnavailable(f"{self.backend}: {self.lib.dp_error(self.h).decode()}")
+
+    def close(self) -> None:
+        if self.h:
+            self.lib.dp_close(self.h)
+            self.h = None
+            self._unblind()
+
+    def punt(self, timeout_ms: int = 100) -> list[tuple[int, bytes]]:
+        """Frames the loop did not handle, oldest first: (port, frame). Waits up to timeout_ms (GIL released)."""
+        n = self.lib.dp_punt(self.h, self._bufs, self._lens, self._ports, 64, timeout_ms)
+        raw = self._bufs.raw
+        return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(n)]
+
+    def inject(self, port: int, frame: bytes) -> bool:
+        return self.lib.dp_inject(self.h, port, frame, len(frame)) == 0
+
+    def set_config(self, vteps: list[int], routers: dict[int, bytes],
+                   endpoints: dict[tuple[int, int], tuple[int, bytes]]) -> None:
+        vnis = list(routers)
+        eps = list(endpoints.items())
+        r = self.lib.dp_set_config(self.h, _u32s(vteps), len(vteps), _u32s(vnis), b"".join(routers[v] for v in vnis),
+                                   len(vnis), _u32s([k[0] for k, _ in eps]), _u32s([k[1] for k, _ in eps]),
+                                   _u32s([v[0] for _, v in eps]), b"".join(v[1] for _, v in eps), len(eps))
+        if r != 0:
+            raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
+
+    def set_neigh(self, port: int, ip: int, mac: bytes) -> None:
+        self.lib.dp_set_neigh(self.h, port, ip, mac)
+
+    def stats(self) -> dict[str, int]:
+        out = (ctypes.c_uint64 * self._nstats)()
+        self.lib.dp_stats(self.h, out)
+        return {k: out[i] for i, k in enumerate(STATS)}
+
+
+__all__ = ["BACKENDS", "NativeDataPlane", "build", "build_all", "lib_path"]

@@ -1,0 +1,150 @@
+"""A three-namespace lab for one NAT gateway: a hypervisor stand-in, the gateway host, and an external server.
+
+    client (kernel VXLAN, VNI 1001, "VM" 10.0.1.5) --veth-- gateway (VTEP 172.30.0.1) --veth-- server 198.51.100.1
+
+The client's kernel VXLAN device plays the vSwitch: it sends the VM's packets to the gateway's VTEP with the VPC's
+VNI and router MAC, exactly as OVS does. The gateway is either a tianji instance (standalone, from a config file,
+with the fast path under test) or the Linux kernel doing the same work (VXLAN decapsulation, then SNAT to the EIP
+with nftables): the baseline. Both see the same packets. Used by bench/gateway.py and the data-plane tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VNI = 1001
+VM_IP, VM_MAC = "10.0.1.5", "02:00:00:00:01:05"
+ROUTER_IP, ROUTER_MAC = "10.0.1.1", "02:00:00:00:01:01"
+CLIENT_VTEP, GW_VTEP = "172.30.0.2", "172.30.0.1"
+SERVER_IP, EIP = "198.51.100.1", "203.0.113.1"
+TIANJI = str(Path(sys.executable).with_name("tianji"))
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+class GatewayLab:
+    def __init__(self, prefix: str = "tjgl") -> None:
+        self.client, self.gw, self.server = (f"{prefix}c", f"{prefix}g", f"{prefix}s")
+        self.proc: subprocess.Popen | None = None
+        self.dir = Path(f"/run/tianji-lab/{prefix}")
+        self.kind = ""
+
+    # --- plumbing ----------------------------------------------------------------------------------------------
+    def up(self, kind: str, fastpath: str = "auto") -> GatewayLab:
+        """kind: 'kernel' (the nftables baseline) or 'tianji' (a gateway instance with `fastpath`)."""
+        self.kind = kind
+        self.down()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for n in (self.client, self.gw, self.server):
+            sh("ip", "netns", "add", n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        sh("ip", "link", "add", "ul0", "netns", self.client, "type", "veth", "peer", "name", "ul0", "netns", self.gw)
+        sh("ip", "link", "add", "ext0", "netns", self.gw, "type", "veth", "peer", "name", "eth0", "netns",
+           self.server)
+        for ns, dev, addr in ((self.client, "ul0", f"{CLIENT_VTEP}/24"), (self.gw, "ul0", f"{GW_VTEP}/24"),
+                              (self.server, "eth0", f"{SERVER_IP}/24")):
+            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+        for ns, dev in ((self.client, "ul0"), (self.gw, "ul0"), (self.gw, "ext0"), (self.server, "eth0")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            # full checksums on the wire: a packet socket or XDP cannot complete a veth's partial checksum
+            sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", check=False)
+        # the "hypervisor": a kernel VXLAN device with the VM's address, the VPC router's MAC as its gateway
+        sh("ip", "-n", self.client, "link", "add", "vx0", "address", VM_MAC, "type", "vxlan", "id", str(VNI),
+           "local", CLIENT_VTEP, "remote", GW_VTEP, "dstport", "4789", "nolearning")
+        sh("ip", "-n", self.client, "addr", "add", f"{VM_IP}/24", "dev", "vx0")
+        sh("ip", "-n", self.client, "link", "set", "vx0", "up")
+        sh("ip", "-n", self.client, "neigh", "replace", ROUTER_IP, "lladdr", ROUTER_MAC, "dev", "vx0", "nud",
+           "permanent")
+        sh("ip", "-n", self.client, "route", "add", "default", "via", ROUTER_IP)
+        sh("ip", "-n", self.server, "route", "add", "203.0.113.0/24", "dev", "eth0")  # EIPs are on-link
+        if kind == "kernel":
+            self._kernel_gateway()
+        else:
+            self._tianji_gateway(fastpath)
+        return self
+
+    def _kernel_gateway(self) -> None:
+        g = self.gw
+        sh("ip", "-n", g, "link", "add", "vx0", "address", ROUTER_MAC, "type", "vxlan", "id", str(VNI), "local",
+           GW_VTEP, "remote", CLIENT_VTEP, "dstport", "4789", "nolearning")
+        sh("ip", "-n", g, "addr", "add", f"{ROUTER_IP}/24", "dev", "vx0")
+        sh("ip", "-n", g, "link", "set", "vx0", "up")
+        sh("ip", "-n", g, "neigh", "replace", VM_IP, "lladdr", VM_MAC, "dev", "vx0", "nud", "permanent")
+        sh("ip", "-n", g, "addr", "add", f"{EIP}/32", "dev", "ext0")  # the kernel answers ARP for the EIP
+        sh("ip", "-n", g, "route", "add", "198.51.100.0/24", "dev", "ext0", "src", EIP)  # on-link, as for tianji
+        sh("ip", "netns", "exec", g, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for rule in ("add table ip nat", "add chain ip nat post { type nat hook postrouting priority 100 ; }",
+                     f'add rule ip nat post oifname "ext0" snat to {EIP}'):
+            sh("ip", "netns", "exec", g, "nft", rule)
+
+    def config(self) -> dict:
+        ep = {"port_id": "p1", "vpc_id": "v1", "vni": VNI, "ip": VM_IP, "mac": VM_MAC, "host": "hv",
+              "vtep_ip": CLIENT_VTEP}
+        return {"name": "lab", "revision": 1, "vtep_ip": GW_VTEP, "eips": [EIP], "endpoints": [ep],
+                "vpcs": [{"id": "v1", "vni": VNI, "router_mac": ROUTER_MAC,
+                          "snat": [{"cidr": "10.0.0.0/8", "eips": [EIP]}]}],
+                "vteps": [{"host": "hv", "ip": CLIENT_VTEP}]}
+
+    def _tianji_gateway(self, fastpath: str) -> None:
+        cfg = self.dir / "config.json"
+        cfg.write_text(json.dumps(self.config()))
+        self.log = self.dir / "gateway.log"
+        cmd = ["ip", "netns", "exec", self.gw, TIANJI, "gateway", "run", "--name", "lab", "--underlay-if", "ul0",
+               "--vtep-ip", f"{GW_VTEP}/24", "--external-if", "ext0", "--fastpath", fastpath, "--config-file",
+               str(cfg), "--state-dir", str(self.dir)]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st = self.status()
+            if st.get("revision") == 1:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"lab gateway did not start; log:\n{self.log.read_text()[-2000:]}")
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.dir / "gateway-lab.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def down(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(5)
+        self.proc = None
+        (self.dir / "gateway-lab.json").unlink(missing_ok=True)
+        for n in (self.client, self.gw, self.server):
+            sh("ip", "netns", "del", n, check=False)
+
+    def __enter__(self) -> GatewayLab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # --- traffic -----------------------------------------------------------------------------------------------
+    def exec(self, ns: str, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode:
+            raise RuntimeError(f"{ns}: {' '.join(cmd)}: {r.stdout.strip()} {r.stderr.strip()}")
+        return r
+
+
+__all__ = ["EIP", "GatewayLab", "SERVER_IP", "VM_IP", "VNI"]
