@@ -3,12 +3,13 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping iperf3 tcpdump python3-venv python3-dev nftables \
-            gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl postgresql-client procps
+            gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl postgresql-client procps \
+            libdpdk-dev libxdp-dev libbpf-dev
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup apt venv demo test test-unit test-api test-integration lint bench clean
+.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway clean
 
-setup: apt venv
+setup: apt venv native
 
 apt:
 	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
@@ -24,8 +25,11 @@ $(VENV_STAMP): pyproject.toml
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	@$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 	@$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
-	@$(PY) -c "from nfv_gateways.fastpath import build; print('==> NAT fast path built:', build(force=True))"
 	@$(PY) -c "import controller, fastapi, os_ken, pyroute2, scapy" && touch $@
+
+# the gateway's native code, compiled on this machine (never shipped prebuilt); quick when up to date
+native: venv
+	@$(PY) -m nfv_gateways.build
 
 demo: setup
 	@$(PY) -m topologies.demo $(DEMO_ARGS)
@@ -41,6 +45,9 @@ lint: setup
 
 bench: setup
 	@$(PY) bench/control_plane.py
+
+bench-gateway: setup
+	@$(PY) bench/gateway.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

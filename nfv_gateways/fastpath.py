@@ -1,7 +1,8 @@
 """The native NAT fast path (nfv_gateways/native/nat_fp.c) behind ctypes, with the Python reference as its slow path.
 
-`FastNat` has NatTable's interface. Established mappings are translated in C; on a miss (new flow, new peer, TCP
-state change, static EIP, DNAT, ICMP error, anything malformed) the packet goes to the Python reference, which
+`FastNat` has NatTable's interface. Established mappings are translated in C (TCP handshake and teardown
+included: C keeps the established/closing bits, merged back here); on a miss (new flow, new peer, static EIP,
+DNAT, ICMP error, hairpin, anything malformed) the packet goes to the Python reference, which
 decides exactly as it would alone, and the resulting mapping is pushed into the C table. New flows therefore cost
 one Python call each (tens of microseconds); established ones never reach Python.
 
@@ -57,7 +58,10 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.nat_destroy.argtypes = [ptr]
     for f in (lib.nat_set_special, lib.nat_set_served):
         f.argtypes = [ptr, ctypes.POINTER(u32), u32]
-    lib.nat_put.argtypes = [ptr, u32, u32, u16, u8, u32, u16, u8, ctypes.POINTER(u32), ctypes.POINTER(u16), u8, dbl]
+    lib.nat_put.argtypes = [ptr, u32, u32, u16, u8, u32, u16, u8, u8, ctypes.POINTER(u32), ctypes.POINTER(u16), u8,
+                            dbl]
+    lib.nat_state.argtypes = [ptr, u32, u32, u16, u8, ctypes.POINTER(u8)]
+    lib.nat_state.restype = dbl
     lib.nat_del.argtypes = [ptr, u32, u32, u16, u8]
     lib.nat_last.argtypes = [ptr, u32, u32, u16, u8]
     lib.nat_last.restype = dbl
@@ -115,8 +119,8 @@ class FastNat:
         peers = sorted(m.peers)[:MAX_PEERS]
         ips = (ctypes.c_uint32 * MAX_PEERS)(*[p[0] for p in peers])
         ports = (ctypes.c_uint16 * MAX_PEERS)(*[p[1] for p in peers])
-        self.lib.nat_put(self.h, m.vni, m.ip, m.port, m.proto, m.eip, m.eport, int(m.tcp_established), ips, ports,
-                         len(peers), m.last)
+        self.lib.nat_put(self.h, m.vni, m.ip, m.port, m.proto, m.eip, m.eport, int(m.tcp_established),
+                         int(m.tcp_closing), ips, ports, len(peers), m.last)
 
     def sync(self) -> None:
         """Pull the last-seen times the fast path kept back into the reference (before expiry, for stats)."""
@@ -157,10 +161,15 @@ class FastNat:
         return v
 
     def sync_one(self, key: tuple[int, int, int, int] | None) -> None:
+        """Merge what the fast path saw into the reference: last-seen time, TCP established/closing (monotonic)."""
         if key is not None and (m := self.ref.by_inside.get(key)) is not None:
-            last = self.lib.nat_last(self.h, *key)
+            bits = ctypes.c_uint8()
+            last = self.lib.nat_state(self.h, *key, ctypes.byref(bits))
             if last > m.last:
                 m.last = last
+            if last >= 0:
+                m.tcp_established |= bool(bits.value & 1)
+                m.tcp_closing |= bool(bits.value & 2)
 
     def stats(self) -> dict[str, int]:
         out = (ctypes.c_uint64 * 3)()

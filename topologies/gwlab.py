@@ -83,6 +83,9 @@ class GatewayLab:
         sh("ip", "-n", g, "addr", "add", f"{EIP}/32", "dev", "ext0")  # the kernel answers ARP for the EIP
         sh("ip", "-n", g, "route", "add", "198.51.100.0/24", "dev", "ext0", "src", EIP)  # on-link, as for tianji
         sh("ip", "netns", "exec", g, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        # RPS: the kernel forwards on its own core, as the gateway's loop does, instead of in the sender's softirq
+        cpu = max(os.sched_getaffinity(0))
+        sh("ip", "netns", "exec", g, "sh", "-c", f"echo {1 << cpu:x} > /sys/class/net/ul0/queues/rx-0/rps_cpus")
         for rule in ("add table ip nat", "add chain ip nat post { type nat hook postrouting priority 100 ; }",
                      f'add rule ip nat post oifname "ext0" snat to {EIP}'):
             sh("ip", "netns", "exec", g, "nft", rule)

@@ -1,9 +1,10 @@
 /* Tianji NAT fast path: translates packets of established mappings, byte for byte as nfv_gateways/nat.py does.
  *
  * Python owns everything else: it creates mappings (the slow path), pushes them here, expires them, and reads
- * back the last-seen times. Anything this code is not sure about (no mapping, new peer, TCP FIN/RST, first ACK,
- * hairpin, static EIPs, DNAT, ICMP errors, fragments, malformed headers) returns NAT_MISS so Python decides:
- * the fast path never disagrees with the reference, it only declines.
+ * back the last-seen times and TCP state (established, closing: both only ever go from 0 to 1, so merging the two
+ * views is an OR). Anything this code is not sure about (no mapping, new peer, hairpin, static EIPs, DNAT, ICMP
+ * errors, fragments, malformed headers) returns NAT_MISS so Python decides: the fast path never disagrees with the
+ * reference, it only declines.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@
 typedef struct {
     uint32_t vni, ip, eip;
     uint16_t port, eport;
-    uint8_t proto, used, established, npeers;
+    uint8_t proto, used, established, closing, npeers;
     uint32_t peer_ip[MAX_PEERS];
     uint16_t peer_port[MAX_PEERS];
     double last;
@@ -104,29 +105,6 @@ static int32_t find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto) {
 }
 
 /* Insert or update a mapping (Python's view of it). Returns 0, or -1 when the table is full. */
-static int put_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
-            uint8_t established, const uint32_t *peer_ip, const uint16_t *peer_port, uint8_t npeers, double last) {
-    int32_t idx = find_in(n, vni, ip, port, proto);
-    uint32_t m = n->cap - 1;
-    if (idx < 0) {
-        uint32_t i = h_in(vni, ip, port, proto) & m;
-        for (uint32_t k = 0; k < n->cap; k++, i = (i + 1) & m)
-            if (n->slots[i].used != 1) { idx = (int32_t)i; break; }
-        if (idx < 0) return -1;
-        uint32_t j = h_out(eip, eport, proto) & m;
-        int placed = 0;
-        for (uint32_t k = 0; k < n->cap; k++, j = (j + 1) & m)
-            if (n->out_index[j] < 0) { n->out_index[j] = idx; placed = 1; break; }
-        if (!placed) return -1;
-    }
-    mapping_t *s = &n->slots[idx];
-    s->vni = vni; s->ip = ip; s->port = port; s->proto = proto; s->eip = eip; s->eport = eport;
-    s->established = established; s->used = 1; s->last = last;
-    s->npeers = npeers > MAX_PEERS ? MAX_PEERS : npeers;
-    for (uint8_t p = 0; p < s->npeers; p++) { s->peer_ip[p] = peer_ip[p]; s->peer_port[p] = peer_port[p]; }
-    return 0;
-}
-
 static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     int32_t idx = find_in(n, vni, ip, port, proto);
     if (idx < 0) return -1;
@@ -138,14 +116,58 @@ static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t prot
     return 0;
 }
 
+static int put_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
+                uint8_t established, uint8_t closing, const uint32_t *peer_ip, const uint16_t *peer_port,
+                uint8_t npeers, double last) {
+    int32_t idx = find_in(n, vni, ip, port, proto);
+    uint32_t m = n->cap - 1;
+    if (idx >= 0 && (n->slots[idx].eip != eip || n->slots[idx].eport != eport)) {
+        del_(n, vni, ip, port, proto);  /* a different mapping under the same inside key: start clean */
+        idx = -1;
+    }
+    if (idx < 0) {
+        uint32_t i = h_in(vni, ip, port, proto) & m;
+        for (uint32_t k = 0; k < n->cap; k++, i = (i + 1) & m)
+            if (n->slots[i].used != 1) { idx = (int32_t)i; break; }
+        if (idx < 0) return -1;
+        uint32_t j = h_out(eip, eport, proto) & m;
+        int placed = 0;
+        for (uint32_t k = 0; k < n->cap; k++, j = (j + 1) & m)
+            if (n->out_index[j] < 0) { n->out_index[j] = idx; placed = 1; break; }
+        if (!placed) return -1;
+        n->slots[idx].established = n->slots[idx].closing = 0;
+        n->slots[idx].last = 0;
+    }
+    mapping_t *s = &n->slots[idx];
+    /* the loop may have moved this mapping on since Python last looked: merge, never step back */
+    s->established |= established; s->closing |= closing;
+    if (last > s->last) s->last = last;
+    s->vni = vni; s->ip = ip; s->port = port; s->proto = proto; s->eip = eip; s->eport = eport; s->used = 1;
+    s->npeers = npeers > MAX_PEERS ? MAX_PEERS : npeers;
+    for (uint8_t p = 0; p < s->npeers; p++) { s->peer_ip[p] = peer_ip[p]; s->peer_port[p] = peer_port[p]; }
+    return 0;
+}
+
 static double last_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     int32_t idx = find_in(n, vni, ip, port, proto);
     return idx < 0 ? -1.0 : n->slots[idx].last;
 }
 
+/* last-seen time and TCP state bits (1 established, 2 closing); -1.0 when there is no such mapping */
+static double state_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint8_t *bits) {
+    int32_t idx = find_in(n, vni, ip, port, proto);
+    if (idx < 0) return -1.0;
+    *bits = (uint8_t)(n->slots[idx].established | n->slots[idx].closing << 1);
+    return n->slots[idx].last;
+}
+
 int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
-            uint8_t established, const uint32_t *peer_ip, const uint16_t *peer_port, uint8_t npeers, double last) {
-    LOCKED(n, put_(n, vni, ip, port, proto, eip, eport, established, peer_ip, peer_port, npeers, last));
+            uint8_t established, uint8_t closing, const uint32_t *peer_ip, const uint16_t *peer_port, uint8_t npeers,
+            double last) {
+    LOCKED(n, put_(n, vni, ip, port, proto, eip, eport, established, closing, peer_ip, peer_port, npeers, last));
+}
+double nat_state(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint8_t *bits) {
+    LOCKED(n, state_(n, vni, ip, port, proto, bits));
 }
 int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) { LOCKED(n, del_(n, vni, ip, port, proto)); }
 double nat_last(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) { LOCKED(n, last_(n, vni, ip, port, proto)); }
@@ -231,7 +253,6 @@ static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
 static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
     if (!parse(b, len, &ip) || ip.frag || !ports(b, &ip, &sp, &dp, &it)) goto miss;
-    if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) goto miss;               /* FIN/RST: Python tracks state */
     if (in_list(n->served, n->nserved, ip.dst)) goto miss;                   /* hairpin */
     int32_t idx = find_in(n, vni, ip.src, sp, ip.proto);
     if (idx < 0) goto miss;
@@ -239,6 +260,7 @@ static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double no
     if (in_list(n->special, n->nspecial, s->eip)) goto miss;
     if (!has_peer(s, ip.dst, ip.proto == 1 ? 0 : dp)) goto miss;            /* Python records new peers */
     s->last = now;
+    if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) s->closing = 1;             /* FIN/RST */
     rewrite_addr(b, &ip, 1, s->eip);
     rewrite_port(b, &ip, 1, s->eport);
     n->hits_out++;
@@ -253,16 +275,16 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
     if (!parse(b, len, &ip) || ip.frag) goto miss;
     if (!in_list(n->served, n->nserved, ip.dst) || in_list(n->special, n->nspecial, ip.dst)) goto miss;
     if (!ports(b, &ip, &sp, &dp, &it) || (ip.proto == 1 && it != 0)) goto miss;  /* echo replies only */
-    if (ip.proto == 6) {
-        uint8_t fl = b[ip.l4 + 13];
-        if (fl & 0x05) goto miss;
-    }
     int32_t idx = find_out(n, ip.dst, dp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];
     if (!has_peer(s, ip.src, ip.proto == 1 ? 0 : sp)) goto miss;
-    if (ip.proto == 6 && !s->established && (b[ip.l4 + 13] & 0x10)) goto miss; /* first ACK: Python marks it */
     s->last = now;
+    if (ip.proto == 6) {
+        uint8_t fl = b[ip.l4 + 13];
+        if (fl & 0x05) s->closing = 1;
+        else if (fl & 0x10) s->established = 1;
+    }
     rewrite_addr(b, &ip, 0, s->ip);
     if (ip.proto == 1) rewrite_port(b, &ip, 1, s->port); else rewrite_port(b, &ip, 0, s->port);
     *out_vni = s->vni; *out_ip = s->ip;

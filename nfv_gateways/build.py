@@ -1,0 +1,24 @@
+"""`python -m nfv_gateways.build`: compile the gateway's native code for this machine (run by `make setup`).
+
+The NAT engine alone (_nat_fp.so) and one data-plane library per packet-I/O backend this machine supports.
+A backend whose development files are missing is reported, not fatal: `--fastpath auto` uses what was built.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nfv_gateways import dataplane, fastpath
+
+
+def main() -> int:
+    print(f"==> NAT fast path: {fastpath.build()}")
+    failed = False
+    for backend, result in dataplane.build_all().items():
+        print(f"==> gateway data plane {backend:<6} {result}")
+        failed |= result.startswith("unavailable") and backend == "packet"
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
