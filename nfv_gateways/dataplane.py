@@ -95,6 +95,9 @@ def load(backend: str) -> ctypes.CDLL:
     lib.dp_stats.argtypes = [ptr, ctypes.POINTER(ctypes.c_uint64)]
     lib.dp_nstats.restype = u32
     lib.dp_backends.restype = ctypes.c_char_p
+    lib.dp_mem_push.argtypes = [ptr, u8, ctypes.c_char_p, u32]
+    lib.dp_mem_pop.argtypes = [ptr, ctypes.c_void_p, p32, ctypes.POINTER(u8), u32]
+    lib.dp_poll.argtypes = [ptr]
     return lib
 
 
@@ -118,7 +121,7 @@ class NativeDataPlane:
     def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes, vtep: int,
                  config: NatConfig | None = None, capacity_pow2: int = 1 << 18) -> None:
         self.backend = backend
-        self.lib = load(backend)
+        self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
         self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
         self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
         if not self.h:
@@ -172,6 +175,19 @@ class NativeDataPlane:
         n = self.lib.dp_punt(self.h, self._bufs, self._lens, self._ports, 64, timeout_ms)
         raw = self._bufs.raw
         return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(n)]
+
+    # --- the memory backend (tests): push frames in, run one poll, pull what was transmitted ---------------------
+    def mem_push(self, port: int, frame: bytes) -> None:
+        if self.lib.dp_mem_push(self.h, port, frame, len(frame)) != 0:
+            raise ValueError("mem backend: queue full, frame too long or not the mem backend")
+
+    def poll(self) -> int:
+        return self.lib.dp_poll(self.h)
+
+    def mem_pop(self) -> list[tuple[int, bytes]]:
+        n = self.lib.dp_mem_pop(self.h, self._bufs, self._lens, self._ports, 64)
+        raw = self._bufs.raw
+        return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(max(n, 0))]
 
     def inject(self, port: int, frame: bytes) -> bool:
         return self.lib.dp_inject(self.h, port, frame, len(frame)) == 0

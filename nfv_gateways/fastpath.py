@@ -56,8 +56,9 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.nat_create.restype = ptr
     lib.nat_create.argtypes = [u32]
     lib.nat_destroy.argtypes = [ptr]
-    for f in (lib.nat_set_special, lib.nat_set_served):
-        f.argtypes = [ptr, ctypes.POINTER(u32), u32]
+    lib.nat_set_served.argtypes = [ptr, ctypes.POINTER(u32), u32]
+    p32, p16, p8 = ctypes.POINTER(u32), ctypes.POINTER(u16), ctypes.POINTER(u8)
+    lib.nat_set_rules.argtypes = [ptr, p32, p32, p32, u32, p32, p16, p8, p32, p32, p16, u32]
     lib.nat_put.argtypes = [ptr, u32, u32, u16, u8, u32, u16, u8, u8, ctypes.POINTER(u32), ctypes.POINTER(u16), u8,
                             dbl]
     lib.nat_state.argtypes = [ptr, u32, u32, u16, u8, ctypes.POINTER(u8)]
@@ -100,10 +101,22 @@ class FastNat:
         return +c
 
     def _push_config(self) -> None:
-        special = sorted(set(self.ref.static_out) | {k[0] for k in self.ref.dnat})
         served = sorted(self.ref.served)
-        self.lib.nat_set_special(self.h, (ctypes.c_uint32 * len(special))(*special), len(special))
         self.lib.nat_set_served(self.h, (ctypes.c_uint32 * len(served))(*served), len(served))
+        st = self.ref.config.static
+        dn = self.ref.config.dnat  # (eip, proto, ext port, vni, ip, port)
+
+        def arr(ctype: type, values: list[int]) -> ctypes.Array:
+            return (ctype * max(len(values), 1))(*values)
+
+        u32, u16, u8 = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8
+        r = self.lib.nat_set_rules(self.h, arr(u32, [s[0] for s in st]), arr(u32, [s[1] for s in st]),
+                                   arr(u32, [s[2] for s in st]), len(st), arr(u32, [d[0] for d in dn]),
+                                   arr(u16, [d[2] for d in dn]), arr(u8, [d[1] for d in dn]),
+                                   arr(u32, [d[3] for d in dn]), arr(u32, [d[4] for d in dn]),
+                                   arr(u16, [d[5] for d in dn]), len(dn))
+        if r != 0:
+            raise FastPathUnavailable("nat_set_rules failed (out of memory)")
 
     def update_config(self, config: NatConfig) -> None:
         before = set(self.ref.by_inside)

@@ -50,9 +50,21 @@ def mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
+def mix64(x: int) -> int:
+    """gw_dp.c's mix(): the 64-bit finaliser of MurmurHash3, truncated to 32 bits."""
+    m = (1 << 64) - 1
+    x ^= x >> 33
+    x = x * 0xFF51AFD7ED558CCD & m
+    x ^= x >> 33
+    x = x * 0xC4CEB9FE1A85EC53 & m
+    x ^= x >> 33
+    return x & 0xFFFFFFFF
+
+
 def vxlan_ip_udp(src: int, dst: int, inner_ip: bytes, vxlan: bytes) -> bytes:
     """Outer IPv4 + UDP for a VXLAN payload, as the C data plane writes it (source port from the inner flow)."""
-    sport = 49152 | (hash(inner_ip[12:20] + inner_ip[9:10]) & 0x3FFF)
+    a, b = int.from_bytes(inner_ip[12:16], "big"), int.from_bytes(inner_ip[16:20], "big")
+    sport = 49152 | (mix64(a ^ b ^ inner_ip[9] << 32) & 0x3FFF)
     udp = struct.pack("!HHHH", sport, VXLAN_PORT, 8 + len(vxlan), 0)
     hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(vxlan), 0, 0x4000, 64, 17, 0,
                                 src.to_bytes(4, "big"), dst.to_bytes(4, "big")))
@@ -80,10 +92,11 @@ class GatewayOptions:
     state_dir: Path = field(default_factory=lambda: Path("/run/tianji"))
     metrics_port: int = 9477  # Prometheus text on 127.0.0.1 (in the gateway host's namespace)
     config_file: Path | None = None  # standalone: a fixed GatewayConfig instead of the controller (benchmarks, labs)
+    macs: tuple[str, str] | None = None  # (underlay, external) instead of reading the interfaces (tests)
 
 
 class Gateway:
-    def __init__(self, o: GatewayOptions) -> None:
+    def __init__(self, o: GatewayOptions, dataplane: object = None) -> None:
         self.o = o
         self.vtep = str(ipaddress.IPv4Interface(o.vtep_ip if "/" in o.vtep_ip else f"{o.vtep_ip}/24").ip)
         self.cfg: GatewayConfig | None = None
@@ -95,12 +108,16 @@ class Gateway:
         self.arp: dict[int, dict[int, bytes]] = {UL: {}, EXT: {}}
         self.pending: dict[int, dict[int, list[bytes]]] = {UL: defaultdict(list), EXT: defaultdict(list)}
         self.lock = threading.Lock()
-        self.mac = {UL: mac_bytes(Path(f"/sys/class/net/{o.underlay_if}/address").read_text().strip()),
-                    EXT: mac_bytes(Path(f"/sys/class/net/{o.external_if}/address").read_text().strip())}
+        macs = o.macs or tuple(Path(f"/sys/class/net/{i}/address").read_text().strip()
+                               for i in (o.underlay_if, o.external_if))
+        self.mac = {UL: mac_bytes(macs[0]), EXT: mac_bytes(macs[1])}
         self.ext_mac = self.mac[EXT]
         self.vtep_int = ip2int(self.vtep)
-        self.dp = None
-        self.table, self.fastpath = self._make_table(NatConfig())
+        self.dp = dataplane  # given: a data plane built by the caller (tests); else chosen by --fastpath
+        if dataplane is not None:
+            self.table, self.fastpath = dataplane.nat, dataplane.backend
+        else:
+            self.table, self.fastpath = self._make_table(NatConfig())
 
     def _make_table(self, config: NatConfig):  # noqa: ANN202
         fp = self.o.fastpath
@@ -224,17 +241,19 @@ class Gateway:
         """What the native data plane did not decide: ARP, new flows, hairpin, ICMP errors, unknown neighbours."""
         while True:
             for port, frame in self.dp.punt(100):
-                try:
-                    if port == UL:
-                        self.from_underlay(frame)
-                    elif port == EXT:
-                        self.from_external(frame)
-                    elif port == PUNT_TRANSLATED:  # translated by the data plane, VNI and inside IP in the MAC fields
-                        self.to_tenant(int.from_bytes(frame[0:4], "big"), int.from_bytes(frame[4:8], "big"),
-                                       frame[14:])
-                except Exception as e:  # noqa: BLE001 - a malformed packet never takes the gateway down
-                    self.counters["drop_error"] += 1
-                    log.debug("punted packet: %s", e)
+                self.handle_punt(port, frame)
+
+    def handle_punt(self, port: int, frame: bytes) -> None:
+        try:
+            if port == UL:
+                self.from_underlay(frame)
+            elif port == EXT:
+                self.from_external(frame)
+            elif port == PUNT_TRANSLATED:  # translated by the data plane, VNI and inside IP in the MAC fields
+                self.to_tenant(int.from_bytes(frame[0:4], "big"), int.from_bytes(frame[4:8], "big"), frame[14:])
+        except Exception as e:  # noqa: BLE001 - a malformed packet never takes the gateway down
+            self.counters["drop_error"] += 1
+            log.debug("punted packet: %s", e)
 
     def from_underlay(self, frame: bytes) -> None:
         """An underlay frame in native mode: ARP for our VTEP, or VXLAN the data plane left to Python."""

@@ -339,6 +339,48 @@ static int packet_open(dp_t *dp, const char *ul, const char *ext) {
     return 0;
 }
 
+/* --- memory backend: frames pushed and pulled by the caller, one poll at a time (tests: no interfaces, no
+ * threads, deterministic). Built into every library. --------------------------------------------------------- */
+typedef struct {
+    uint8_t buf[2][BURST][HEADROOM + SLOT];
+    uint32_t len[2][BURST], n[2];
+    ring_t out;
+} mem_t;
+
+static int mem_rx(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t max) {
+    mem_t *s = dp->bs;
+    uint32_t n = s->n[port] < max ? s->n[port] : max;
+    for (uint32_t i = 0; i < n; i++) { data[i] = s->buf[port][i] + HEADROOM; len[i] = s->len[port][i]; }
+    return (int)n;
+}
+static int mem_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint32_t n) {
+    mem_t *s = dp->bs;
+    uint32_t i = 0;
+    for (; i < n; i++) if (ring_push(&s->out, (uint8_t)port, data[i], len[i])) break;
+    return (int)i;
+}
+static void mem_rx_done(dp_t *dp, int port, uint32_t n) { ((mem_t *)dp->bs)->n[port] -= n; }
+static void mem_idle(dp_t *dp) { (void)dp; }
+static void mem_close(dp_t *dp) { free(((mem_t *)dp->bs)->out.slots); free(dp->bs); }
+static const backend_t MEM = {mem_rx, mem_tx, mem_rx_done, mem_idle, mem_close};
+
+static int mem_open(dp_t *dp) {
+    mem_t *s = calloc(1, sizeof(mem_t));
+    if (!s || ring_init(&s->out)) return -1;
+    dp->bs = s; dp->be = &MEM;
+    return 0;
+}
+
+int dp_mem_push(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len) {
+    mem_t *s = dp->bs;
+    if (dp->be != &MEM || port > 1 || len > SLOT || s->n[port] >= BURST) return -1;
+    memcpy(s->buf[port][s->n[port]] + HEADROOM, data, len);
+    s->len[port][s->n[port]++] = len;
+    return 0;
+}
+
+int dp_poll(dp_t *dp) { return poll_once(dp); }
+
 #ifdef TJ_XDP
 /* --- AF_XDP backend through libxdp ---------------------------------------------------------------------- */
 #include <linux/if_link.h>
@@ -578,6 +620,7 @@ const char *dp_error(dp_t *dp) { return dp->err; }
 int dp_open(dp_t *dp, const char *backend, const char *ul, const char *ext, const char *arg) {
     (void)arg;
     if (!strcmp(backend, "packet")) return packet_open(dp, ul, ext);
+    if (!strcmp(backend, "mem")) return mem_open(dp);
 #ifdef TJ_XDP
     if (!strcmp(backend, "xdp")) return xdp_open(dp, ul, ext);
 #endif
@@ -629,6 +672,22 @@ int dp_punt(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t ma
         pthread_cond_timedwait(&r->cv, &r->mu, &t);
     }
     uint32_t n = 0;
+    while (r->head != r->tail && n < max) {
+        slot_t *s = &r->slots[r->head % RING];
+        memcpy(bufs + (size_t)n * SLOT, s->data, s->len);
+        lens[n] = s->len; ports[n] = s->port;
+        r->head++; n++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return (int)n;
+}
+
+/* memory backend: what the loop transmitted, oldest first (same layout as dp_punt) */
+int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max) {
+    if (dp->be != &MEM) return -1;
+    ring_t *r = &((mem_t *)dp->bs)->out;
+    uint32_t n = 0;
+    pthread_mutex_lock(&r->mu);
     while (r->head != r->tail && n < max) {
         slot_t *s = &r->slots[r->head % RING];
         memcpy(bufs + (size_t)n * SLOT, s->data, s->len);

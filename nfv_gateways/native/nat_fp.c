@@ -2,9 +2,9 @@
  *
  * Python owns everything else: it creates mappings (the slow path), pushes them here, expires them, and reads
  * back the last-seen times and TCP state (established, closing: both only ever go from 0 to 1, so merging the two
- * views is an OR). Anything this code is not sure about (no mapping, new peer, hairpin, static EIPs, DNAT, ICMP
- * errors, fragments, malformed headers) returns NAT_MISS so Python decides: the fast path never disagrees with the
- * reference, it only declines.
+ * views is an OR). 1:1 EIPs are translated here too. Anything this code is not sure about (no mapping, new peer,
+ * hairpin, DNAT'd ports and their targets, ICMP errors, fragments, malformed headers) returns NAT_MISS so Python
+ * decides: the fast path never disagrees with the reference, it only declines.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -29,8 +29,11 @@ typedef struct {
     uint32_t cap;            /* power of two */
     mapping_t *slots;        /* open addressing on the inside key */
     int32_t *out_index;      /* open addressing on the outside key -> slot, -1 empty, -2 deleted */
-    uint32_t *special;       /* EIPs the fast path must leave to Python (static, DNAT) */
-    uint32_t nspecial;
+    uint64_t *st_in, *st_out;   /* 1:1 EIPs, sorted: (vni << 32 | ip) << 0 -> eip, eip -> (vni, ip) */
+    uint64_t *st_in_val, *st_out_val;
+    uint32_t nstatic;
+    uint64_t *dnat_in, *dnat_out;  /* sorted keys of DNAT'd (eip, port, proto) and of their targets: Python's */
+    uint32_t ndnat;
     uint32_t *served;
     uint32_t nserved;
     uint64_t hits_out, hits_in, misses;
@@ -62,7 +65,9 @@ nat_t *nat_create(uint32_t cap_pow2) {
 
 void nat_destroy(nat_t *n) {
     if (!n) return;
-    free(n->slots); free(n->out_index); free(n->special); free(n->served); free(n);
+    free(n->slots); free(n->out_index); free(n->served);
+    free(n->st_in); free(n->st_out); free(n->st_in_val); free(n->st_out_val); free(n->dnat_in); free(n->dnat_out);
+    free(n);
 }
 
 static int set_list(uint32_t **dst, uint32_t *count, const uint32_t *src, uint32_t len) {
@@ -73,7 +78,66 @@ static int set_list(uint32_t **dst, uint32_t *count, const uint32_t *src, uint32
     return 0;
 }
 #define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)
-int nat_set_special(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->special, &n->nspecial, eips, len)); }
+
+/* --- sorted u64 keys (rules change rarely; lookups are per packet) ------------------------------------------ */
+static int cmp_pair(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+static int64_t find_key(const uint64_t *keys, uint32_t n, uint64_t k) {
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (keys[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    return lo < n && keys[lo] == k ? (int64_t)lo : -1;
+}
+/* (key, value) pairs sorted by key into separate arrays */
+static int sorted_pairs(uint64_t **keys, uint64_t **vals, uint64_t *pairs, uint32_t n) {
+    qsort(pairs, n, 16, cmp_pair);
+    uint64_t *k = malloc(8 * (size_t)(n ? n : 1)), *v = malloc(8 * (size_t)(n ? n : 1));
+    if (!k || !v) { free(k); free(v); return -1; }
+    for (uint32_t i = 0; i < n; i++) { k[i] = pairs[2 * i]; v[i] = pairs[2 * i + 1]; }
+    free(*keys); free(*vals); *keys = k; *vals = v;
+    return 0;
+}
+static uint64_t dnat_out_key(uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
+    /* a hash: a collision only sends a packet to Python, never translates it wrongly */
+    return mix(((uint64_t)vni << 40) ^ ((uint64_t)ip << 8) ^ ((uint64_t)port << 24) ^ proto) |
+           (uint64_t)mix((uint64_t)ip << 16 | port) << 32;
+}
+
+static int set_rules_(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const uint32_t *st_eip, uint32_t nst,
+                      const uint32_t *d_eip, const uint16_t *d_port, const uint8_t *d_proto, const uint32_t *d_vni,
+                      const uint32_t *d_ip, const uint16_t *d_iport, uint32_t nd) {
+    uint32_t m = nst > nd ? nst : nd;
+    uint64_t *pairs = malloc(16 * (size_t)(m ? m : 1));
+    if (!pairs) return -1;
+    for (uint32_t i = 0; i < nst; i++) { pairs[2 * i] = (uint64_t)st_vni[i] << 32 | st_ip[i]; pairs[2 * i + 1] = st_eip[i]; }
+    if (sorted_pairs(&n->st_in, &n->st_in_val, pairs, nst)) goto fail;
+    for (uint32_t i = 0; i < nst; i++) { pairs[2 * i] = st_eip[i]; pairs[2 * i + 1] = (uint64_t)st_vni[i] << 32 | st_ip[i]; }
+    if (sorted_pairs(&n->st_out, &n->st_out_val, pairs, nst)) goto fail;
+    n->nstatic = nst;
+    uint64_t *din = malloc(8 * (size_t)(nd ? nd : 1)), *dout = malloc(8 * (size_t)(nd ? nd : 1));
+    if (!din || !dout) { free(din); free(dout); goto fail; }
+    for (uint32_t i = 0; i < nd; i++) {
+        din[i] = (uint64_t)d_eip[i] << 24 | (uint64_t)d_port[i] << 8 | d_proto[i];
+        dout[i] = dnat_out_key(d_vni[i], d_ip[i], d_iport[i], d_proto[i]);
+    }
+    qsort(din, nd, 8, cmp_pair);
+    qsort(dout, nd, 8, cmp_pair);
+    free(n->dnat_in); free(n->dnat_out); n->dnat_in = din; n->dnat_out = dout; n->ndnat = nd;
+    free(pairs);
+    return 0;
+fail:
+    free(pairs);
+    return -1;
+}
+int nat_set_rules(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const uint32_t *st_eip, uint32_t nst,
+                  const uint32_t *d_eip, const uint16_t *d_port, const uint8_t *d_proto, const uint32_t *d_vni,
+                  const uint32_t *d_ip, const uint16_t *d_iport, uint32_t nd) {
+    LOCKED(n, set_rules_(n, st_vni, st_ip, st_eip, nst, d_eip, d_port, d_proto, d_vni, d_ip, d_iport, nd));
+}
 int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->served, &n->nserved, eips, len)); }
 
 static int in_list(const uint32_t *l, uint32_t len, uint32_t v) {
@@ -254,10 +318,16 @@ static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double no
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
     if (!parse(b, len, &ip) || ip.frag || !ports(b, &ip, &sp, &dp, &it)) goto miss;
     if (in_list(n->served, n->nserved, ip.dst)) goto miss;                   /* hairpin */
+    int64_t st = find_key(n->st_in, n->nstatic, (uint64_t)vni << 32 | ip.src);
+    if (st >= 0) {                                                           /* a 1:1 EIP: the address only */
+        rewrite_addr(b, &ip, 1, (uint32_t)n->st_in_val[st]);
+        n->hits_out++;
+        return NAT_OUT;
+    }
+    if (n->ndnat && find_key(n->dnat_out, n->ndnat, dnat_out_key(vni, ip.src, sp, ip.proto)) >= 0) goto miss;
     int32_t idx = find_in(n, vni, ip.src, sp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];
-    if (in_list(n->special, n->nspecial, s->eip)) goto miss;
     if (!has_peer(s, ip.dst, ip.proto == 1 ? 0 : dp)) goto miss;            /* Python records new peers */
     s->last = now;
     if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) s->closing = 1;             /* FIN/RST */
@@ -273,8 +343,20 @@ miss:
 static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
     if (!parse(b, len, &ip) || ip.frag) goto miss;
-    if (!in_list(n->served, n->nserved, ip.dst) || in_list(n->special, n->nspecial, ip.dst)) goto miss;
-    if (!ports(b, &ip, &sp, &dp, &it) || (ip.proto == 1 && it != 0)) goto miss;  /* echo replies only */
+    if (!in_list(n->served, n->nserved, ip.dst)) goto miss;
+    int has_ports = ports(b, &ip, &sp, &dp, &it);
+    int64_t st = find_key(n->st_out, n->nstatic, ip.dst);
+    if (st >= 0) {                                                           /* a 1:1 EIP: any protocol */
+        if ((ip.proto == 6 || ip.proto == 17) && !has_ports) goto miss;     /* truncated: Python decides */
+        uint64_t v = n->st_out_val[st];
+        rewrite_addr(b, &ip, 0, (uint32_t)v);
+        *out_vni = (uint32_t)(v >> 32); *out_ip = (uint32_t)v;
+        n->hits_in++;
+        return NAT_IN;
+    }
+    if (!has_ports || (ip.proto == 1 && it != 0)) goto miss;                 /* echo replies only */
+    if (n->ndnat && ip.proto != 1 &&
+        find_key(n->dnat_in, n->ndnat, (uint64_t)ip.dst << 24 | (uint64_t)dp << 8 | ip.proto) >= 0) goto miss;
     int32_t idx = find_out(n, ip.dst, dp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];
