@@ -29,6 +29,7 @@ DEPS = (SRC, NATIVE / "nat_fp.c")
 BACKENDS = ("dpdk", "xdp", "packet")  # best first: what `--fastpath auto` tries
 PKG = {"dpdk": ["libdpdk"], "xdp": ["libxdp", "libbpf"], "packet": []}
 DEFINE = {"dpdk": "-DTJ_DPDK", "xdp": "-DTJ_XDP", "packet": ""}
+# mirrors of gw_dp.c's constants (port numbers, punt code, ring slot size, the counter enum's order): change both
 UL, EXT, PUNT_TRANSLATED = 0, 1, 0x82
 SLOT = 2048
 STATS = ("rx_ul", "rx_ext", "tx_ul", "tx_ext", "fast_out", "fast_in", "punt", "punt_full", "drop_unknown_vtep",

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.hostconfig import GatewayConfig
+from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
 from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, csum
 
@@ -41,7 +42,6 @@ ETH_P_ALL, ETH_IP, ETH_ARP = 0x0003, 0x0800, 0x0806
 PACKET_OUTGOING = 4
 VXLAN_PORT = 4789
 PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
-UL, EXT, PUNT_TRANSLATED = 0, 1, 0x82  # data-plane port numbers (gw_dp.c)
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "c", "python")
 BCAST = b"\xff" * 6
 
