@@ -2,12 +2,20 @@
 
 The cost grows with what the host needs (its ports, their VPCs and peers, those VPCs' endpoints),
 never with the whole database: every query below is keyed by the host or by those VPC ids.
+
+A VPC's endpoints (every bound port: IP, MAC, host, VTEP) are most of a config and are shared by every host that
+has a port in the VPC or in a peer. They are compiled once per VPC revision and kept in `FRAGMENTS`: every write
+that changes a VPC's ports stamps the VPC with the write's revision, and every change of a host's VTEP stamps the
+topology, so a fragment keyed by (VPC id, VPC revision, topology revision) is right for every snapshot that shows
+those stamps, whichever controller process made the change. A port created in one VPC recompiles that VPC's
+fragment only.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -29,6 +37,63 @@ from controller.hostconfig import (
     VpcInfo,
     Vtep,
 )
+
+
+class FragmentCache:
+    """A bounded LRU of immutable compiled fragments (thread-safe: the watch API compiles in a thread pool)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[tuple, tuple] = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple) -> tuple | None:
+        with self.lock:
+            v = self.data.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self.data.move_to_end(key)
+            self.hits += 1
+            return v
+
+    def put(self, key: tuple, value: tuple) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
+
+
+FRAGMENTS = FragmentCache(50_000)  # per-VPC endpoint lists: a few MB at 20,000 ports
+
+
+def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -> dict[str, tuple[Endpoint, ...]]:
+    """Endpoints of each VPC in `vpcs` (id -> (revision, vni)), from FRAGMENTS or compiled for the missing ones."""
+    out: dict[str, tuple[Endpoint, ...]] = {}
+    missing = []
+    for vid, (rev, _vni) in vpcs.items():
+        frag = FRAGMENTS.get((vid, rev, topology))
+        if frag is None:
+            missing.append(vid)
+        else:
+            out[vid] = frag
+    if missing:
+        built: dict[str, list[Endpoint]] = {vid: [] for vid in missing}
+        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
+                           .join(m.Host, m.Host.name == m.Port.host)
+                           .where(m.Port.vpc_id.in_(missing)).order_by(m.Port.vpc_id, m.Port.ip_int)):
+            built[e.vpc_id].append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id][1], ip=e.ip,
+                                            mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
+        for vid, eps in built.items():
+            out[vid] = tuple(eps)
+            FRAGMENTS.put((vid, vpcs[vid][0], topology), out[vid])
+    return out
 
 
 def live_gateways(s: Session) -> dict[str, str]:
@@ -82,7 +147,12 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     if row is None:
         return None
     own, peers = _own_and_peers(s, host)
-    revision, relevant = _revision(s, row.config_revision, own, peers)
+    topology = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar_one()
+    relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
+    vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
+                                                  m.Vpc.router_mac, m.Vpc.revision).where(m.Vpc.id.in_(relevant)))}
+    # the same revision host_revision() computes: the newest stamp among what this config depends on
+    revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
 
     # Local ports and their security groups.
@@ -107,8 +177,6 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                       security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
 
     # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets.
-    vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
-                                                  m.Vpc.router_mac).where(m.Vpc.id.in_(relevant)))}
     subnets: dict[str, list[SubnetInfo]] = defaultdict(list)
     for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
                                         .where(m.Subnet.vpc_id.in_(relevant)).order_by(m.Subnet.cidr)):
@@ -145,14 +213,9 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
         vpcs.append(VpcInfo(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
                             subnets=subnets.get(vid, []), routes=routes))
 
-    # Every bound port of those VPCs: where it lives and how to reach it.
-    endpoints = []
-    if relevant:
-        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
-                           .join(m.Host, m.Host.name == m.Port.host)
-                           .where(m.Port.vpc_id.in_(relevant)).order_by(m.Port.vpc_id, m.Port.ip_int)):
-            endpoints.append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpc_rows[e.vpc_id].vni, ip=e.ip,
-                                      mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
+    # Every bound port of those VPCs: where it lives and how to reach it (per-VPC fragments, see FRAGMENTS).
+    frags = vpc_endpoints(s, {vid: (v.revision, v.vni) for vid, v in vpc_rows.items()}, topology)
+    endpoints = [e for vid in sorted(relevant) for e in frags[vid]]
 
     # Security groups of local ports, remote groups resolved to member addresses.
     group_ids = sorted({g for gs in port_groups.values() for g in gs})
