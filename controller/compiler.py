@@ -96,6 +96,64 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
     return out
 
 
+def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str, SecurityGroupInfo]]:
+    """Every security group of each VPC in `vpcs` (id -> revision), remote groups resolved to member addresses.
+    Groups, rules and memberships only change with a write that stamps their VPC (remote groups are in the same
+    VPC), so these fragments are cached by VPC revision too."""
+    out: dict[str, dict[str, SecurityGroupInfo]] = {}
+    missing = []
+    for vid, rev in vpcs.items():
+        frag = FRAGMENTS.get(("sg", vid, rev))
+        if frag is None:
+            missing.append(vid)
+        else:
+            out[vid] = frag[0]
+    if not missing:
+        return out
+    group_vpc = dict(s.execute(select(m.SecurityGroup.id, m.SecurityGroup.vpc_id)
+                               .where(m.SecurityGroup.vpc_id.in_(missing))).all())
+    rules = s.execute(select(m.SecurityGroupRule).join(m.SecurityGroup,
+                                                       m.SecurityGroup.id == m.SecurityGroupRule.group_id)
+                      .where(m.SecurityGroup.vpc_id.in_(missing)).order_by(m.SecurityGroupRule.id)).scalars().all()
+    members: dict[str, list[str]] = defaultdict(list)
+    if any(r.remote_group_id for r in rules):
+        for gid, ip in s.execute(select(m.PortSecurityGroup.group_id, m.Port.ip)
+                                 .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
+                                 .where(m.Port.vpc_id.in_(missing)).order_by(m.Port.ip_int)):
+            members[gid].append(f"{ip}/32")
+    by_group: dict[str, list[SecurityGroupRuleInfo]] = defaultdict(list)
+    for r in rules:
+        remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
+        by_group[r.group_id].append(SecurityGroupRuleInfo(
+            id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
+            port_range_max=r.port_range_max, remote_cidrs=remote))
+    built: dict[str, dict[str, SecurityGroupInfo]] = {vid: {} for vid in missing}
+    for gid, vid in group_vpc.items():
+        built[vid][gid] = SecurityGroupInfo(id=gid, vpc_id=vid, rules=by_group.get(gid, []))
+    for vid, groups in built.items():
+        out[vid] = groups
+        FRAGMENTS.put(("sg", vid, vpcs[vid]), (groups,))
+    return out
+
+
+def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo, ...]]:
+    """Subnets of each VPC (id -> revision), cached by VPC revision like the endpoints."""
+    out: dict[str, tuple[SubnetInfo, ...]] = {}
+    missing = [vid for vid in vpcs if FRAGMENTS.get(("subnets", vid, vpcs[vid])) is None]
+    for vid in vpcs:
+        if vid not in missing:
+            out[vid] = FRAGMENTS.get(("subnets", vid, vpcs[vid]))[0]
+    if missing:
+        built: dict[str, list[SubnetInfo]] = {vid: [] for vid in missing}
+        for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
+                                            .where(m.Subnet.vpc_id.in_(missing)).order_by(m.Subnet.cidr)):
+            built[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
+        for vid, subs in built.items():
+            out[vid] = tuple(subs)
+            FRAGMENTS.put(("subnets", vid, vpcs[vid]), (out[vid],))
+    return out
+
+
 def live_gateways(s: Session) -> dict[str, str]:
     """Live NAT gateway instances: name -> VTEP."""
     return dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.status == "up")
@@ -112,6 +170,10 @@ def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
 
 def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
     own = set(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
+    return own, _peers(s, own)
+
+
+def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
     peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
     if own:
         rows = s.execute(select(m.Peering.id, m.Peering.requester_vpc_id, m.Peering.accepter_vpc_id).where(
@@ -120,7 +182,7 @@ def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tupl
         for pid, a, b in rows:
             peers[a].append((pid, b))
             peers[b].append((pid, a))
-    return own, peers
+    return peers
 
 
 def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
@@ -142,31 +204,51 @@ def _revision(s: Session, host_stamp: int, own: set[str],
     return max(host_stamp, topo, vrev), relevant
 
 
+def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
+    """Every host's VTEP, and the live NAT gateway instances (name -> VTEP), as of a topology revision: hosts
+    appearing, changing VTEP, and going up or down all stamp the topology."""
+    frag = FRAGMENTS.get(("hosts", topology))
+    if frag is None:
+        rows = s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind, m.Host.status).order_by(m.Host.name)).all()
+        frag = (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
+                {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
+        FRAGMENTS.put(("hosts", topology), frag)
+    return frag
+
+
 def compile_host(s: Session, host: str) -> HostConfig | None:
-    row = s.execute(select(m.Host.config_revision, m.Host.vtep_ip).where(m.Host.name == host)).one_or_none()
+    row = s.execute(select(m.Host.config_revision, m.Host.vtep_ip,
+                           select(m.Counter.value).where(m.Counter.name == "topology").scalar_subquery())
+                    .where(m.Host.name == host)).one_or_none()
     if row is None:
         return None
-    own, peers = _own_and_peers(s, host)
-    topology = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar_one()
+    topology = row[2]
+    vteps, instances = hosts_at(s, topology)
+
+    # Local ports, their security groups and EIPs (one query: a port in n groups comes back n times).
+    local = []
+    port_groups: dict[str, list[str]] = defaultdict(list)
+    port_eips: dict[str, str] = {}
+    for p in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip,
+                              m.PortSecurityGroup.group_id, m.Eip.id.label("eip_id"))
+                       .outerjoin(m.PortSecurityGroup, m.PortSecurityGroup.port_id == m.Port.id)
+                       .outerjoin(m.Eip, m.Eip.port_id == m.Port.id)
+                       .where(m.Port.host == host).order_by(m.Port.id, m.PortSecurityGroup.group_id)):
+        if not local or local[-1].id != p.id:
+            local.append(p)
+        if p.group_id is not None:
+            port_groups[p.id].append(p.group_id)
+        if p.eip_id is not None:
+            port_eips[p.id] = p.eip_id
+    own = {p.vpc_id for p in local}
+    peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
                                                   m.Vpc.router_mac, m.Vpc.revision).where(m.Vpc.id.in_(relevant)))}
     # the same revision host_revision() computes: the newest stamp among what this config depends on
     revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
-
-    # Local ports and their security groups.
-    local = s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip)
-                      .where(m.Port.host == host).order_by(m.Port.id)).all()
-    port_groups: dict[str, list[str]] = defaultdict(list)
-    if local:
-        for pid, gid in s.execute(select(m.PortSecurityGroup.port_id, m.PortSecurityGroup.group_id)
-                                  .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
-                                  .where(m.Port.host == host).order_by(m.PortSecurityGroup.group_id)):
-            port_groups[pid].append(gid)
-    port_eips = dict(s.execute(select(m.Eip.port_id, m.Eip.id).join(m.Port, m.Port.id == m.Eip.port_id)
-                               .where(m.Port.host == host)).all()) if local else {}
-    gw_instances = live_gateways(s) if port_eips else {}
+    gw_instances = instances
 
     def eip_home(pid: str) -> str | None:
         eid = port_eips.get(pid)
@@ -177,17 +259,13 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                       security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
 
     # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets.
-    subnets: dict[str, list[SubnetInfo]] = defaultdict(list)
-    for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
-                                        .where(m.Subnet.vpc_id.in_(relevant)).order_by(m.Subnet.cidr)):
-        subnets[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
+    subnets = vpc_subnets(s, {vid: v.revision for vid, v in vpc_rows.items()})
     user_routes: dict[str, list] = defaultdict(list)
     if own:
         for r in s.execute(select(m.Route.vpc_id, m.Route.destination, m.Route.target_type, m.Route.target_id)
                            .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
             user_routes[r.vpc_id].append(r)
     gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id.in_(own))).scalars()) if own else set()
-    instances = live_gateways(s)
     vpcs = []
     for vid in sorted(relevant):
         v = vpc_rows[vid]
@@ -211,39 +289,22 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                     routes.append(RouteInfo(destination=r.destination, target_type="blackhole",
                                             target_id=r.target_id, origin="user"))
         vpcs.append(VpcInfo(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                            subnets=subnets.get(vid, []), routes=routes))
+                            subnets=list(subnets.get(vid, ())), routes=routes))
 
     # Every bound port of those VPCs: where it lives and how to reach it (per-VPC fragments, see FRAGMENTS).
     frags = vpc_endpoints(s, {vid: (v.revision, v.vni) for vid, v in vpc_rows.items()}, topology)
     endpoints = [e for vid in sorted(relevant) for e in frags[vid]]
 
-    # Security groups of local ports, remote groups resolved to member addresses.
+    # Security groups of local ports, remote groups resolved to member addresses (per-VPC fragments).
     group_ids = sorted({g for gs in port_groups.values() for g in gs})
     groups = []
     if group_ids:
-        rules = s.execute(select(m.SecurityGroupRule).where(m.SecurityGroupRule.group_id.in_(group_ids))
-                          .order_by(m.SecurityGroupRule.id)).scalars().all()
-        remote_ids = {r.remote_group_id for r in rules if r.remote_group_id}
-        members: dict[str, list[str]] = defaultdict(list)
-        if remote_ids:
-            for gid, ip in s.execute(select(m.PortSecurityGroup.group_id, m.Port.ip)
-                                     .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
-                                     .where(m.PortSecurityGroup.group_id.in_(remote_ids)).order_by(m.Port.ip_int)):
-                members[gid].append(f"{ip}/32")
-        by_group: dict[str, list[SecurityGroupRuleInfo]] = defaultdict(list)
-        for r in rules:
-            remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
-            by_group[r.group_id].append(SecurityGroupRuleInfo(
-                id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
-                port_range_max=r.port_range_max, remote_cidrs=remote))
-        sg_vpc = dict(s.execute(select(m.SecurityGroup.id, m.SecurityGroup.vpc_id)
-                                .where(m.SecurityGroup.id.in_(group_ids))).all())
-        groups = [SecurityGroupInfo(id=g, vpc_id=sg_vpc[g], rules=by_group.get(g, [])) for g in group_ids]
+        sgs = vpc_security_groups(s, {vid: vpc_rows[vid].revision for vid in own})
+        by_id = {gid: g for frag in sgs.values() for gid, g in frag.items()}
+        groups = [by_id[g] for g in group_ids]
 
-    vteps = [Vtep(host=n, ip=ip, kind=k) for n, ip, k in
-             s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
     return HostConfig(host=host, revision=revision, vtep_ip=vtep, ports=ports, vpcs=vpcs, endpoints=endpoints,
-                      security_groups=groups, vteps=vteps)
+                      security_groups=groups, vteps=list(vteps))
 
 
 def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:

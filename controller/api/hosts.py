@@ -44,8 +44,8 @@ def register_host(body: HostRegister, request: Request, _: Principal = Depends(r
             s.add(h)
             t.touch_topology()
         else:
-            if (h.vtep_ip, h.kind) != (body.vtep_ip, body.kind):
-                t.touch_topology()
+            if (h.vtep_ip, h.kind, h.status) != (body.vtep_ip, body.kind, "up"):
+                t.touch_topology()  # VTEP lists and live gateway instances are compiled per topology revision
             h.vtep_ip, h.kind, h.status, h.last_seen = body.vtep_ip, body.kind, "up", now()
         t.touch_hosts(body.name)
         s.flush()
