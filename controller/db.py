@@ -3,7 +3,8 @@
 Every write goes through `Database.write()`: its first statement bumps the global revision, which
 takes the write lock at once (row lock on PostgreSQL, the database lock on SQLite), so concurrent
 writers queue instead of deadlocking on a later lock upgrade, and the revision order is the commit
-order. Unique constraints still guard every allocation: the lock is an optimisation, not the guarantee.
+order (port creation on PostgreSQL bumps last, see `write`). Unique constraints still guard every
+allocation: the lock is an optimisation, not the guarantee.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
+    # no pool_pre_ping: it costs a round trip on every checkout; a connection that died is invalidated on its
+    # first error, writes retry (with_retries) and watches recheck
+    return create_engine(url, pool_size=16, max_overflow=16, pool_recycle=3600)
 
 
 def upgrade(engine: Engine) -> None:
@@ -111,29 +114,47 @@ class Database:
             yield s
 
     @contextmanager
-    def write(self) -> Iterator[WriteTxn]:
+    def write(self, concurrent: bool = False) -> Iterator[WriteTxn]:
         """One transaction: run the body, stamp what it touched with a new revision, commit.
         Any exception rolls everything back, so a failed request changes nothing.
 
-        SQLite has one writer at a time: bumping first takes its lock at once (no deadlocking upgrade later).
-        PostgreSQL bumps last, so the revision row is locked only for the commit and writers in different
-        subnets and VPCs run concurrently; unique constraints (plus a subnet row lock while allocating)
-        keep allocations unique, and revisions still follow commit order."""
+        The revision is bumped first, which takes the write lock at once (the counter's row lock on PostgreSQL,
+        the database lock on SQLite): writers queue instead of deadlocking on a later lock upgrade, and the
+        revision order is the commit order. `concurrent=True` (PostgreSQL; the port create paths) bumps last
+        instead, so the counter is locked only for the commit and writers in different subnets run in parallel:
+        only for bodies that insert rows and never update VPC or host rows (another writer's stamps would wait
+        on those while it waits for the counter). Unique constraints (plus a subnet row lock while allocating)
+        keep allocations unique either way."""
+        late = concurrent and self.is_postgres
         with self.sessions() as s, s.begin():
             txn = WriteTxn(s, 0)
-            if not self.is_postgres:
+            if not late:
                 txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
-            if self.is_postgres:
+            if late:
                 txn.changes.revision = self._bump(s)
-            txn._stamp()
             if self.is_postgres:
-                from controller.watch import notify_payload
-
-                s.execute(text("SELECT pg_notify('tianji_revision', :p)"), {"p": notify_payload(txn.changes)})
+                self._stamp_notify(s, txn.changes)
+            else:
+                txn._stamp()
         for cb in self.listeners:
             cb(txn.changes)
+
+    @staticmethod
+    def _stamp_notify(s: Session, cs: ChangeSet) -> None:
+        """PostgreSQL: stamp what the write touched and notify the other controller processes, in one statement
+        (the counter's row lock is held already, so stamps are serialised)."""
+        from controller.watch import notify_payload
+
+        vpcs, hosts = sorted(cs.vpcs), sorted(cs.hosts)
+        payload = notify_payload(cs)
+        s.execute(text("""
+            WITH v AS (UPDATE vpcs SET revision = :rev WHERE id = ANY(CAST(:vpcs AS varchar[]))),
+                 h AS (UPDATE hosts SET config_revision = :rev WHERE name = ANY(CAST(:hosts AS varchar[]))),
+                 t AS (UPDATE counters SET value = :rev WHERE name = 'topology' AND :topo)
+            SELECT pg_notify('tianji_revision', :payload)"""),
+                  {"rev": cs.revision, "vpcs": vpcs, "hosts": hosts, "topo": cs.topology, "payload": payload})
 
     @staticmethod
     def _bump(s: Session) -> int:
@@ -147,8 +168,8 @@ class Database:
         """A read transaction that sees one consistent snapshot (REPEATABLE READ on PostgreSQL;
         SQLite's read transactions already are)."""
         with self.sessions() as s:
-            if self.is_postgres:
-                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            if self.is_postgres:  # the transaction's first statement: no per-connection setting to reset after
+                s.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
             yield s  # the session's implicit transaction ends (rolled back) when it closes
 
     def revision(self) -> int:

@@ -130,7 +130,8 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
         if state is None:
             raise not_found("host", name)
         deadline = time.monotonic() + timeout
-        while state[0] <= after:
+        changed = state[0] > after
+        while not changed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return Response(status_code=304, headers={"X-Tianji-Revision": str(state[0])})
@@ -138,10 +139,19 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
                 wake = await asyncio.wait_for(q.get(), remaining)
             except TimeoutError:
                 continue
-            if wake.concerns(name, state[1]):
+            if not wake.concerns(name, state[1]):
+                continue
+            if wake.unknown:  # no detail (another process, or a huge change): ask the database
                 state = await run_in_threadpool(check)
                 if state is None:
                     raise not_found("host", name)
+                changed = state[0] > after
+            else:  # the write stamped this host or one of its VPCs: its config changed, compile it
+                changed = True
+        # let a burst of writes land before compiling: one config instead of one per write
+        coalesce = request.app.state.settings.watch_coalesce
+        if coalesce > 0:
+            await asyncio.sleep(coalesce)
     finally:
         bc.unsubscribe(q)
     cfg = await run_in_threadpool(build)

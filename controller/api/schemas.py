@@ -126,6 +126,10 @@ class PortUpdate(Req):
     security_group_ids: list[str] | None = None
 
 
+class PortBulkCreate(Req):
+    ports: list[PortCreate] = Field(min_length=1, max_length=1000)
+
+
 class PortOut(Resp):
     id: str
     tenant_id: str
