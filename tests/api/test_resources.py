@@ -284,3 +284,30 @@ def test_openapi_and_docs(controller: Controller) -> None:
               "/v1/vpcs/{vpc_id}/routes", "/v1/hosts/{name}/config", "/v1/hosts/{name}/status", "/v1/tenants"):
         assert p in paths
     assert controller.raw().get("/docs").status_code == 200
+
+
+def test_bulk_port_create_is_all_or_nothing(controller: Controller) -> None:
+    a, b = controller.tenant(), controller.tenant()
+    vpc = make_vpc(a)
+    s1 = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s1", "cidr": "10.0.1.0/24"})
+    s2 = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s2", "cidr": "10.0.2.0/28"})
+    out = a.post("/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": f"p{i}"} for i in range(5)]
+                                    + [{"subnet_id": s2["id"], "name": "q", "ip": "10.0.2.9"}]})
+    assert [p["ip"] for p in out] == ["10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5", "10.0.1.6", "10.0.2.9"]
+    assert len({p["mac"] for p in out}) == 6
+    assert all(p["security_group_ids"] == [vpc["default_security_group_id"]] for p in out)
+    assert {p["id"] for p in a.get("/v1/ports")} == {p["id"] for p in out}
+    before = controller.snapshot()
+    # one bad item refuses the whole batch, and the error names it
+    expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"},
+                                                     {"subnet_id": s2["id"], "name": "dup", "ip": "10.0.2.9"}]},
+           field="ports.1.ip")
+    expect(422, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"},
+                                                     {"subnet_id": s1["id"], "name": "x", "host": "nohost"}]},
+           field="ports.1.host")
+    expect(404, b.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "theirs"}]},
+           field="ports.0.subnet_id")
+    expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s2["id"], "name": f"f{i}"} for i in range(20)]},
+           field="ports.12.subnet_id")  # a /28 holds 13 ports besides 10.0.2.9: the 13th exhausts it
+    expect(422, a.post, "/v1/ports/bulk", {"ports": []})
+    assert controller.snapshot() == before
