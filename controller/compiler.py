@@ -168,6 +168,32 @@ def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
     return max(instances, key=lambda i: hashlib.blake2b(f"{key}|{i}".encode(), digest_size=8).digest())
 
 
+NAT_BUCKETS = 8  # source-address buckets (the low 3 bits of a VM's address) a NAT gateway's traffic is split into
+
+
+def nat_gateway_eips(s: Session, gateway_ids: set[str] | None = None) -> dict[str, list[str]]:
+    """NAT gateway id -> its EIP ids (sorted)."""
+    stmt = select(m.NatGatewayEip.nat_gateway_id, m.NatGatewayEip.eip_id).order_by(m.NatGatewayEip.eip_id)
+    if gateway_ids is not None:
+        stmt = stmt.where(m.NatGatewayEip.nat_gateway_id.in_(gateway_ids))
+    out: dict[str, list[str]] = defaultdict(list)
+    for gid, eid in s.execute(stmt):
+        out[gid].append(eid)
+    return out
+
+
+def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) -> list[str]:
+    """The instance serving each source-address bucket of a NAT gateway's traffic.
+
+    Every EIP is homed on one live instance (rendezvous hashing, like 1:1 EIPs); the instances homing a NAT
+    gateway's EIPs serve it, each translating with the EIPs it homes, and the buckets are spread over them, again
+    by rendezvous hashing. A VM's address picks its bucket, so all its flows meet one instance and keep one EIP
+    (paired pooling, endpoint-independent mapping); when an instance dies, only its EIPs and buckets move."""
+    serving = sorted({h for e in eip_ids if (h := home(f"eip:{e}", instances))}) or \
+        [h for h in [home(f"natgw:{gateway_id}", instances)] if h]
+    return [home(f"natgw:{gateway_id}:{b}", serving) for b in range(NAT_BUCKETS)] if serving else []
+
+
 def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
     own = set(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
     return own, _peers(s, own)
@@ -266,6 +292,7 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                            .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
             user_routes[r.vpc_id].append(r)
     gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id.in_(own))).scalars()) if own else set()
+    gateway_eips = nat_gateway_eips(s, gateways) if gateways and instances else {}
     vpcs = []
     for vid in sorted(relevant):
         v = vpc_rows[vid]
@@ -278,10 +305,13 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
                 routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
                                         peer_vpc_id=peer))
             for r in user_routes.get(vid, ()):
-                if r.target_type == "nat-gateway" and r.target_id in gateways and instances:
+                buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
+                    if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
+                if buckets:
                     routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway",
                                             target_id=r.target_id, origin="user",
-                                            gateway_vteps=[instances[home(f"natgw:{r.target_id}", instances)]]))
+                                            gateway_vteps=sorted({instances[b] for b in buckets}),
+                                            gateway_buckets=[instances[b] for b in buckets]))
                 elif r.target_type == "peering" and r.target_id in active:
                     routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
                                             peer_vpc_id=active[r.target_id], origin="user"))
@@ -308,13 +338,17 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
 
 
 def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:
-    """A NAT gateway instance's config. Every live instance serves every NAT gateway and EIP for now
-    (instance homing and port slices come with scale-out)."""
+    """A NAT gateway instance's config: the NAT gateways it serves (see nat_buckets), SNAT with the EIPs homed
+    here, the 1:1 EIPs homed here, and DNAT: rules on EIPs homed here (inbound), plus the reverse translation of
+    every DNAT rule of a gateway it serves (the target VM's replies may fall in this instance's buckets)."""
     host = s.get(m.Host, name)
     if host is None:
         return None
     instances = live_gateways(s) or {name: host.vtep_ip}
-    mine_gw = {g for g in s.execute(select(m.NatGateway.id)).scalars() if home(f"natgw:{g}", instances) == name}
+    all_eips = nat_gateway_eips(s)
+    mine_gw = {g for g in s.execute(select(m.NatGateway.id)).scalars()
+               if name in nat_buckets(g, all_eips.get(g, []), instances)}
+    homed_here = {e for es in all_eips.values() for e in es if home(f"eip:{e}", instances) == name}
     eip_addr = dict(s.execute(select(m.Eip.id, m.Eip.address)).all())
     vpcs: dict[str, GatewayVpc] = {}
     vpc_rows = {}
@@ -331,7 +365,8 @@ def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | Non
             select(m.NatGateway.id, m.NatGateway.vpc_id, m.SnatRule.cidr, m.SnatRule.eip_ids)
             .join(m.SnatRule, m.SnatRule.nat_gateway_id == m.NatGateway.id).order_by(m.SnatRule.cidr)):
         if gw_id in mine_gw:
-            snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",") if i in eip_addr]))
+            snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",")
+                                                          if i in eip_addr and i in homed_here]))
     for gw_id, vid in s.execute(select(m.NatGateway.id, m.NatGateway.vpc_id)):
         if gw_id in mine_gw:
             vpc(vid)
@@ -341,11 +376,15 @@ def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | Non
         if home(f"eip:{eid}", instances) == name:
             static.append(StaticEip(vni=vpc(vid).vni, ip=ip, eip=address))
     dnat = []
+    dnat_here: set[str] = set()
     for r, vid, ip in s.execute(select(m.DnatRule, m.Port.vpc_id, m.Port.ip)
                                 .join(m.Port, m.Port.id == m.DnatRule.port_id)):
-        if r.nat_gateway_id in mine_gw:
-            dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
-                                 vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
+        if home(f"eip:{r.eip_id}", instances) == name:
+            dnat_here.add(eip_addr[r.eip_id])  # inbound to this EIP arrives here
+        elif r.nat_gateway_id not in mine_gw:
+            continue  # neither its EIP nor the target VM's replies come here
+        dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
+                             vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
     out_vpcs = [v.model_copy(update={"snat": snat.get(v.id, [])}) for v in vpcs.values()]
     endpoints = []
     if vpcs:
@@ -354,8 +393,8 @@ def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | Non
                            .order_by(m.Port.vpc_id, m.Port.ip_int)):
             endpoints.append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni, ip=e.ip, mac=e.mac,
                                       host=e.host, vtep_ip=e.vtep_ip))
-    served = sorted({a for v in out_vpcs for r in v.snat for a in r.eips} | {x.eip for x in static}
-                    | {d.eip for d in dnat})
+    # ARP on the external side only for what is homed here (DNAT reverse translations are everywhere)
+    served = sorted({a for v in out_vpcs for r in v.snat for a in r.eips} | {x.eip for x in static} | dnat_here)
     vteps = [Vtep(host=n, ip=ip, kind=k) for n, ip, k in
              s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
     return GatewayConfig(name=name, revision=revision, vtep_ip=host.vtep_ip, vpcs=out_vpcs, static=static,

@@ -32,6 +32,8 @@ class RouteInfo(_Wire):
     target_id: str | None = None
     peer_vpc_id: str | None = None  # for peering targets: the VPC the packet enters
     gateway_vteps: list[str] = Field(default_factory=list)  # for gateway targets: the instances serving it
+    # for gateway targets: the instance (VTEP) serving each source-address bucket, bucket = source IP & (len - 1)
+    gateway_buckets: list[str] = Field(default_factory=list)
     origin: Literal["implicit", "user"] = "implicit"
 
 

@@ -165,11 +165,20 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
                 add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", peer.router_mac),
                                                   ("set", "metadata", peer.vni), goto(P.FORWARD)], "route", obj))
             elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
-                # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI).
-                # One instance for now; several become an OpenFlow select group over these VTEPs.
-                add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
-                                                  ("set", "tunnel_id", vpc.vni),
-                                                  ("set", "tun_ipv4_dst", r.gateway_vteps[0]),
+                # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI). With
+                # several instances, the VM's source address picks one (its low bits: the bucket), so every flow
+                # of a VM meets the same instance and keeps its EIP. A select group would hash per flow and
+                # scatter one VM over instances holding different EIPs.
+                buckets = r.gateway_buckets or r.gateway_vteps[:1]
+                if len(set(buckets)) == 1:
+                    splits = [(match, buckets[0])]
+                else:
+                    mask = str(ipaddress.IPv4Address(len(buckets) - 1))
+                    splits = [(match | {"ipv4_src": (str(ipaddress.IPv4Address(b)), mask)}, vtep)
+                              for b, vtep in enumerate(buckets)]
+                for m, vtep in splits:
+                    add(flow(P.ROUTING, prio, m, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
+                                                  ("set", "tunnel_id", vpc.vni), ("set", "tun_ipv4_dst", vtep),
                                                   ("output", tunnel_ofport)], "route", obj))
             else:
                 add(flow(P.ROUTING, prio, match, [], "route", obj))

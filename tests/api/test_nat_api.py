@@ -78,3 +78,30 @@ def test_nat_gateway_and_rules(controller: Controller) -> None:
     a.delete(f"/v1/nat-gateways/{gw['id']}/dnat-rules/{dnat['id']}")
     a.delete(f"/v1/nat-gateways/{gw['id']}")
     a.delete(f"/v1/eips/{e1['id']}")
+
+
+def test_nat_gateway_spread_over_instances(controller: Controller) -> None:
+    """Several EIPs on several live instances: each instance SNATs with the EIPs it homes and answers ARP only
+    for those; the vSwitch route splits the VM addresses into buckets over exactly those instances."""
+    a, vpc, sn, _ = setup(controller)
+    adm = controller.admin
+    hv = {"name": "hv1", "vtep_ip": "172.31.0.11"}
+    adm.post("/v1/hosts", hv)
+    eips = [a.post("/v1/eips", {}) for _ in range(6)]
+    gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e["id"] for e in eips]})
+    a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e["id"] for e in eips]})
+    a.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+    a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "host": "hv1"})
+    for i in range(3):  # last: instances that stop heartbeating go down after 2 s
+        adm.post("/v1/hosts", {"name": f"gw{i}", "vtep_ip": f"172.31.0.10{i}", "kind": "gateway"})
+    cfgs = {f"gw{i}": adm.get(f"/v1/gateways/gw{i}/config") for i in range(3)}
+    used = {n: {x for v in c["vpcs"] for r in v["snat"] for x in r["eips"]} for n, c in cfgs.items()}
+    # the EIPs are partitioned among the instances, and each answers ARP for its own only
+    assert set().union(*used.values()) == {e["address"] for e in eips}
+    assert sum(len(u) for u in used.values()) == 6
+    assert all(set(c["eips"]) == used[n] for n, c in cfgs.items())
+    route = next(r for v in adm.get("/v1/hosts/hv1/config")["vpcs"] for r in v["routes"]
+                 if r["target_type"] == "nat-gateway")
+    serving = {f"172.31.0.10{i}" for i in range(3) if used[f"gw{i}"]}
+    assert len(route["gateway_buckets"]) == 8 and set(route["gateway_buckets"]) == serving
+    assert route["gateway_vteps"] == sorted(serving)

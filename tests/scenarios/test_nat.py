@@ -352,3 +352,41 @@ def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
     finally:
         cluster.start_gateway("gw1")
         cluster.wait_gateways(timeout=30)
+
+
+def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, internet) -> None:  # noqa: ANN001
+    """A NAT gateway with EIPs homed on both instances: VMs are split by source address between them, each VM's
+    flows leave with an EIP of the instance serving its bucket, and both instances carry traffic."""
+    from controller.compiler import NAT_BUCKETS, home
+
+    live = {"gw1": "x", "gw2": "x"}
+    n = tenants()
+    vpc = n.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
+    eips: dict[str, dict] = {}
+    for _ in range(12):  # two EIPs, one homed on each instance (homes are rendezvous hashes of the EIP id)
+        e = n.client.post("/v1/eips", {})
+        eips.setdefault(home(f"eip:{e['id']}", live), e)
+        if len(eips) == 2:
+            break
+    assert len(eips) == 2, "could not find EIPs homed on both instances"
+    gw = n.client.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e["id"] for e in eips.values()]})
+    n.client.post(f"/v1/nat-gateways/{gw['id']}/snat-rules",
+                  {"subnet_id": n.subnets["s"]["id"], "eip_ids": [e["id"] for e in eips.values()]})
+    n.client.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+    # one VM address in a bucket of each instance
+    pick: dict[str, str] = {}
+    for last in range(10, 10 + 4 * NAT_BUCKETS):
+        pick.setdefault(home(f"natgw:{gw['id']}:{last % NAT_BUCKETS}", sorted(eips)), f"10.0.1.{last}")
+    assert set(pick) == {"gw1", "gw2"}
+    vms = {inst: n.vm("s", "hv1" if inst == "gw1" else "hv2", ip=ip) for inst, ip in pick.items()}
+    gw_ready(cluster, [e["address"] for e in eips.values()])
+    before = {g: cluster.gateway_status(g)["nat"].get("mappings_created", 0) for g in ("gw1", "gw2")}
+    for inst, vm in vms.items():
+        seen = None
+        deadline = time.time() + 10
+        while seen is None and time.time() < deadline:
+            seen = curl(cluster, vm, f"http://{internet['ip']}/")
+        assert seen == eips[inst]["address"], f"{vm['ip']} (served by {inst}) left as {seen!r}"
+    time.sleep(0.6)
+    after = {g: cluster.gateway_status(g)["nat"].get("mappings_created", 0) for g in ("gw1", "gw2")}
+    assert all(after[g] > before[g] for g in after), (before, after)

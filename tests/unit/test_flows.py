@@ -269,3 +269,31 @@ def test_port_masks_cover_exactly(lo: int, hi: int) -> None:
         assert covered == set(range(lo, hi + 1))
     else:
         assert sum(((~m) & 0xFFFF) + 1 for _, m in port_masks(lo, hi)) == hi - lo + 1
+
+
+
+def test_nat_gateway_route_splits_vms_by_source_bucket() -> None:
+    """Two instances serving a NAT gateway: the VM's low address bits pick one, the same for all its flows; one
+    instance: every VM goes there."""
+    buckets = ["198.18.0.1", "198.18.0.2"] * 4
+    cfg = config([WEB_FROM_PEER])
+    vpcs = [v.model_copy(update={"routes": v.routes + [RouteInfo(
+        destination="0.0.0.0/0", target_type="nat-gateway", target_id="ng", origin="user",
+        gateway_vteps=sorted(set(buckets)), gateway_buckets=buckets)]}) if v.id == "A" else v for v in cfg.vpcs]
+    sw = switch(cfg.model_copy(update={"vpcs": vpcs}))
+    seen = {}
+    for src_port, src_ip in (("a1", "10.0.1.2"), ("a2", "10.0.2.2")):
+        for dport in (80, 443, 53):
+            (out,) = sw.inject(ip_pkt(src_port, src_ip, "93.184.216.34", RA, dport=dport))
+            port, pkt = out
+            assert port == TUN and pkt["tunnel_id"] == 1001 and pkt["ttl"] == 63
+            seen.setdefault(src_ip, set()).add(pkt["tun_ipv4_dst"])
+    # .2 & 7 = bucket 2 -> buckets[2]; every flow of a VM goes to one instance
+    assert seen == {"10.0.1.2": {buckets[2]}, "10.0.2.2": {buckets[2]}}
+    single = [v.model_copy(update={"routes": v.routes + [RouteInfo(
+        destination="0.0.0.0/0", target_type="nat-gateway", target_id="ng", origin="user",
+        gateway_vteps=["198.18.0.9"], gateway_buckets=["198.18.0.9"] * 8)]}) if v.id == "A" else v
+        for v in cfg.vpcs]
+    sw = switch(cfg.model_copy(update={"vpcs": single}))
+    (out,) = sw.inject(ip_pkt("a1", "10.0.1.2", "93.184.216.34", RA))
+    assert out[1]["tun_ipv4_dst"] == "198.18.0.9"
