@@ -12,6 +12,7 @@ fragment cache as the watch API has it, and with an empty cache.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import sys
 import threading
@@ -96,6 +97,22 @@ class Watcher(threading.Thread):
                     self.seen.setdefault(p["id"], now)
 
 
+def watch_process(url: str, token: str, hosts: list[str], requests: mp.Queue, replies: mp.Queue) -> None:
+    """The watchers live in their own process, as agents live on their own hosts: their JSON parsing must not
+    share the GIL with the clients that create ports. Answers each request with what every watcher has seen
+    (CLOCK_MONOTONIC is one clock for every process of the machine)."""
+    watchers = [Watcher(url, token, h) for h in hosts]
+    for w in watchers:
+        w.start()
+    while True:
+        msg = requests.get()
+        replies.put({w.host: dict(w.seen) for w in watchers})
+        if msg == "stop":
+            for w in watchers:
+                w.stop = True
+            return
+
+
 def run(backend: str, args: argparse.Namespace) -> dict:
     pg = PgDatabase() if backend == "postgres" else None
     ctl = ControllerProcess(pg.url if pg else None, args.workers if pg else 1)
@@ -119,9 +136,15 @@ def run(backend: str, args: argparse.Namespace) -> dict:
         with ThreadPoolExecutor(8) as ex:
             subnets = [x for xs in ex.map(make_tenant, range(args.tenants)) for x in xs]
         watched = hosts[: args.watchers]
-        watchers = [Watcher(ctl.url, ctl.admin_token, h) for h in watched]
-        for w in watchers:
-            w.start()
+        ctx = mp.get_context("spawn")
+        wreq, wrep = ctx.Queue(), ctx.Queue()
+        wproc = ctx.Process(target=watch_process, args=(ctl.url, ctl.admin_token, watched, wreq, wrep),
+                            daemon=True)
+        wproc.start()
+
+        def seen_now(final: bool = False) -> dict[str, dict[str, float]]:
+            wreq.put("stop" if final else "dump")
+            return wrep.get(timeout=60)
         time.sleep(1)
         created: dict[str, tuple[float, str]] = {}
         results = {}
@@ -155,10 +178,11 @@ def run(backend: str, args: argparse.Namespace) -> dict:
                     for p in out:
                         created[p["id"]] = (t0, p["host"])
 
-        def visibility(ids: set[str]) -> tuple[list[float], int]:
-            lat = [(w.seen[pid] - created[pid][0]) * 1000 for w in watchers for pid in ids
-                   if created[pid][1] == w.host and pid in w.seen]
-            missing = sum(1 for w in watchers for pid in ids if created[pid][1] == w.host and pid not in w.seen)
+        def visibility(ids: set[str], final: bool = False) -> tuple[list[float], int]:
+            seen = seen_now(final)
+            lat = [(seen[h][pid] - created[pid][0]) * 1000 for h in seen for pid in ids
+                   if created[pid][1] == h and pid in seen[h]]
+            missing = sum(1 for h in seen for pid in ids if created[pid][1] == h and pid not in seen[h])
             return lat, missing
 
         def compile_times(cold: bool) -> list[float]:
@@ -201,7 +225,8 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             list(ex.map(lambda i: create(base + i), range(single)))
         srate = single / (time.perf_counter() - t0)
         time.sleep(1.5)
-        lat, missing = visibility(set(created) - before)
+        lat, missing = visibility(set(created) - before, final=True)
+        wproc.join(10)
         pinger = [Client(ctl.url, ctl.admin_token) for _ in range(args.clients)]
 
         def ping(c: Client) -> int:
@@ -218,10 +243,6 @@ def run(backend: str, args: argparse.Namespace) -> dict:
         print(f"[{backend}] {single} more ports, one per request: {srate:7.0f} ports/s  visible p50 "
               f"{pct(lat, 50):6.1f} ms p99 {pct(lat, 99):6.1f} ms (missing {missing});  HTTP floor (GET /healthz, "
               f"same clients): {floor:5.0f} requests/s", flush=True)
-        for w in watchers:
-            w.stop = True
-        for w in watchers:
-            w.join(5)
         return results
     finally:
         ctl.stop()

@@ -37,9 +37,11 @@ EGRESS_ACL = Table(31, "egress_acl", "ct_state, ct_mark, in_port + egress rules"
                    "a rule of the sending port: commit with ct_mark=rule, to ROUTING. Else drop.")
 EGRESS_ACL_LABEL = Table(32, "egress_acl_label", "ct_label[0..31]",
                          "live (or no) ingress rule id: ROUTING. Else drop (its rule was removed).")
-ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest prefix first)",
-                "local: TTL-1, eth_src=router MAC. peering: also metadata=peer VNI. blackhole/none: drop. "
-                "Frames not sent to the router MAC (same subnet): FORWARD unchanged.")
+ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest prefix first); for NAT "
+                "gateways with several instances also ipv4_src & 7 (the VM's bucket); a port's own EIP: ipv4_src",
+                "local: TTL-1, eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway: TTL-1, "
+                "tunnel to the instance serving the bucket (or homing the port's EIP), in the VPC's VNI. "
+                "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.")
 FORWARD = Table(50, "forward", "metadata, ipv4_dst, reg0",
                 "local port: eth_dst, reg7=ofport, INGRESS_CT. remote port (not from tunnel): eth_dst, "
                 "tun_id=VNI, tun_dst=VTEP, out VXLAN. Unknown: drop (counted).")
