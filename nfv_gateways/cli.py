@@ -55,6 +55,8 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
                     f"{st['mappings']} mappings, EIPs {', '.join(st['eips'])}", header_style="bold cyan")
     t.add_column("counter")
     t.add_column("value", justify="right")
-    for k, v in sorted({**st["counters"], **{f"nat.{k}": v for k, v in st["nat"].items()}}.items()):
+    rows = {**st["counters"], **{f"nat.{k}": v for k, v in st["nat"].items()},
+            **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()}}
+    for k, v in sorted(rows.items()):
         t.add_row(k, str(v))
     console.print(t)

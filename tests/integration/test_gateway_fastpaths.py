@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -109,6 +110,11 @@ def test_fast_path_carries_traffic_and_survives_hostile_frames(fastpath: str, tm
             if fastpath in ("dpdk", "xdp", "packet"):
                 dp = after["dataplane"]
                 assert dp["fast_out"] >= 40 and dp["fast_in"] >= 40  # the echo flow stayed in C both ways
+            # the operator's view: `tianji gateway status` prints the fast path, counters and table sizes
+            cli = subprocess.run([str(Path(sys.executable).with_name("tianji")), "gateway", "status", "lab",
+                                  "--state-dir", str(lab.dir)], capture_output=True, text=True)
+            assert cli.returncode == 0 and f"fast path {fastpath}" in cli.stdout and "mappings" in cli.stdout
+            assert ("dataplane.fast_out" in cli.stdout) == (fastpath in ("dpdk", "xdp", "packet"))
         finally:
             srv.kill()
             srv.wait()
