@@ -48,7 +48,13 @@ class FragmentCache:
         self.lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, key: tuple) -> tuple | None:
+    @staticmethod
+    def _scoped(s: Session, key: tuple) -> tuple:
+        # one cache per database: host names and revisions repeat across databases (tests run many)
+        return (s.get_bind().url.render_as_string(hide_password=True), *key)
+
+    def get(self, s: Session, key: tuple) -> tuple | None:
+        key = self._scoped(s, key)
         with self.lock:
             v = self.data.get(key)
             if v is None:
@@ -58,7 +64,8 @@ class FragmentCache:
             self.hits += 1
             return v
 
-    def put(self, key: tuple, value: tuple) -> None:
+    def put(self, s: Session, key: tuple, value: tuple) -> None:
+        key = self._scoped(s, key)
         with self.lock:
             self.data[key] = value
             self.data.move_to_end(key)
@@ -78,7 +85,7 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
     out: dict[str, tuple[Endpoint, ...]] = {}
     missing = []
     for vid, (rev, _vni) in vpcs.items():
-        frag = FRAGMENTS.get((vid, rev, topology))
+        frag = FRAGMENTS.get(s, (vid, rev, topology))
         if frag is None:
             missing.append(vid)
         else:
@@ -92,7 +99,7 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
                                             mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
         for vid, eps in built.items():
             out[vid] = tuple(eps)
-            FRAGMENTS.put((vid, vpcs[vid][0], topology), out[vid])
+            FRAGMENTS.put(s, (vid, vpcs[vid][0], topology), out[vid])
     return out
 
 
@@ -103,7 +110,7 @@ def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str,
     out: dict[str, dict[str, SecurityGroupInfo]] = {}
     missing = []
     for vid, rev in vpcs.items():
-        frag = FRAGMENTS.get(("sg", vid, rev))
+        frag = FRAGMENTS.get(s, ("sg", vid, rev))
         if frag is None:
             missing.append(vid)
         else:
@@ -132,17 +139,20 @@ def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str,
         built[vid][gid] = SecurityGroupInfo(id=gid, vpc_id=vid, rules=by_group.get(gid, []))
     for vid, groups in built.items():
         out[vid] = groups
-        FRAGMENTS.put(("sg", vid, vpcs[vid]), (groups,))
+        FRAGMENTS.put(s, ("sg", vid, vpcs[vid]), (groups,))
     return out
 
 
 def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo, ...]]:
     """Subnets of each VPC (id -> revision), cached by VPC revision like the endpoints."""
     out: dict[str, tuple[SubnetInfo, ...]] = {}
-    missing = [vid for vid in vpcs if FRAGMENTS.get(("subnets", vid, vpcs[vid])) is None]
-    for vid in vpcs:
-        if vid not in missing:
-            out[vid] = FRAGMENTS.get(("subnets", vid, vpcs[vid]))[0]
+    missing = []
+    for vid, rev in vpcs.items():
+        frag = FRAGMENTS.get(s, ("subnets", vid, rev))
+        if frag is None:
+            missing.append(vid)
+        else:
+            out[vid] = frag[0]
     if missing:
         built: dict[str, list[SubnetInfo]] = {vid: [] for vid in missing}
         for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
@@ -150,7 +160,7 @@ def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo,
             built[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
         for vid, subs in built.items():
             out[vid] = tuple(subs)
-            FRAGMENTS.put(("subnets", vid, vpcs[vid]), (out[vid],))
+            FRAGMENTS.put(s, ("subnets", vid, vpcs[vid]), (out[vid],))
     return out
 
 
@@ -233,12 +243,37 @@ def _revision(s: Session, host_stamp: int, own: set[str],
 def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
     """Every host's VTEP, and the live NAT gateway instances (name -> VTEP), as of a topology revision: hosts
     appearing, changing VTEP, and going up or down all stamp the topology."""
-    frag = FRAGMENTS.get(("hosts", topology))
+    frag = FRAGMENTS.get(s, ("hosts", topology))
     if frag is None:
         rows = s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind, m.Host.status).order_by(m.Host.name)).all()
         frag = (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
                 {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
-        FRAGMENTS.put(("hosts", topology), frag)
+        FRAGMENTS.put(s, ("hosts", topology), frag)
+    return frag
+
+
+def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list[str]], dict[str, str]]:
+    """The ports bound to a host, their security groups and EIPs, as of the host's stamp: binding, unbinding,
+    creating or deleting a port there, changing a port's groups and (dis)associating its EIP all stamp the host."""
+    frag = FRAGMENTS.get(s, ("local", host, stamp))
+    if frag is not None:
+        return frag
+    local: list = []
+    port_groups: dict[str, list[str]] = defaultdict(list)
+    port_eips: dict[str, str] = {}
+    for p in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip,
+                              m.PortSecurityGroup.group_id, m.Eip.id.label("eip_id"))
+                       .outerjoin(m.PortSecurityGroup, m.PortSecurityGroup.port_id == m.Port.id)
+                       .outerjoin(m.Eip, m.Eip.port_id == m.Port.id)
+                       .where(m.Port.host == host).order_by(m.Port.id, m.PortSecurityGroup.group_id)):
+        if not local or local[-1].id != p.id:  # a port in n groups comes back n times
+            local.append(p)
+        if p.group_id is not None:
+            port_groups[p.id].append(p.group_id)
+        if p.eip_id is not None:
+            port_eips[p.id] = p.eip_id
+    frag = (tuple(local), dict(port_groups), port_eips)
+    FRAGMENTS.put(s, ("local", host, stamp), frag)
     return frag
 
 
@@ -251,21 +286,7 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     topology = row[2]
     vteps, instances = hosts_at(s, topology)
 
-    # Local ports, their security groups and EIPs (one query: a port in n groups comes back n times).
-    local = []
-    port_groups: dict[str, list[str]] = defaultdict(list)
-    port_eips: dict[str, str] = {}
-    for p in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip,
-                              m.PortSecurityGroup.group_id, m.Eip.id.label("eip_id"))
-                       .outerjoin(m.PortSecurityGroup, m.PortSecurityGroup.port_id == m.Port.id)
-                       .outerjoin(m.Eip, m.Eip.port_id == m.Port.id)
-                       .where(m.Port.host == host).order_by(m.Port.id, m.PortSecurityGroup.group_id)):
-        if not local or local[-1].id != p.id:
-            local.append(p)
-        if p.group_id is not None:
-            port_groups[p.id].append(p.group_id)
-        if p.eip_id is not None:
-            port_eips[p.id] = p.eip_id
+    local, port_groups, port_eips = host_local(s, host, row.config_revision)
     own = {p.vpc_id for p in local}
     peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}

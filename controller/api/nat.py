@@ -128,6 +128,7 @@ def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = 
             raise conflict("port_id", f"port {port.id} already has an EIP")
         eip.port_id = port.id
         t.touch_vpcs(port.vpc_id)
+        t.touch_hosts(port.host)  # the port's host compiles its ports' EIPs (see compiler.host_local)
         s.flush()
         return eip
 
@@ -139,6 +140,7 @@ def disassociate(eip_id: str, request: Request, p: Principal = Depends(require_t
         if eip.port_id:
             port = t.session.get(m.Port, eip.port_id)
             t.touch_vpcs(port.vpc_id if port else None)
+            t.touch_hosts(port.host if port else None)
         eip.port_id = None
         t.session.flush()
         return eip

@@ -170,6 +170,7 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
             port.status = "DOWN"  # until the new host reports the VM plugged
         if "security_group_ids" in fields:
             port.groups = resolve_groups(s, body.security_group_ids or [], port.vpc_id, p)
+            t.touch_hosts(port.host)  # its host compiles the port's groups (see compiler.host_local)
         t.touch_vpcs(port.vpc_id)
         s.flush()
         return port_out(port)

@@ -105,3 +105,24 @@ def test_nat_gateway_spread_over_instances(controller: Controller) -> None:
     serving = {f"172.31.0.10{i}" for i in range(3) if used[f"gw{i}"]}
     assert len(route["gateway_buckets"]) == 8 and set(route["gateway_buckets"]) == serving
     assert route["gateway_vteps"] == sorted(serving)
+
+
+def test_host_config_follows_port_groups_and_eips(controller: Controller) -> None:
+    """The host's own ports are compiled per host stamp: a port's new groups or EIP must show at once."""
+    a, vpc, sn, _ = setup(controller)
+    adm = controller.admin
+    adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.11"})
+    port = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm9", "host": "hv1"})
+    cfg = adm.get("/v1/hosts/hv1/config")
+    assert [p["security_group_ids"] for p in cfg["ports"]] == [[vpc["default_security_group_id"]]]
+    sg = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "web"})
+    a.patch(f"/v1/ports/{port['id']}", {"security_group_ids": [sg["id"]]})
+    cfg2 = adm.get("/v1/hosts/hv1/config")
+    assert cfg2["revision"] > cfg["revision"]
+    assert [p["security_group_ids"] for p in cfg2["ports"]] == [[sg["id"]]]
+    adm.post("/v1/hosts", {"name": "gwx", "vtep_ip": "172.31.0.109", "kind": "gateway"})
+    eip = a.post("/v1/eips", {})
+    a.post(f"/v1/eips/{eip['id']}/associate", {"port_id": port["id"]})
+    assert adm.get("/v1/hosts/hv1/config")["ports"][0]["eip_home_vtep"] == "172.31.0.109"
+    a.post(f"/v1/eips/{eip['id']}/disassociate", {})
+    assert adm.get("/v1/hosts/hv1/config")["ports"][0]["eip_home_vtep"] is None
