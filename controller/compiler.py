@@ -103,18 +103,23 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
     return out
 
 
-def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str, SecurityGroupInfo]]:
-    """Every security group of each VPC in `vpcs` (id -> revision), remote groups resolved to member addresses.
-    Groups, rules and memberships only change with a write that stamps their VPC (remote groups are in the same
-    VPC), so these fragments are cached by VPC revision too."""
-    out: dict[str, dict[str, SecurityGroupInfo]] = {}
-    missing = []
+def _cached(s: Session, kind: str, vpcs: dict[str, int]) -> tuple[dict, list[str]]:
+    """The cached `kind` fragments of these VPCs (id -> revision), and the VPCs that have none yet."""
+    out, missing = {}, []
     for vid, rev in vpcs.items():
-        frag = FRAGMENTS.get(s, ("sg", vid, rev))
+        frag = FRAGMENTS.get(s, (kind, vid, rev))
         if frag is None:
             missing.append(vid)
         else:
             out[vid] = frag[0]
+    return out, missing
+
+
+def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str, SecurityGroupInfo]]:
+    """Every security group of each VPC in `vpcs` (id -> revision), remote groups resolved to member addresses.
+    Groups, rules and memberships only change with a write that stamps their VPC (remote groups are in the same
+    VPC), so these fragments are cached by VPC revision too."""
+    out, missing = _cached(s, "sg", vpcs)
     if not missing:
         return out
     group_vpc = dict(s.execute(select(m.SecurityGroup.id, m.SecurityGroup.vpc_id)
@@ -145,14 +150,7 @@ def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str,
 
 def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo, ...]]:
     """Subnets of each VPC (id -> revision), cached by VPC revision like the endpoints."""
-    out: dict[str, tuple[SubnetInfo, ...]] = {}
-    missing = []
-    for vid, rev in vpcs.items():
-        frag = FRAGMENTS.get(s, ("subnets", vid, rev))
-        if frag is None:
-            missing.append(vid)
-        else:
-            out[vid] = frag[0]
+    out, missing = _cached(s, "subnets", vpcs)
     if missing:
         built: dict[str, list[SubnetInfo]] = {vid: [] for vid in missing}
         for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)

@@ -95,6 +95,17 @@ static int ring_push(ring_t *r, uint8_t port, const uint8_t *d, uint32_t len) {
     return 0;
 }
 
+/* copy up to max slots out (SLOT bytes apart in bufs); the caller holds r->mu */
+static int ring_take(ring_t *r, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max) {
+    uint32_t n = 0;
+    for (; r->head != r->tail && n < max; r->head++, n++) {
+        slot_t *s = &r->slots[r->head % RING];
+        memcpy(bufs + (size_t)n * SLOT, s->data, s->len);
+        lens[n] = s->len; ports[n] = s->port;
+    }
+    return (int)n;
+}
+
 /* --- the data plane ------------------------------------------------------------------------------------------- */
 typedef struct dp dp_t;
 typedef struct {
@@ -671,31 +682,19 @@ int dp_punt(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t ma
         t.tv_sec += t.tv_nsec / 1000000000L; t.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&r->cv, &r->mu, &t);
     }
-    uint32_t n = 0;
-    while (r->head != r->tail && n < max) {
-        slot_t *s = &r->slots[r->head % RING];
-        memcpy(bufs + (size_t)n * SLOT, s->data, s->len);
-        lens[n] = s->len; ports[n] = s->port;
-        r->head++; n++;
-    }
+    int n = ring_take(r, bufs, lens, ports, max);
     pthread_mutex_unlock(&r->mu);
-    return (int)n;
+    return n;
 }
 
 /* memory backend: what the loop transmitted, oldest first (same layout as dp_punt) */
 int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max) {
     if (dp->be != &MEM) return -1;
     ring_t *r = &((mem_t *)dp->bs)->out;
-    uint32_t n = 0;
     pthread_mutex_lock(&r->mu);
-    while (r->head != r->tail && n < max) {
-        slot_t *s = &r->slots[r->head % RING];
-        memcpy(bufs + (size_t)n * SLOT, s->data, s->len);
-        lens[n] = s->len; ports[n] = s->port;
-        r->head++; n++;
-    }
+    int n = ring_take(r, bufs, lens, ports, max);
     pthread_mutex_unlock(&r->mu);
-    return (int)n;
+    return n;
 }
 
 int dp_inject(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len) {
