@@ -25,7 +25,7 @@ class Settings:
     host_down_after: float = 15.0  # seconds of heartbeat silence before a host is marked down
     gateway_down_after: float = 2.0  # gateways heartbeat every 0.5 s; their EIPs move when they fall silent
     max_watch_timeout: float = 60.0
-    # a woken watch waits this long for more changes before compiling: one config for a burst of writes
+    # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling
     watch_coalesce: float = 0.02
     eip_pool: str | None = None
 

@@ -11,6 +11,8 @@ import asyncio
 import json
 import logging
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from controller.db import ChangeSet, Database
@@ -37,6 +39,7 @@ class Broadcaster:
     queues: set[asyncio.Queue] = field(default_factory=set)
     latest: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -56,7 +59,12 @@ class Broadcaster:
     def unsubscribe(self, q: asyncio.Queue) -> None:
         self.queues.discard(q)
 
+    def busy(self, window: float = 0.1, count: int = 3) -> bool:
+        """Writes are arriving in a burst: at least `count` wakes in the last `window` seconds."""
+        return len(self.recent) >= count and time.monotonic() - self.recent[-count] < window
+
     def _deliver(self, w: Wake) -> None:
+        self.recent.append(time.monotonic())
         self.latest = max(self.latest, w.revision)
         for q in list(self.queues):
             q.put_nowait(w)

@@ -148,9 +148,10 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
                 changed = state[0] > after
             else:  # the write stamped this host or one of its VPCs: its config changed, compile it
                 changed = True
-        # let a burst of writes land before compiling: one config instead of one per write
+        # in a burst of writes, let more land before compiling: one config instead of one per write (a lone
+        # write is answered at once)
         coalesce = request.app.state.settings.watch_coalesce
-        if coalesce > 0:
+        if coalesce > 0 and bc.busy():
             await asyncio.sleep(coalesce)
     finally:
         bc.unsubscribe(q)
