@@ -50,8 +50,9 @@ class FragmentCache:
 
     @staticmethod
     def _scoped(s: Session, key: tuple) -> tuple:
-        # one cache per database: host names and revisions repeat across databases (tests run many)
-        return (s.get_bind().url.render_as_string(hide_password=True), *key)
+        # one cache per database: host names and revisions repeat across databases (tests run many); the engine's
+        # URL is an immutable, hashable value, so nothing is rendered on these per-VPC lookups
+        return (s.get_bind().url, *key)
 
     def get(self, s: Session, key: tuple) -> tuple | None:
         key = self._scoped(s, key)
@@ -293,12 +294,11 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     # the same revision host_revision() computes: the newest stamp among what this config depends on
     revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
-    gw_instances = instances
 
     def eip_home(pid: str) -> str | None:
         eid = port_eips.get(pid)
-        h = home(f"eip:{eid}", gw_instances) if eid else None
-        return gw_instances[h] if h else None
+        h = home(f"eip:{eid}", instances) if eid else None
+        return instances[h] if h else None
 
     ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
                       security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from nfv_gateways.fastpath import FastNat, FastPathUnavailable, declare
+from nfv_gateways.fastpath import FastNat, FastPathUnavailable, carray, declare
 from nfv_gateways.nat import NatConfig
 
 log = logging.getLogger("tianji.gateway.dataplane")
@@ -95,7 +95,6 @@ def load(backend: str) -> ctypes.CDLL:
     lib.dp_set_neigh.argtypes = [ptr, u8, u32, ctypes.c_char_p]
     lib.dp_stats.argtypes = [ptr, ctypes.POINTER(ctypes.c_uint64)]
     lib.dp_nstats.restype = u32
-    lib.dp_backends.restype = ctypes.c_char_p
     lib.dp_mem_push.argtypes = [ptr, u8, ctypes.c_char_p, u32]
     lib.dp_mem_pop.argtypes = [ptr, ctypes.c_void_p, p32, ctypes.POINTER(u8), u32]
     lib.dp_poll.argtypes = [ptr]
@@ -110,10 +109,6 @@ def eal_args(name: str, ul_if: str, ext_if: str) -> str:
             f"--log-level *:warning --file-prefix tj-{name}-{os.getpid()} "
             f"--vdev=net_af_xdp0,iface={ul_if},start_queue=0,queue_count=1,busy_budget=0 "
             f"--vdev=net_af_xdp1,iface={ext_if},start_queue=0,queue_count=1,busy_budget=0")
-
-
-def _u32s(values: list[int]) -> ctypes.Array:
-    return (ctypes.c_uint32 * max(len(values), 1))(*values)
 
 
 class NativeDataPlane:
@@ -197,9 +192,11 @@ class NativeDataPlane:
                    endpoints: dict[tuple[int, int], tuple[int, bytes]]) -> None:
         vnis = list(routers)
         eps = list(endpoints.items())
-        r = self.lib.dp_set_config(self.h, _u32s(vteps), len(vteps), _u32s(vnis), b"".join(routers[v] for v in vnis),
-                                   len(vnis), _u32s([k[0] for k, _ in eps]), _u32s([k[1] for k, _ in eps]),
-                                   _u32s([v[0] for _, v in eps]), b"".join(v[1] for _, v in eps), len(eps))
+        u32 = ctypes.c_uint32
+        r = self.lib.dp_set_config(self.h, carray(u32, vteps), len(vteps), carray(u32, vnis),
+                                   b"".join(routers[v] for v in vnis), len(vnis),
+                                   carray(u32, [k[0] for k, _ in eps]), carray(u32, [k[1] for k, _ in eps]),
+                                   carray(u32, [v[0] for _, v in eps]), b"".join(v[1] for _, v in eps), len(eps))
         if r != 0:
             raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
 

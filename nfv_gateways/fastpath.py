@@ -30,6 +30,11 @@ class FastPathUnavailable(RuntimeError):
     pass
 
 
+def carray(ctype: type, values: list[int]) -> ctypes.Array:
+    """A C array of these values (never empty: C gets a valid pointer and the count says how many count)."""
+    return (ctype * max(len(values), 1))(*values)
+
+
 def build(force: bool = False) -> Path:
     """Compile the fast path for this machine (gcc -O2), if it is missing or older than its source."""
     if LIB.exists() and not force and LIB.stat().st_mtime >= SRC.stat().st_mtime:
@@ -102,19 +107,15 @@ class FastNat:
 
     def _push_config(self) -> None:
         served = sorted(self.ref.served)
-        self.lib.nat_set_served(self.h, (ctypes.c_uint32 * len(served))(*served), len(served))
+        self.lib.nat_set_served(self.h, carray(ctypes.c_uint32, served), len(served))
         st = self.ref.config.static
         dn = self.ref.config.dnat  # (eip, proto, ext port, vni, ip, port)
-
-        def arr(ctype: type, values: list[int]) -> ctypes.Array:
-            return (ctype * max(len(values), 1))(*values)
-
         u32, u16, u8 = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8
-        r = self.lib.nat_set_rules(self.h, arr(u32, [s[0] for s in st]), arr(u32, [s[1] for s in st]),
-                                   arr(u32, [s[2] for s in st]), len(st), arr(u32, [d[0] for d in dn]),
-                                   arr(u16, [d[2] for d in dn]), arr(u8, [d[1] for d in dn]),
-                                   arr(u32, [d[3] for d in dn]), arr(u32, [d[4] for d in dn]),
-                                   arr(u16, [d[5] for d in dn]), len(dn))
+        r = self.lib.nat_set_rules(self.h, carray(u32, [s[0] for s in st]), carray(u32, [s[1] for s in st]),
+                                   carray(u32, [s[2] for s in st]), len(st), carray(u32, [d[0] for d in dn]),
+                                   carray(u16, [d[2] for d in dn]), carray(u8, [d[1] for d in dn]),
+                                   carray(u32, [d[3] for d in dn]), carray(u32, [d[4] for d in dn]),
+                                   carray(u16, [d[5] for d in dn]), len(dn))
         if r != 0:
             raise FastPathUnavailable("nat_set_rules failed (out of memory)")
 
@@ -208,4 +209,4 @@ def _outside_key(buf: bytes | bytearray) -> tuple[int, int, int] | None:
     return (ip.dst, ports[0] if ip.proto == PROTO_ICMP else ports[1], ip.proto)
 
 
-__all__ = ["FastNat", "FastPathUnavailable", "build", "declare", "load"]
+__all__ = ["FastNat", "FastPathUnavailable", "build", "carray", "declare", "load"]

@@ -111,7 +111,6 @@ class Gateway:
         macs = o.macs or tuple(Path(f"/sys/class/net/{i}/address").read_text().strip()
                                for i in (o.underlay_if, o.external_if))
         self.mac = {UL: mac_bytes(macs[0]), EXT: mac_bytes(macs[1])}
-        self.ext_mac = self.mac[EXT]
         self.vtep_int = ip2int(self.vtep)
         self.dp = dataplane  # given: a data plane built by the caller (tests); else chosen by --fastpath
         if dataplane is not None:
@@ -255,18 +254,24 @@ class Gateway:
             self.counters["drop_error"] += 1
             log.debug("punted packet: %s", e)
 
-    def from_underlay(self, frame: bytes) -> None:
-        """An underlay frame in native mode: ARP for our VTEP, or VXLAN the data plane left to Python."""
+    def ipv4_for_us(self, port: int, frame: bytes) -> bytes | None:
+        """The IPv4 packet of a frame addressed to our MAC on `port`; ARP is handled here, the rest ignored."""
         if len(frame) < 14:
             self.counters["drop_malformed"] += 1
-            return
+            return None
         etype = struct.unpack_from("!H", frame, 12)[0]
         if etype == ETH_ARP:
-            self.on_arp(UL, frame)
+            self.on_arp(port, frame)
+            return None
+        if etype != ETH_IP or frame[0:6] != self.mac[port]:
+            return None
+        return frame[14:]
+
+    def from_underlay(self, frame: bytes) -> None:
+        """An underlay frame in native mode: ARP for our VTEP, or VXLAN the data plane left to Python."""
+        ip = self.ipv4_for_us(UL, frame)
+        if ip is None:
             return
-        if etype != ETH_IP or frame[0:6] != self.mac[UL]:
-            return
-        ip = frame[14:]
         if (len(ip) < 28 or ip[0] != 0x45 or ip[9] != 17 or int.from_bytes(ip[16:20], "big") != self.vtep_int
                 or struct.unpack_from("!H", ip, 22)[0] != VXLAN_PORT):
             self.counters["drop_underlay_not_vxlan"] += 1
@@ -321,16 +326,10 @@ class Gateway:
                 log.debug("external packet: %s", e)
 
     def from_external(self, frame: bytes) -> None:
-        if len(frame) < 14:
-            self.counters["drop_malformed"] += 1
+        ip = self.ipv4_for_us(EXT, frame)
+        if ip is None:
             return
-        etype = struct.unpack_from("!H", frame, 12)[0]
-        if etype == ETH_ARP:
-            self.on_arp(EXT, frame)
-            return
-        if etype != ETH_IP or frame[0:6] != self.ext_mac:
-            return
-        buf = bytearray(frame[14:])
+        buf = bytearray(ip)
         with self.lock:
             v = self.table.inbound(buf, time.time())
         if v is None:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controller.client import ApiFailure, Client
+from topologies.hosts import read_status
 
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
@@ -255,10 +256,7 @@ class Cluster:
         return Client(self.state.controller_url, self.state.admin_token)
 
     def agent_status(self, hv: str) -> dict:
-        try:
-            return json.loads((Path(self.state.dir) / "agents" / f"agent-{hv}.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_status(Path(self.state.dir) / "agents" / f"agent-{hv}.json")
 
     def wait_agents(self, timeout: float = 30) -> None:
         deadline = time.time() + timeout
@@ -386,10 +384,7 @@ class Cluster:
         (Path(self.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
 
     def gateway_status(self, name: str) -> dict:
-        try:
-            return json.loads((Path(self.state.dir) / "gateways" / f"gateway-{name}.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_status(Path(self.state.dir) / "gateways" / f"gateway-{name}.json")
 
     def wait_gateways(self, timeout: float = 30) -> None:
         want = {n for n, i in self.state.nodes.items() if i["role"] == "gateway"}

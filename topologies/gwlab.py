@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from topologies.hosts import read_status
+
 VNI = 1001
 VM_IP, VM_MAC = "10.0.1.5", "02:00:00:00:01:05"
 ROUTER_IP, ROUTER_MAC = "10.0.1.1", "02:00:00:00:01:01"
@@ -118,10 +120,7 @@ class GatewayLab:
         raise RuntimeError(f"lab gateway did not start; log:\n{self.log.read_text()[-2000:]}")
 
     def status(self) -> dict:
-        try:
-            return json.loads((self.dir / "gateway-lab.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_status(self.dir / "gateway-lab.json")
 
     def down(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -30,6 +30,14 @@ def sh(*cmd: str, check: bool = True, ns: str | None = None, env: dict | None = 
     return r
 
 
+def read_status(path: Path) -> dict:
+    """A status file an agent or gateway writes (atomically) for local tools; {} while there is none yet."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def check_prerequisites() -> None:
     """Root, iproute2, Open vSwitch: say what to install instead of failing obscurely."""
     problems = []
@@ -229,10 +237,7 @@ class Fabric:
             hv.agent_pid = None
 
     def agent_status(self, hv: Hypervisor) -> dict:
-        try:
-            return json.loads((self.base / "agents" / f"agent-{hv.name}.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_status(self.base / "agents" / f"agent-{hv.name}.json")
 
     def prepare_vm(self, name: str, hv: Hypervisor, mac: str) -> Vm:
         """The VM's namespace and veth (MTU 1450, TX offload off), not yet plugged into br-int."""

@@ -9,7 +9,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of, owned, scoped, visible, with_retries
+from controller.api.common import db_of, default_group_id, owned, scoped, visible, with_retries
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
@@ -25,21 +25,20 @@ def port_out(p: m.Port) -> PortOut:
     return out
 
 
-def resolve_groups(s: Session, ids: list[str] | None, vpc_id: str, p: Principal) -> list[m.SecurityGroup]:
-    if ids is None:
-        return list(s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id,
-                                                            m.SecurityGroup.is_default.is_(True))).scalars())
+def resolve_groups(s: Session, ids: list[str], vpc_id: str, p: Principal,
+                   field: str = "") -> list[m.SecurityGroup]:
     groups = []
     for i, gid in enumerate(dict.fromkeys(ids)):
-        sg = owned(s, m.SecurityGroup, gid, p, "security group", f"security_group_ids.{i}")
+        sg = owned(s, m.SecurityGroup, gid, p, "security group", f"{field}security_group_ids.{i}")
         if sg.vpc_id != vpc_id:
-            raise invalid(f"security_group_ids.{i}", f"security group {gid} belongs to another VPC")
+            raise invalid(f"{field}security_group_ids.{i}", f"security group {gid} belongs to another VPC")
         groups.append(sg)
     return groups
 
 
 def check_host(s: Session, host: str | None, field: str = "host") -> None:
-    if host is not None and s.get(m.Host, host) is None:
+    hosts = m.Host.__table__  # a plain existence query: no ORM object is loaded on the port-create path
+    if host is not None and s.execute(select(hosts.c.name).where(hosts.c.name == host)).first() is None:
         raise invalid(field, f"unknown host {host!r}: a host appears once its agent has registered "
                              "(GET /v1/hosts lists them)")
 
@@ -51,8 +50,7 @@ _DEFAULT_GROUP: dict[str, str] = {}
 def _default_groups(s: Session, vpc_id: str) -> list[str]:
     gid = _DEFAULT_GROUP.get(vpc_id)
     if gid is None:
-        gid = s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == vpc_id,
-                                                         m.SecurityGroup.is_default.is_(True))).scalar()
+        gid = default_group_id(s, vpc_id)
         if gid is None:
             return []
         _DEFAULT_GROUP[vpc_id] = gid
@@ -89,13 +87,11 @@ def _create_one(t: WriteTxn, body: PortCreate, p: Principal, field: str = "") ->
             raise conflict(f"{field}mac", f"MAC {mac} is already in use")
     else:
         mac = random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
-    if body.host is not None and s.execute(select(m.Host.__table__.c.name)
-                                           .where(m.Host.__table__.c.name == body.host)).first() is None:
-        check_host(s, body.host, f"{field}host")  # raises with the message
+    check_host(s, body.host, f"{field}host")
     if body.security_group_ids is None:
         groups = _default_groups(s, sn.vpc_id)
     else:
-        groups = [g.id for g in resolve_groups(s, body.security_group_ids, sn.vpc_id, p)]
+        groups = [g.id for g in resolve_groups(s, body.security_group_ids, sn.vpc_id, p, field)]
     pid = m.new_id()
     s.execute(insert(ports).values(id=pid, tenant_id=sn.tenant_id, vpc_id=sn.vpc_id, subnet_id=sn.id, name=body.name,
                                    ip=str(ip), ip_int=int(ip), mac=mac, host=body.host, status="DOWN",

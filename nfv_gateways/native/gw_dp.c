@@ -123,8 +123,7 @@ struct dp {
     uint8_t mac[2][6];
     uint32_t vtep_ip;
     map_t *vteps, *routers, *endpoints, *neigh[2];
-    uint64_t *ep_vals; uint32_t nep;            /* endpoint -> (vtep << 16 | index into ep_mac) */
-    uint8_t (*ep_mac)[6];
+    uint8_t (*ep_mac)[6];                       /* endpoints map to (vtep << 16 | index into ep_mac) */
     pthread_mutex_t cfg;                        /* config swaps vs bursts */
     ring_t punt, inject;
     int evfd;                                   /* wakes the loop when Python injects */
@@ -605,16 +604,6 @@ static int dpdk_open(dp_t *dp, const char *eal_args) {
 #endif
 
 /* --- the API Python calls through ctypes -------------------------------------------------------------------- */
-const char *dp_backends(void) {
-#if defined(TJ_DPDK)
-    return "dpdk";
-#elif defined(TJ_XDP)
-    return "xdp";
-#else
-    return "packet";
-#endif
-}
-
 dp_t *dp_create(nat_t *nat, const uint8_t *ul_mac, const uint8_t *ext_mac, uint32_t vtep_ip) {
     dp_t *dp = calloc(1, sizeof(dp_t));
     if (!dp) return NULL;
@@ -722,7 +711,7 @@ int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const uint32
     pthread_mutex_lock(&dp->cfg);
     map_t *ov = dp->vteps, *orr = dp->routers, *oe = dp->endpoints;
     uint8_t (*om)[6] = dp->ep_mac;
-    dp->vteps = v; dp->routers = r; dp->endpoints = e; dp->ep_mac = macs; dp->nep = nep;
+    dp->vteps = v; dp->routers = r; dp->endpoints = e; dp->ep_mac = macs;
     pthread_mutex_unlock(&dp->cfg);
     map_free(ov); map_free(orr); map_free(oe); free(om);
     return 0;

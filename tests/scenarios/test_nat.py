@@ -56,6 +56,16 @@ def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24") -> 
     return n, eip, gw
 
 
+def own_eip_serving_8080(n: Net, vm: dict) -> dict:
+    """Give the VM's port its own EIP and let TCP 8080 in through the VPC's default security group."""
+    own = n.client.post("/v1/eips", {})
+    n.client.post(f"/v1/eips/{own['id']}/associate", {"port_id": vm["port_id"]})
+    sg = n.vpcs["prod"]["default_security_group_id"]
+    n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "tcp",
+                                                      "port_range_min": 8080, "port_range_max": 8080})
+    return own
+
+
 def curl(cluster, vm: dict, url: str, timeout: float = 2) -> str | None:  # noqa: ANN001
     r = ex(cluster, vm, "curl", "-s", "-m", str(timeout), url)
     return r.stdout if r.returncode == 0 else None
@@ -91,11 +101,7 @@ def test_nat_1_snat_web_sees_eip(cluster, tenants, internet) -> None:  # noqa: A
 def test_nat_2_eip_one_to_one(cluster, tenants, internet) -> None:  # noqa: ANN001
     n, snat_eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv2")
-    own = n.client.post("/v1/eips", {})
-    n.client.post(f"/v1/eips/{own['id']}/associate", {"port_id": vm["port_id"]})
-    sg = n.vpcs["prod"]["default_security_group_id"]
-    n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "tcp",
-                                                      "port_range_min": 8080, "port_range_max": 8080})
+    own = own_eip_serving_8080(n, vm)
     gw_ready(cluster, [own["address"], snat_eip["address"]])
     wait_for(lambda: curl(cluster, vm, f"http://{internet['ip']}/") == own["address"], 10,
              "outbound leaves with the port's own EIP")
@@ -204,11 +210,7 @@ def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) ->
 
     n, eip, _ = nat_vpc(tenants)
     a, b = n.vm("s", "hv1"), n.vm("s", "hv3")
-    own = n.client.post("/v1/eips", {})
-    n.client.post(f"/v1/eips/{own['id']}/associate", {"port_id": b["port_id"]})
-    sg = n.vpcs["prod"]["default_security_group_id"]
-    n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "tcp",
-                                                      "port_range_min": 8080, "port_range_max": 8080})
+    own = own_eip_serving_8080(n, b)
     gw_ready(cluster, [eip["address"], own["address"]])
     web = subprocess.Popen(["ip", "netns", "exec", b["ns"], sys.executable, "-c", WEB % 8080],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
