@@ -133,8 +133,8 @@ class Database:
             yield txn
             s.flush()
             if late:
-                txn.changes.revision = self._bump(s)
-            if self.is_postgres:
+                txn.changes.revision = self._bump_stamp_notify(s, txn.changes)
+            elif self.is_postgres:
                 self._stamp_notify(s, txn.changes)
             else:
                 txn._stamp()
@@ -155,6 +155,26 @@ class Database:
                  t AS (UPDATE counters SET value = :rev WHERE name = 'topology' AND :topo)
             SELECT pg_notify('tianji_revision', :payload)"""),
                   {"rev": cs.revision, "vpcs": vpcs, "hosts": hosts, "topo": cs.topology, "payload": payload})
+
+    @staticmethod
+    def _bump_stamp_notify(s: Session, cs: ChangeSet) -> int:
+        """PostgreSQL, late bump: take the next revision, stamp and notify in one statement, right before the
+        commit. The counter's row lock is what serialises writers, and it is now held for this statement and the
+        commit only: two round trips, not three."""
+        from controller.watch import NOTIFY_LIMIT
+
+        return s.execute(text("""
+            WITH c AS (UPDATE counters SET value = value + 1 WHERE name = 'revision' RETURNING value),
+                 v AS (UPDATE vpcs SET revision = (SELECT value FROM c) WHERE id = ANY(CAST(:vpcs AS varchar[]))),
+                 h AS (UPDATE hosts SET config_revision = (SELECT value FROM c)
+                       WHERE name = ANY(CAST(:hosts AS varchar[]))),
+                 t AS (UPDATE counters SET value = (SELECT value FROM c) WHERE name = 'topology' AND :topo)
+            SELECT value, pg_notify('tianji_revision', CASE WHEN length(d) < :limit THEN d
+                                                            ELSE json_build_object('r', value)::text END)
+            FROM (SELECT value, json_build_object('r', value, 'v', CAST(:vpcs AS varchar[]),
+                                                  'h', CAST(:hosts AS varchar[]), 't', :topo)::text AS d FROM c) x"""),
+            {"vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology, "limit": NOTIFY_LIMIT}
+        ).scalar_one()
 
     @staticmethod
     def _bump(s: Session) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+from collections import defaultdict
 
 from fastapi import APIRouter, Depends, Request, Response
-from sqlalchemy import func, insert, select
+from sqlalchemy import BigInteger, cast, func, insert, null, select, tuple_
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -57,58 +58,119 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
     return [gid]
 
 
-def _create_one(t: WriteTxn, body: PortCreate, p: Principal, field: str = "") -> PortOut:
-    """One port inside the caller's transaction. Core statements, not the ORM's unit of work: this is the hot
-    write path (allocation + two inserts), and the ORM's flush costs more than the SQL."""
+def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> list[PortOut]:
+    """Create ports inside the caller's transaction, set-based: a handful of statements whatever the number of
+    ports (lock the subnets, read their allocation state, insert the ports, insert their group memberships), so
+    a bulk create costs little more per port than building its row. Core statements, not the ORM's unit of
+    work: this is the hot write path. Errors name the offending item (`ports.N.field` in a bulk create)."""
     s = t.session
-    sn = s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.tenant_id, m.Subnet.cidr, m.Subnet.name)
-                   .where(m.Subnet.id == body.subnet_id).with_for_update()).one_or_none()
-    if sn is None or not visible(p, sn.tenant_id):  # the subnet row stays locked while allocating in it
-        raise not_found("subnet", body.subnet_id, f"{field}subnet_id")
-    net = ipaddress.IPv4Network(sn.cidr)
-    ports = m.Port.__table__
-    if body.ip:
-        try:
-            ip = check_fixed_ip(net, body.ip)
-        except IpamError as e:
-            raise invalid(f"{field}ip", str(e)) from None
-        if s.execute(select(ports.c.id).where(ports.c.vpc_id == sn.vpc_id, ports.c.ip_int == int(ip))).first():
-            raise conflict(f"{field}ip", f"{ip} is already in use in subnet {sn.name}")
-    else:
-        highest = s.execute(select(func.max(ports.c.ip_int)).where(ports.c.subnet_id == sn.id)).scalar()
-        try:
-            ip = next_free(net, lambda: s.execute(select(ports.c.ip_int).where(ports.c.subnet_id == sn.id)).scalars(),
-                           highest)
-        except IpamError as e:
-            raise conflict(f"{field}subnet_id", str(e)) from None
-    if body.mac:
-        mac = body.mac
-        if s.execute(select(ports.c.id).where(ports.c.mac == mac)).first():
-            raise conflict(f"{field}mac", f"MAC {mac} is already in use")
-    else:
-        mac = random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
-    check_host(s, body.host, f"{field}host")
-    if body.security_group_ids is None:
-        groups = _default_groups(s, sn.vpc_id)
-    else:
-        groups = [g.id for g in resolve_groups(s, body.security_group_ids, sn.vpc_id, p, field)]
-    pid = m.new_id()
-    s.execute(insert(ports).values(id=pid, tenant_id=sn.tenant_id, vpc_id=sn.vpc_id, subnet_id=sn.id, name=body.name,
-                                   ip=str(ip), ip_int=int(ip), mac=mac, host=body.host, status="DOWN",
-                                   created_at=m.now()))
-    if groups:
-        s.execute(insert(m.PortSecurityGroup.__table__), [{"port_id": pid, "group_id": g} for g in groups])
-    t.touch_vpcs(sn.vpc_id)
-    t.touch_hosts(body.host)
-    return PortOut(id=pid, tenant_id=sn.tenant_id, vpc_id=sn.vpc_id, subnet_id=sn.id, name=body.name, ip=str(ip),
-                   mac=mac, host=body.host, status="DOWN", security_group_ids=sorted(groups))
+    ports, subnets, hosts = m.Port.__table__, m.Subnet.__table__, m.Host.__table__
+
+    def field(i: int, name: str) -> str:
+        return f"ports.{i}.{name}" if bulk else name
+
+    # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock)
+    sids = sorted({x.subnet_id for x in items})
+    sn = {r.id: r for r in s.execute(select(subnets.c.id, subnets.c.vpc_id, subnets.c.tenant_id, subnets.c.cidr,
+                                            subnets.c.name).where(subnets.c.id.in_(sids))
+                                     .order_by(subnets.c.id).with_for_update())}
+    for i, x in enumerate(items):
+        r = sn.get(x.subnet_id)
+        if r is None or not visible(p, r.tenant_id):
+            raise not_found("subnet", x.subnet_id, field(i, "subnet_id"))
+    # allocation state and the named hosts in one round trip (read after the locks: it sees every allocation
+    # committed before ours)
+    named = sorted({x.host for x in items if x.host is not None})
+    state = select(ports.c.subnet_id, func.max(ports.c.ip_int)).where(ports.c.subnet_id.in_(sids)) \
+        .group_by(ports.c.subnet_id)
+    if named:
+        state = state.union_all(select(hosts.c.name, cast(null(), BigInteger)).where(hosts.c.name.in_(named)))
+    highest: dict[str, int | None] = {}
+    known_hosts = set()
+    for key, value in s.execute(state):
+        if value is None:
+            known_hosts.add(key)
+        else:
+            highest[key] = value
+    nets = {sid: ipaddress.IPv4Network(r.cidr) for sid, r in sn.items()}
+    # fixed addresses: valid in their subnet, not repeated in the batch, not in use
+    fixed: dict[tuple[str, int], int] = {}
+    for i, x in enumerate(items):
+        if x.ip:
+            try:
+                ip = int(check_fixed_ip(nets[x.subnet_id], x.ip))
+            except IpamError as e:
+                raise invalid(field(i, "ip"), str(e)) from None
+            key = (sn[x.subnet_id].vpc_id, ip)
+            if key in fixed:
+                raise conflict(field(i, "ip"), f"{x.ip} is requested twice (ports.{fixed[key]}.ip)")
+            fixed[key] = i
+    if fixed:
+        used = set(s.execute(select(ports.c.vpc_id, ports.c.ip_int).where(
+            tuple_(ports.c.vpc_id, ports.c.ip_int).in_(list(fixed)))).all())
+        for key, i in sorted(fixed.items(), key=lambda kv: kv[1]):
+            if key in used:
+                raise conflict(field(i, "ip"), f"{items[i].ip} is already in use in subnet "
+                                               f"{sn[items[i].subnet_id].name}")
+    macs = {x.mac: i for i, x in reversed(list(enumerate(items))) if x.mac}
+    if macs:
+        for i, x in enumerate(items):
+            if x.mac and macs[x.mac] != i:
+                raise conflict(field(i, "mac"), f"MAC {x.mac} is requested twice (ports.{macs[x.mac]}.mac)")
+        taken = set(s.execute(select(ports.c.mac).where(ports.c.mac.in_(list(macs)))).scalars())
+        for mac in sorted(taken, key=macs.__getitem__):
+            raise conflict(field(macs[mac], "mac"), f"MAC {mac} is already in use")
+    for i, x in enumerate(items):
+        if x.host is not None and x.host not in known_hosts:
+            raise invalid(field(i, "host"), f"unknown host {x.host!r}: a host appears once its agent has "
+                                            "registered (GET /v1/hosts lists them)")
+    groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, f"ports.{i}." if bulk else "") for i, x in enumerate(items)]
+    # allocate: above each subnet's highest address while there is room, else the lowest gaps
+    batch_ips: dict[str, set[int]] = defaultdict(set)
+    for (_vpc, ip), i in fixed.items():
+        batch_ips[items[i].subnet_id].add(ip)
+    rows, memberships, out = [], [], []
+    created = m.now()
+    for i, x in enumerate(items):
+        r = sn[x.subnet_id]
+        if x.ip:
+            ip = int(ipaddress.IPv4Address(x.ip))
+        else:
+            taken_here = batch_ips[r.id]
+            top = max([highest.get(r.id) or 0, *taken_here]) or None
+            try:
+                ip = int(next_free(nets[r.id], lambda r=r, t=taken_here: {
+                    *s.execute(select(ports.c.ip_int).where(ports.c.subnet_id == r.id)).scalars(), *t}, top))
+            except IpamError as e:
+                raise conflict(field(i, "subnet_id"), str(e)) from None
+            taken_here.add(ip)
+        addr = str(ipaddress.IPv4Address(ip))
+        mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
+        pid = m.new_id()
+        rows.append({"id": pid, "tenant_id": r.tenant_id, "vpc_id": r.vpc_id, "subnet_id": r.id, "name": x.name,
+                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "status": "DOWN", "created_at": created})
+        memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
+        out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,
+                           mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i])))
+        t.touch_vpcs(r.vpc_id)
+        t.touch_hosts(x.host)
+    s.execute(insert(ports), rows)
+    if memberships:
+        s.execute(insert(m.PortSecurityGroup.__table__), memberships)
+    return out
+
+
+def _groups(s: Session, x: PortCreate, vpc_id: str, p: Principal, prefix: str) -> list[str]:
+    if x.security_group_ids is None:
+        return _default_groups(s, vpc_id)
+    return [g.id for g in resolve_groups(s, x.security_group_ids, vpc_id, p, prefix)]
 
 
 @router.post("/ports", status_code=201, response_model=PortOut)
 def create_port(body: PortCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> Response:
     def txn() -> PortOut:
         with db_of(request).write(concurrent=True) as t:
-            return _create_one(t, body, p)
+            return _create(t, [body], p, bulk=False)[0]
 
     out = with_retries(txn, "port creation")
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
@@ -120,10 +182,7 @@ def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(
     the offending item, `ports.N.field`). One revision for the whole batch."""
     def txn() -> list[PortOut]:
         with db_of(request).write(concurrent=True) as t:
-            # lock every subnet of the batch up front, in one order, so concurrent batches cannot deadlock
-            t.session.execute(select(m.Subnet.id).where(m.Subnet.id.in_({x.subnet_id for x in body.ports}))
-                              .order_by(m.Subnet.id).with_for_update()).all()
-            return [_create_one(t, item, p, f"ports.{i}.") for i, item in enumerate(body.ports)]
+            return _create(t, body.ports, p, bulk=True)
 
     out = with_retries(txn, "bulk port creation")
     return Response(b"[" + b",".join(o.model_dump_json().encode() for o in out) + b"]", status_code=201,

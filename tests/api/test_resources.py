@@ -310,4 +310,24 @@ def test_bulk_port_create_is_all_or_nothing(controller: Controller) -> None:
     expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s2["id"], "name": f"f{i}"} for i in range(20)]},
            field="ports.12.subnet_id")  # a /28 holds 13 ports besides 10.0.2.9: the 13th exhausts it
     expect(422, a.post, "/v1/ports/bulk", {"ports": []})
+    # the same address or MAC twice in one batch, or a MAC already in use
+    expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "x", "ip": "10.0.1.50"},
+                                                     {"subnet_id": s1["id"], "name": "y", "ip": "10.0.1.50"}]},
+           field="ports.1.ip")
+    expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "x", "mac": "02:00:00:00:00:01"},
+                                                     {"subnet_id": s1["id"], "name": "y", "mac": "02:00:00:00:00:01"}]},
+           field="ports.1.mac")
+    expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "x"},
+                                                     {"subnet_id": s1["id"], "name": "y", "mac": out[0]["mac"]}]},
+           field="ports.1.mac")
     assert controller.snapshot() == before
+    # a full subnet with gaps: a batch mixing fixed and allocated addresses fills the gaps, never twice
+    fill = a.post("/v1/ports/bulk", {"ports": [{"subnet_id": s2["id"], "name": f"f{i}"} for i in range(12)]})
+    assert len({p["ip"] for p in fill} | {"10.0.2.9"}) == 13
+    for p in fill[3:6]:
+        a.delete(f"/v1/ports/{p['id']}")
+    gaps = sorted(p["ip"] for p in fill[3:6])
+    again = a.post("/v1/ports/bulk", {"ports": [{"subnet_id": s2["id"], "name": "g0"},
+                                                {"subnet_id": s2["id"], "name": "g1", "ip": gaps[0]},
+                                                {"subnet_id": s2["id"], "name": "g2"}]})
+    assert sorted(p["ip"] for p in again) == gaps
