@@ -38,7 +38,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
     import uvicorn
 
     from controller.app import create_app
-    from controller.serving import NoDelayH11Protocol
+    from controller.serving import server_options
     from controller.settings import Settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -54,10 +54,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
         if host_down_after is not None:
             os.environ["TIANJI_HOST_DOWN_AFTER"] = str(host_down_after)
         uvicorn.run("controller.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                    log_level=log_level.lower(), timeout_graceful_shutdown=2, http=NoDelayH11Protocol)
+                    log_level=log_level.lower(), timeout_graceful_shutdown=2, **server_options())
     else:
         uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=2,
-                    http=NoDelayH11Protocol)
+                    **server_options())
 
 
 # --- API client commands ------------------------------------------------------------------------------
