@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -174,7 +174,11 @@ def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
     dies only what it homed moves; what lives on the survivors stays where it is."""
     if not instances:
         return None
-    return max(instances, key=lambda i: hashlib.blake2b(f"{key}|{i}".encode(), digest_size=8).digest())
+    return max(instances, key=lambda i: _weight(key, i))
+
+
+def _weight(key: str, instance: str) -> bytes:
+    return hashlib.blake2b(f"{key}|{instance}".encode(), digest_size=8).digest()
 
 
 NAT_BUCKETS = 8  # source-address buckets (the low 3 bits of a VM's address) a NAT gateway's traffic is split into
@@ -200,7 +204,18 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     (paired pooling, endpoint-independent mapping); when an instance dies, only its EIPs and buckets move."""
     serving = sorted({h for e in eip_ids if (h := home(f"eip:{e}", instances))}) or \
         [h for h in [home(f"natgw:{gateway_id}", instances)] if h]
-    return [home(f"natgw:{gateway_id}:{b}", serving) for b in range(NAT_BUCKETS)] if serving else []
+    if not serving:
+        return []
+    owners = [home(f"natgw:{gateway_id}:{b}", serving) for b in range(NAT_BUCKETS)]
+    # Every serving instance takes a bucket, or the EIPs it homes would go unused (rendezvous hashing alone
+    # leaves one of three instances without any of 8 buckets about one time in eight): an instance left without
+    # takes, from an instance holding several, the bucket it weighs highest for. Only those buckets move.
+    for inst in serving:
+        held = Counter(owners)
+        spare = [b for b in range(NAT_BUCKETS) if held[owners[b]] > 1]
+        if inst not in held and spare:
+            owners[max(spare, key=lambda b: _weight(f"natgw:{gateway_id}:{b}", inst))] = inst
+    return owners
 
 
 def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:

@@ -1,0 +1,33 @@
+"""How a NAT gateway's source-address buckets are spread over the instances homing its EIPs."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.compiler import NAT_BUCKETS, home, nat_buckets
+
+ids = st.text(alphabet="0123456789abcdef", min_size=8, max_size=8)
+
+
+@given(gateway=ids, eips=st.lists(ids, min_size=1, max_size=12, unique=True),
+       names=st.lists(ids, min_size=1, max_size=8, unique=True))
+def test_every_instance_homing_an_eip_serves_buckets(gateway: str, eips: list[str], names: list[str]) -> None:
+    instances = {n: f"172.31.0.{i}" for i, n in enumerate(names)}
+    buckets = nat_buckets(gateway, eips, instances)
+    homes = {home(f"eip:{e}", instances) for e in eips}
+    assert len(buckets) == NAT_BUCKETS
+    assert set(buckets) == homes  # no EIP left unused, no instance without an EIP given traffic
+    assert buckets == nat_buckets(gateway, list(reversed(eips)), dict(reversed(instances.items())))
+
+
+@given(gateway=ids, eips=st.lists(ids, min_size=4, max_size=12, unique=True),
+       names=st.lists(ids, min_size=3, max_size=6, unique=True))
+def test_an_instance_going_away_moves_few_buckets(gateway: str, eips: list[str], names: list[str]) -> None:
+    instances = {n: "x" for n in names}
+    before = nat_buckets(gateway, eips, instances)
+    gone = before[0]
+    after = nat_buckets(gateway, eips, {n: "x" for n in names if n != gone})
+    assert gone not in after
+    moved = sum(1 for b, a in zip(before, after, strict=True) if b != a and b != gone)
+    assert moved <= len(names)  # survivors keep most of what they held (a bucket moves only to feed an instance)
