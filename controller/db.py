@@ -37,6 +37,19 @@ class ChangeSet:
     topology: bool = False
 
 
+# PostgreSQL, late bump (see Database._bump_stamp_notify); built once, like every hot statement
+BUMP_STAMP_NOTIFY = text("""
+    WITH c AS (UPDATE counters SET value = value + 1 WHERE name = 'revision' RETURNING value),
+         v AS (UPDATE vpcs SET revision = (SELECT value FROM c) WHERE id = ANY(CAST(:vpcs AS varchar[]))),
+         h AS (UPDATE hosts SET config_revision = (SELECT value FROM c)
+               WHERE name = ANY(CAST(:hosts AS varchar[]))),
+         t AS (UPDATE counters SET value = (SELECT value FROM c) WHERE name = 'topology' AND :topo)
+    SELECT value, pg_notify('tianji_revision', CASE WHEN length(d) < :limit THEN d
+                                                    ELSE json_build_object('r', value)::text END)
+    FROM (SELECT value, json_build_object('r', value, 'v', CAST(:vpcs AS varchar[]),
+                                          'h', CAST(:hosts AS varchar[]), 't', :topo)::text AS d FROM c) x""")
+
+
 class WriteTxn:
     def __init__(self, session: Session, revision: int) -> None:
         self.session = session
@@ -163,18 +176,8 @@ class Database:
         commit only: two round trips, not three."""
         from controller.watch import NOTIFY_LIMIT
 
-        return s.execute(text("""
-            WITH c AS (UPDATE counters SET value = value + 1 WHERE name = 'revision' RETURNING value),
-                 v AS (UPDATE vpcs SET revision = (SELECT value FROM c) WHERE id = ANY(CAST(:vpcs AS varchar[]))),
-                 h AS (UPDATE hosts SET config_revision = (SELECT value FROM c)
-                       WHERE name = ANY(CAST(:hosts AS varchar[]))),
-                 t AS (UPDATE counters SET value = (SELECT value FROM c) WHERE name = 'topology' AND :topo)
-            SELECT value, pg_notify('tianji_revision', CASE WHEN length(d) < :limit THEN d
-                                                            ELSE json_build_object('r', value)::text END)
-            FROM (SELECT value, json_build_object('r', value, 'v', CAST(:vpcs AS varchar[]),
-                                                  'h', CAST(:hosts AS varchar[]), 't', :topo)::text AS d FROM c) x"""),
-            {"vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology, "limit": NOTIFY_LIMIT}
-        ).scalar_one()
+        return s.execute(BUMP_STAMP_NOTIFY, {"vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
+                                             "limit": NOTIFY_LIMIT}).scalar_one()
 
     @staticmethod
     def _bump(s: Session) -> int:
@@ -188,8 +191,10 @@ class Database:
         """A read transaction that sees one consistent snapshot (REPEATABLE READ on PostgreSQL;
         SQLite's read transactions already are)."""
         with self.sessions() as s:
-            if self.is_postgres:  # the transaction's first statement: no per-connection setting to reset after
-                s.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+            if self.is_postgres:
+                # psycopg then opens the transaction with BEGIN ISOLATION LEVEL REPEATABLE READ: no round trip of
+                # its own (SET TRANSACTION was one), and the pool resets the level client-side on return
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield s  # the session's implicit transaction ends (rolled back) when it closes
 
     def revision(self) -> int:

@@ -6,7 +6,7 @@ import ipaddress
 from collections import defaultdict
 
 from fastapi import APIRouter, Depends, Request, Response
-from sqlalchemy import BigInteger, cast, func, insert, null, select, tuple_
+from sqlalchemy import BigInteger, bindparam, cast, func, insert, null, select, tuple_
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -58,22 +58,35 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
     return [gid]
 
 
+# The create path's statements, built once (see compiler.py: SQLAlchemy finds their compiled form by a memoised
+# cache key instead of building and hashing a statement per request).
+_PORTS, _SUBNETS, _HOSTS = m.Port.__table__, m.Subnet.__table__, m.Host.__table__
+Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name) \
+    .where(_SUBNETS.c.id.in_(bindparam("subnets", expanding=True))).order_by(_SUBNETS.c.id).with_for_update()
+Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
+    .where(_PORTS.c.subnet_id.in_(bindparam("subnets", expanding=True))).group_by(_PORTS.c.subnet_id)
+# with the named hosts that exist, in the same round trip (their second column is NULL)
+Q_HIGHEST_AND_HOSTS = Q_HIGHEST.union_all(select(_HOSTS.c.name, cast(null(), BigInteger))
+                                          .where(_HOSTS.c.name.in_(bindparam("hosts", expanding=True))))
+Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindparam("subnet"))
+Q_TAKEN_MACS = select(_PORTS.c.mac).where(_PORTS.c.mac.in_(bindparam("macs", expanding=True)))
+INSERT_PORTS = insert(_PORTS)
+INSERT_MEMBERSHIPS = insert(m.PortSecurityGroup.__table__)
+
+
 def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> list[PortOut]:
     """Create ports inside the caller's transaction, set-based: a handful of statements whatever the number of
     ports (lock the subnets, read their allocation state, insert the ports, insert their group memberships), so
     a bulk create costs little more per port than building its row. Core statements, not the ORM's unit of
     work: this is the hot write path. Errors name the offending item (`ports.N.field` in a bulk create)."""
     s = t.session
-    ports, subnets, hosts = m.Port.__table__, m.Subnet.__table__, m.Host.__table__
 
     def field(i: int, name: str) -> str:
         return f"ports.{i}.{name}" if bulk else name
 
     # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock)
     sids = sorted({x.subnet_id for x in items})
-    sn = {r.id: r for r in s.execute(select(subnets.c.id, subnets.c.vpc_id, subnets.c.tenant_id, subnets.c.cidr,
-                                            subnets.c.name).where(subnets.c.id.in_(sids))
-                                     .order_by(subnets.c.id).with_for_update())}
+    sn = {r.id: r for r in s.execute(Q_LOCK_SUBNETS, {"subnets": sids})}
     for i, x in enumerate(items):
         r = sn.get(x.subnet_id)
         if r is None or not visible(p, r.tenant_id):
@@ -81,13 +94,11 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     # allocation state and the named hosts in one round trip (read after the locks: it sees every allocation
     # committed before ours)
     named = sorted({x.host for x in items if x.host is not None})
-    state = select(ports.c.subnet_id, func.max(ports.c.ip_int)).where(ports.c.subnet_id.in_(sids)) \
-        .group_by(ports.c.subnet_id)
-    if named:
-        state = state.union_all(select(hosts.c.name, cast(null(), BigInteger)).where(hosts.c.name.in_(named)))
     highest: dict[str, int | None] = {}
     known_hosts = set()
-    for key, value in s.execute(state):
+    state = s.execute(Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else \
+        s.execute(Q_HIGHEST, {"subnets": sids})
+    for key, value in state:
         if value is None:
             known_hosts.add(key)
         else:
@@ -106,8 +117,8 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
                 raise conflict(field(i, "ip"), f"{x.ip} is requested twice (ports.{fixed[key]}.ip)")
             fixed[key] = i
     if fixed:
-        used = set(s.execute(select(ports.c.vpc_id, ports.c.ip_int).where(
-            tuple_(ports.c.vpc_id, ports.c.ip_int).in_(list(fixed)))).all())
+        used = set(s.execute(select(_PORTS.c.vpc_id, _PORTS.c.ip_int).where(
+            tuple_(_PORTS.c.vpc_id, _PORTS.c.ip_int).in_(list(fixed)))).all())
         for key, i in sorted(fixed.items(), key=lambda kv: kv[1]):
             if key in used:
                 raise conflict(field(i, "ip"), f"{items[i].ip} is already in use in subnet "
@@ -117,7 +128,7 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
         for i, x in enumerate(items):
             if x.mac and macs[x.mac] != i:
                 raise conflict(field(i, "mac"), f"MAC {x.mac} is requested twice (ports.{macs[x.mac]}.mac)")
-        taken = set(s.execute(select(ports.c.mac).where(ports.c.mac.in_(list(macs)))).scalars())
+        taken = set(s.execute(Q_TAKEN_MACS, {"macs": list(macs)}).scalars())
         for mac in sorted(taken, key=macs.__getitem__):
             raise conflict(field(macs[mac], "mac"), f"MAC {mac} is already in use")
     for i, x in enumerate(items):
@@ -140,7 +151,7 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
             top = max([highest.get(r.id) or 0, *taken_here]) or None
             try:
                 ip = int(next_free(nets[r.id], lambda r=r, t=taken_here: {
-                    *s.execute(select(ports.c.ip_int).where(ports.c.subnet_id == r.id)).scalars(), *t}, top))
+                    *s.execute(Q_SUBNET_ADDRESSES, {"subnet": r.id}).scalars(), *t}, top))
             except IpamError as e:
                 raise conflict(field(i, "subnet_id"), str(e)) from None
             taken_here.add(ip)
@@ -154,9 +165,9 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
                            mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i])))
         t.touch_vpcs(r.vpc_id)
         t.touch_hosts(x.host)
-    s.execute(insert(ports), rows)
+    s.execute(INSERT_PORTS, rows)
     if memberships:
-        s.execute(insert(m.PortSecurityGroup.__table__), memberships)
+        s.execute(INSERT_MEMBERSHIPS, memberships)
     return out
 
 
