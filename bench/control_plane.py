@@ -28,6 +28,7 @@ import subprocess  # noqa: E402
 from controller.client import Client  # noqa: E402
 from controller.compiler import FRAGMENTS, compile_host  # noqa: E402
 from controller.db import Database  # noqa: E402
+from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta  # noqa: E402
 from tests.conftest import PgDatabase, free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent / "tianji"
@@ -76,37 +77,52 @@ def pct(xs: list[float], p: float) -> float:
 class Watcher(threading.Thread):
     """Long-polls one host's config like an agent and records when each port id first appears."""
 
-    def __init__(self, url: str, token: str, host: str) -> None:
+    def __init__(self, url: str, token: str, host: str, mode: str) -> None:
         super().__init__(daemon=True)
         self.c = Client(url, token, timeout=60)
-        self.host, self.seen, self.stop = host, {}, False
+        self.host, self.mode, self.seen, self.stop = host, mode, {}, False
+        self.bytes = self.answers = 0
 
     def run(self) -> None:
-        after = -1
+        after, cfg = -1, None
+        path = f"/v1/hosts/{self.host}/config" + ("/delta" if self.mode == "delta" else "")
         while not self.stop:
             try:
-                cfg = self.c.get(f"/v1/hosts/{self.host}/config", after=after, timeout=2)
+                r = self.c.http.get(path, params={"after": after, "timeout": 2})
             except Exception:  # noqa: BLE001 - the controller is going away at the end of a run
                 if self.stop:
                     return
                 raise
-            if cfg:
-                now = time.monotonic()
-                after = cfg["revision"]
-                for p in cfg["ports"]:
-                    self.seen.setdefault(p["id"], now)
+            if r.status_code == 304:
+                continue
+            r.raise_for_status()
+            self.bytes += len(r.content)
+            self.answers += 1
+            # parsed and applied the way the agent does (the wire schema's models, apply_delta)
+            if self.mode == "delta":
+                cfg = apply_delta(cfg, HostConfigDelta.model_validate_json(r.content))
+                if cfg is None:
+                    after = -1
+                    continue
+            else:
+                cfg = HostConfig.model_validate_json(r.content)
+            now = time.monotonic()
+            after = cfg.revision
+            for p in cfg.ports:
+                self.seen.setdefault(p.id, now)
 
 
-def watch_process(url: str, token: str, hosts: list[str], requests: mp.Queue, replies: mp.Queue) -> None:
+def watch_process(url: str, token: str, hosts: list[str], mode: str, requests: mp.Queue, replies: mp.Queue) -> None:
     """The watchers live in their own process, as agents live on their own hosts: their JSON parsing must not
     share the GIL with the clients that create ports. Answers each request with what every watcher has seen
     (CLOCK_MONOTONIC is one clock for every process of the machine)."""
-    watchers = [Watcher(url, token, h) for h in hosts]
+    watchers = [Watcher(url, token, h, mode) for h in hosts]
     for w in watchers:
         w.start()
     while True:
         msg = requests.get()
-        replies.put({w.host: dict(w.seen) for w in watchers})
+        replies.put(({w.host: dict(w.seen) for w in watchers},
+                     sum(w.bytes for w in watchers) / max(1, sum(w.answers for w in watchers))))
         if msg == "stop":
             for w in watchers:
                 w.stop = True
@@ -138,13 +154,16 @@ def run(backend: str, args: argparse.Namespace) -> dict:
         watched = hosts[: args.watchers]
         ctx = mp.get_context("spawn")
         wreq, wrep = ctx.Queue(), ctx.Queue()
-        wproc = ctx.Process(target=watch_process, args=(ctl.url, ctl.admin_token, watched, wreq, wrep),
+        wproc = ctx.Process(target=watch_process, args=(ctl.url, ctl.admin_token, watched, args.watch, wreq, wrep),
                             daemon=True)
         wproc.start()
 
+        answer_size = [0.0]
+
         def seen_now(final: bool = False) -> dict[str, dict[str, float]]:
             wreq.put("stop" if final else "dump")
-            return wrep.get(timeout=60)
+            seen, answer_size[0] = wrep.get(timeout=60)
+            return seen
         time.sleep(1)
         created: dict[str, tuple[float, str]] = {}
         results = {}
@@ -215,7 +234,7 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             print(f"[{backend}] {cp:>6} ports (bulk, {args.batch}/request): {rate:7.0f} ports/s  visible p50 "
                   f"{pct(lat, 50):6.1f} ms p99 {pct(lat, 99):6.1f} ms (missing {missing})  compile p50 "
                   f"{pct(warm, 50):5.1f} ms p99 {pct(warm, 99):5.1f} ms (cold cache {pct(cold, 50):5.1f}/"
-                  f"{pct(cold, 99):5.1f})", flush=True)
+                  f"{pct(cold, 99):5.1f})  {args.watch} watch answers {answer_size[0] / 1000:.1f} KB avg", flush=True)
         # latency alone: one client, one port at a time, each bound to a watched host (OVN's "one port add")
         before = set(created)
         for i in range(args.probe):
@@ -275,6 +294,8 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=1000, help="single-port creates measured at full scale")
     ap.add_argument("--probe", type=int, default=200, help="ports created one at a time for the latency alone")
     ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--watch", choices=["delta", "whole"], default="delta",
+                    help="how the watchers ask for configs: the agent's delta watch, or the whole config")
     ap.add_argument("--workers", type=int, default=2, help="controller worker processes on PostgreSQL")
     args = ap.parse_args()
     os.environ.setdefault("TIANJI_TEST_PG", "1")

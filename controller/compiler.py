@@ -16,17 +16,20 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.hostconfig import (
+    OVERLAY_MTU,
     DnatInfo,
     Endpoint,
     GatewayConfig,
     GatewayVpc,
     HostConfig,
+    HostConfigDelta,
     PortInfo,
     RouteInfo,
     SecurityGroupInfo,
@@ -36,6 +39,7 @@ from controller.hostconfig import (
     SubnetInfo,
     VpcInfo,
     Vtep,
+    delta_of,
 )
 
 
@@ -80,6 +84,37 @@ class FragmentCache:
 
 FRAGMENTS = FragmentCache(50_000)  # per-VPC endpoint lists: a few MB at 20,000 ports
 
+# The watch path's statements, built once on the Core tables with bound parameters: SQLAlchemy then finds each
+# compiled form by a cache key memoised on the statement, instead of building the statement and hashing it (and
+# its ORM entities) on every compile, which cost more than the database's answer.
+_PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
+_PEERINGS, _ROUTES, _SUBNETS = m.Peering.__table__, m.Route.__table__, m.Subnet.__table__
+_PSG, _EIPS, _COUNTERS, _NATGWS = (m.PortSecurityGroup.__table__, m.Eip.__table__, m.Counter.__table__,
+                                   m.NatGateway.__table__)
+_VPC_IDS = bindparam("vpcs", expanding=True)
+_TOPOLOGY = select(_COUNTERS.c.value).where(_COUNTERS.c.name == "topology").scalar_subquery()
+Q_HOST = select(_HOSTS.c.config_revision, _HOSTS.c.vtep_ip, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
+Q_HOST_STAMP = select(_HOSTS.c.config_revision, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
+Q_OWN = select(_PORTS.c.vpc_id).where(_PORTS.c.host == bindparam("host")).distinct()
+Q_PEERS = select(_PEERINGS.c.id, _PEERINGS.c.requester_vpc_id, _PEERINGS.c.accepter_vpc_id).where(
+    _PEERINGS.c.status == "active", or_(_PEERINGS.c.requester_vpc_id.in_(_VPC_IDS),
+                                        _PEERINGS.c.accepter_vpc_id.in_(_VPC_IDS)))
+Q_MAX_VPC_REVISION = select(func.max(_VPCS.c.revision)).where(_VPCS.c.id.in_(_VPC_IDS))
+Q_VPCS = select(_VPCS.c.id, _VPCS.c.tenant_id, _VPCS.c.vni, _VPCS.c.cidr, _VPCS.c.router_mac,
+                _VPCS.c.revision).where(_VPCS.c.id.in_(_VPC_IDS))
+Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
+    .where(_ROUTES.c.vpc_id.in_(_VPC_IDS)).order_by(_ROUTES.c.destination)
+Q_NAT_GATEWAYS = select(_NATGWS.c.id).where(_NATGWS.c.vpc_id.in_(_VPC_IDS))
+Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip) \
+    .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(_PORTS.c.vpc_id.in_(_VPC_IDS)) \
+    .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
+Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
+    .where(_SUBNETS.c.vpc_id.in_(_VPC_IDS)).order_by(_SUBNETS.c.cidr)
+Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
+                 _EIPS.c.id.label("eip_id")) \
+    .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
+    .where(_PORTS.c.host == bindparam("host")).order_by(_PORTS.c.id, _PSG.c.group_id)
+
 
 def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -> dict[str, tuple[Endpoint, ...]]:
     """Endpoints of each VPC in `vpcs` (id -> (revision, vni)), from FRAGMENTS or compiled for the missing ones."""
@@ -93,9 +128,7 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
             out[vid] = frag
     if missing:
         built: dict[str, list[Endpoint]] = {vid: [] for vid in missing}
-        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
-                           .join(m.Host, m.Host.name == m.Port.host)
-                           .where(m.Port.vpc_id.in_(missing)).order_by(m.Port.vpc_id, m.Port.ip_int)):
+        for e in s.execute(Q_ENDPOINTS, {"vpcs": missing}):
             built[e.vpc_id].append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id][1], ip=e.ip,
                                             mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
         for vid, eps in built.items():
@@ -154,8 +187,7 @@ def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo,
     out, missing = _cached(s, "subnets", vpcs)
     if missing:
         built: dict[str, list[SubnetInfo]] = {vid: [] for vid in missing}
-        for sid, vid, cidr, gw in s.execute(select(m.Subnet.id, m.Subnet.vpc_id, m.Subnet.cidr, m.Subnet.gateway_ip)
-                                            .where(m.Subnet.vpc_id.in_(missing)).order_by(m.Subnet.cidr)):
+        for sid, vid, cidr, gw in s.execute(Q_SUBNETS, {"vpcs": missing}):
             built[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
         for vid, subs in built.items():
             out[vid] = tuple(subs)
@@ -219,17 +251,14 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
 
 
 def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
-    own = set(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
+    own = set(s.execute(Q_OWN, {"host": host}).scalars())
     return own, _peers(s, own)
 
 
 def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
     peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
     if own:
-        rows = s.execute(select(m.Peering.id, m.Peering.requester_vpc_id, m.Peering.accepter_vpc_id).where(
-            m.Peering.status == "active",
-            or_(m.Peering.requester_vpc_id.in_(own), m.Peering.accepter_vpc_id.in_(own))))
-        for pid, a, b in rows:
+        for pid, a, b in s.execute(Q_PEERS, {"vpcs": list(own)}):
             peers[a].append((pid, b))
             peers[b].append((pid, a))
     return peers
@@ -238,20 +267,13 @@ def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
 def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
     depends on. None if the host is not registered."""
-    h = s.execute(select(m.Host.config_revision).where(m.Host.name == host)).scalar_one_or_none()
-    if h is None:
+    row = s.execute(Q_HOST_STAMP, {"host": host}).one_or_none()
+    if row is None:
         return None
-    return _revision(s, h, *_own_and_peers(s, host))
-
-
-def _revision(s: Session, host_stamp: int, own: set[str],
-              peers: dict[str, list[tuple[str, str]]]) -> tuple[int, set[str]]:
-    topo = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar_one()
+    own, peers = _own_and_peers(s, host)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
-    vrev = 0
-    if relevant:
-        vrev = s.execute(select(func.max(m.Vpc.revision)).where(m.Vpc.id.in_(relevant))).scalar() or 0
-    return max(host_stamp, topo, vrev), relevant
+    vrev = (s.execute(Q_MAX_VPC_REVISION, {"vpcs": list(relevant)}).scalar() or 0) if relevant else 0
+    return max(row[0], row[1], vrev), relevant
 
 
 def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
@@ -275,11 +297,7 @@ def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list
     local: list = []
     port_groups: dict[str, list[str]] = defaultdict(list)
     port_eips: dict[str, str] = {}
-    for p in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.subnet_id, m.Port.mac, m.Port.ip,
-                              m.PortSecurityGroup.group_id, m.Eip.id.label("eip_id"))
-                       .outerjoin(m.PortSecurityGroup, m.PortSecurityGroup.port_id == m.Port.id)
-                       .outerjoin(m.Eip, m.Eip.port_id == m.Port.id)
-                       .where(m.Port.host == host).order_by(m.Port.id, m.PortSecurityGroup.group_id)):
+    for p in s.execute(Q_LOCAL, {"host": host}):
         if not local or local[-1].id != p.id:  # a port in n groups comes back n times
             local.append(p)
         if p.group_id is not None:
@@ -292,9 +310,41 @@ def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
-    row = s.execute(select(m.Host.config_revision, m.Host.vtep_ip,
-                           select(m.Counter.value).where(m.Counter.name == "topology").scalar_subquery())
-                    .where(m.Host.name == host)).one_or_none()
+    out = _compile_host(s, host)
+    return out.config if out else None
+
+
+def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | None:
+    """What changed in the host's config after revision `base` (see HostConfigDelta): the VPCs stamped after it,
+    the ports if the host was stamped, and everything when the topology moved (VTEPs are in every section).
+
+    A VPC that became relevant after `base` is among the changed ones: it became the host's own by a port write
+    that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
+    own, which is why a stamped host also gets the peers of its stamped VPCs."""
+    out = _compile_host(s, host)
+    if out is None:
+        return None
+    whole = base < 0 or out.topology > base
+    changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
+    if changed is not None and out.host_stamp > base:
+        changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
+    return delta_of(out.config, base, changed, out.host_stamp > base, out.topology > base)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A host's config and the stamps it was compiled from."""
+
+    config: HostConfig
+    host_stamp: int
+    topology: int
+    vpc_revisions: dict[str, int]
+    own: set[str]  # VPCs with a port on the host
+    peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
+
+
+def _compile_host(s: Session, host: str) -> Compiled | None:
+    row = s.execute(Q_HOST, {"host": host}).one_or_none()
     if row is None:
         return None
     topology = row[2]
@@ -304,8 +354,7 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     own = {p.vpc_id for p in local}
     peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
-    vpc_rows = {v.id: v for v in s.execute(select(m.Vpc.id, m.Vpc.tenant_id, m.Vpc.vni, m.Vpc.cidr,
-                                                  m.Vpc.router_mac, m.Vpc.revision).where(m.Vpc.id.in_(relevant)))}
+    vpc_rows = {v.id: v for v in s.execute(Q_VPCS, {"vpcs": list(relevant)})} if relevant else {}
     # the same revision host_revision() computes: the newest stamp among what this config depends on
     revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
@@ -322,10 +371,9 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     subnets = vpc_subnets(s, {vid: v.revision for vid, v in vpc_rows.items()})
     user_routes: dict[str, list] = defaultdict(list)
     if own:
-        for r in s.execute(select(m.Route.vpc_id, m.Route.destination, m.Route.target_type, m.Route.target_id)
-                           .where(m.Route.vpc_id.in_(own)).order_by(m.Route.destination)):
+        for r in s.execute(Q_ROUTES, {"vpcs": list(own)}):
             user_routes[r.vpc_id].append(r)
-    gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id.in_(own))).scalars()) if own else set()
+    gateways = set(s.execute(Q_NAT_GATEWAYS, {"vpcs": list(own)}).scalars()) if own else set()
     gateway_eips = nat_gateway_eips(s, gateways) if gateways and instances else {}
     vpcs = []
     for vid in sorted(relevant):
@@ -367,8 +415,10 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
         by_id = {gid: g for frag in sgs.values() for gid, g in frag.items()}
         groups = [by_id[g] for g in group_ids]
 
-    return HostConfig(host=host, revision=revision, vtep_ip=vtep, ports=ports, vpcs=vpcs, endpoints=endpoints,
-                      security_groups=groups, vteps=list(vteps))
+    # every part is a validated wire model already: construct without validating the ~1,000 of them again
+    cfg = HostConfig.model_construct(host=host, revision=revision, vtep_ip=vtep, mtu=OVERLAY_MTU, ports=ports,
+                                     vpcs=vpcs, endpoints=endpoints, security_groups=groups, vteps=list(vteps))
+    return Compiled(cfg, row.config_revision, topology, {vid: v.revision for vid, v in vpc_rows.items()}, own, peers)
 
 
 def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:

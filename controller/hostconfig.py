@@ -105,6 +105,76 @@ class HostConfig(_Wire):
     vteps: list[Vtep] = Field(default_factory=list)  # registered VTEPs: the only tunnel sources accepted
 
 
+class HostConfigDelta(_Wire):
+    """The watch's incremental form (`GET /v1/hosts/{name}/config/delta?after=REV`): what changed in a host's
+    config since the revision `base` the agent holds, so that a port created in one VPC sends that VPC's
+    endpoints, not the host's whole config. `base` = -1: a whole config (the agent replaces what it has).
+
+    Sections are whole per VPC: `vpcs`, `endpoints` and `security_groups` carry every item of the VPCs that
+    changed after `base` (a VPC listed in `changed_vpcs` with no endpoints has none). `vpc_ids` lists every VPC the
+    config holds, so the agent drops the others. `ports` and `vteps` are None when unchanged. `apply_delta` is the
+    one definition of how a delta applies."""
+
+    host: str
+    revision: int
+    base: int
+    vtep_ip: str | None = None
+    mtu: int = OVERLAY_MTU
+    vpc_ids: list[str] = Field(default_factory=list)
+    changed_vpcs: list[str] = Field(default_factory=list)
+    vpcs: list[VpcInfo] = Field(default_factory=list)
+    endpoints: list[Endpoint] = Field(default_factory=list)
+    security_groups: list[SecurityGroupInfo] = Field(default_factory=list)
+    ports: list[PortInfo] | None = None
+    vteps: list[Vtep] | None = None
+
+
+def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_changed: bool,
+             vteps_changed: bool) -> HostConfigDelta:
+    """The delta that takes a config at `base` to `cfg`: the VPCs in `changed_vpcs` (None: every VPC, as for
+    base -1), the ports if `ports_changed`, the VTEPs if `vteps_changed`."""
+    whole = base < 0 or changed_vpcs is None
+    keep = {v.id for v in cfg.vpcs} if whole else changed_vpcs & {v.id for v in cfg.vpcs}
+    return HostConfigDelta.model_construct(  # from a validated config: nothing to validate again
+        host=cfg.host, revision=cfg.revision, base=-1 if base < 0 else base, vtep_ip=cfg.vtep_ip, mtu=cfg.mtu,
+        vpc_ids=[v.id for v in cfg.vpcs], changed_vpcs=sorted(keep),
+        vpcs=[v for v in cfg.vpcs if v.id in keep], endpoints=[e for e in cfg.endpoints if e.vpc_id in keep],
+        security_groups=[g for g in cfg.security_groups if g.vpc_id in keep],
+        ports=cfg.ports if whole or ports_changed else None, vteps=cfg.vteps if whole or vteps_changed else None)
+
+
+def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None:
+    """The config a delta leads to from `cfg` (the config at `d.base`; None when there is none yet). None when the
+    delta does not apply (another base, or a VPC the agent holds nothing for): the agent then asks for a whole
+    config (after=-1). The result equals the whole config the controller compiles at `d.revision`."""
+    if d.base < 0:
+        cfg = HostConfig(host=d.host, revision=d.base)
+    elif cfg is None or cfg.revision != d.base:
+        return None
+    changed = set(d.changed_vpcs)
+    vpcs = {v.id: v for v in cfg.vpcs if v.id not in changed}
+    vpcs.update((v.id, v) for v in d.vpcs)
+    if any(v not in vpcs for v in d.vpc_ids):
+        return None
+    wanted = set(d.vpc_ids)
+    endpoints: dict[str, list[Endpoint]] = {v: [] for v in d.vpc_ids}
+    for e in cfg.endpoints:
+        if e.vpc_id in wanted and e.vpc_id not in changed:
+            endpoints[e.vpc_id].append(e)
+    for e in d.endpoints:
+        endpoints[e.vpc_id].append(e)
+    groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed}
+    groups.update((g.id, g) for g in d.security_groups)
+    ports = cfg.ports if d.ports is None else d.ports
+    used = {g for p in ports for g in p.security_group_ids}
+    if not used <= groups.keys():
+        return None
+    return HostConfig.model_construct(  # from validated parts: nothing to validate again
+        host=d.host, revision=d.revision, vtep_ip=d.vtep_ip, mtu=d.mtu, ports=ports,
+        vpcs=[vpcs[v] for v in sorted(wanted)], endpoints=[e for v in sorted(wanted) for e in endpoints[v]],
+        security_groups=[groups[g] for g in sorted(used)], vteps=cfg.vteps if d.vteps is None else d.vteps)
+
+
 class PortStatusReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ports: dict[str, Literal["UP", "DOWN"]] = Field(default_factory=dict)

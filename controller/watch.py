@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from controller.db import ChangeSet, Database
@@ -40,6 +40,7 @@ class Broadcaster:
     latest: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
+    delivered: OrderedDict = field(default_factory=OrderedDict)  # revisions of the last detailed wakes
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -64,6 +65,13 @@ class Broadcaster:
         return len(self.recent) >= count and time.monotonic() - self.recent[-count] < window
 
     def _deliver(self, w: Wake) -> None:
+        if not w.unknown:
+            # a write made here is published at its commit and comes back through NOTIFY: one wake per write
+            if w.revision in self.delivered:
+                return
+            self.delivered[w.revision] = None
+            if len(self.delivered) > 1024:
+                self.delivered.popitem(last=False)
         self.recent.append(time.monotonic())
         self.latest = max(self.latest, w.revision)
         for q in list(self.queues):

@@ -25,7 +25,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from controller.hostconfig import HostConfig
+from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta
 from vswitch_agent import dhcp, openflow
 from vswitch_agent.flows import Flow, compute_flows
 from vswitch_agent.ovsdb import Ovsdb
@@ -183,13 +183,21 @@ class AgentApp(app_manager.OSKenApp):
         self._register()
         after = -1
         while True:
-            code, body = self.api.call("GET", f"/v1/hosts/{self.opts.host}/config?after={after}&timeout=25",
+            # the delta form: a change in one VPC sends that VPC's sections, not the host's whole config
+            code, body = self.api.call("GET", f"/v1/hosts/{self.opts.host}/config/delta?after={after}&timeout=25",
                                        timeout=40)
             if code == 200 and body is not None:
-                cfg = HostConfig.model_validate(body)
+                delta = HostConfigDelta.model_validate(body)
+                cfg = apply_delta(self.cfg if after >= 0 else None, delta)
+                if cfg is None:  # the delta does not fit what we hold: start again from a whole config
+                    log.warning("config delta %d -> %d does not apply; asking for the whole config", delta.base,
+                                delta.revision)
+                    after = -1
+                    continue
                 after = cfg.revision
                 self.cfg = cfg
-                log.info("config revision %d: %d ports, %d VPCs, %d endpoints", cfg.revision, len(cfg.ports),
+                log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,
+                         "whole" if delta.base < 0 else f"{len(delta.changed_vpcs)} VPC(s) changed", len(cfg.ports),
                          len(cfg.vpcs), len(cfg.endpoints))
                 self.wake.set()
 

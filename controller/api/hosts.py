@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.api.common import db_of
 from controller.api.schemas import HostOut, HostRegister
 from controller.auth import Principal, require_admin, require_infra
-from controller.compiler import compile_host, host_revision
+from controller.compiler import compile_host, compile_host_delta, host_revision
 from controller.db import Database
 from controller.errors import conflict, not_found
-from controller.hostconfig import HostConfig, PortStatusReport
+from controller.hostconfig import HostConfig, HostConfigDelta, PortStatusReport
 from controller.models import now
 
 router = APIRouter(tags=["hosts"])
@@ -112,6 +114,22 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
                        _: Principal = Depends(require_infra)) -> Response:
     """Long-poll: the host's compiled config as soon as its revision is newer than `after`, or 304 after
     `timeout` seconds. Agents loop on this with `after` = the revision they last applied."""
+    return await _watch(request, name, after, timeout, compile_host)
+
+
+@router.get("/hosts/{name}/config/delta", response_model=HostConfigDelta,
+            responses={304: {"description": "no change after `after` within `timeout` seconds"}})
+async def watch_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1),
+                             timeout: float = Query(0, ge=0, le=300),
+                             _: Principal = Depends(require_infra)) -> Response:
+    """The same long-poll, answered with what changed after `after` (HostConfigDelta): the sections of the VPCs
+    that changed, not the whole config. `after=-1` answers a whole config in this form. The vSwitch agent
+    watches this way."""
+    return await _watch(request, name, after, timeout, lambda s, host: compile_host_delta(s, host, after))
+
+
+async def _watch(request: Request, name: str, after: int, timeout: float,
+                 build: Callable[[Session, str], HostConfig | HostConfigDelta | None]) -> Response:
     db: Database = db_of(request)
     bc = request.app.state.broadcaster
     timeout = min(timeout, request.app.state.settings.max_watch_timeout)
@@ -120,9 +138,9 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
         with db.snapshot() as s:
             return host_revision(s, name)
 
-    def build() -> HostConfig | None:
+    def compile_now() -> HostConfig | HostConfigDelta | None:
         with db.snapshot() as s:
-            return compile_host(s, name)
+            return build(s, name)
 
     q = bc.subscribe()
     try:
@@ -146,8 +164,8 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
                 if state is None:
                     raise not_found("host", name)
                 changed = state[0] > after
-            else:  # the write stamped this host or one of its VPCs: its config changed, compile it
-                changed = True
+            else:  # the write stamped this host or one of its VPCs: its config changed, unless we sent it already
+                changed = wake.revision > after
         # in a burst of writes, let more land before compiling: one config instead of one per write (a lone
         # write is answered at once)
         coalesce = request.app.state.settings.watch_coalesce
@@ -155,7 +173,7 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
             await asyncio.sleep(coalesce)
     finally:
         bc.unsubscribe(q)
-    cfg = await run_in_threadpool(build)
+    cfg = await run_in_threadpool(compile_now)
     if cfg is None:
         raise not_found("host", name)
     return Response(cfg.model_dump_json(), media_type="application/json",

@@ -1,0 +1,118 @@
+"""The delta watch (`/v1/hosts/{name}/config/delta`): applied to the config an agent holds, every delta gives
+exactly the whole config the controller compiles at that revision, whatever the writes in between."""
+
+from __future__ import annotations
+
+import random
+
+from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta
+from tests.conftest import Controller
+
+HOSTS = ["hv1", "hv2", "hv3"]
+
+
+def test_delta_follows_random_writes(controller: Controller) -> None:
+    rng = random.Random(7)
+    adm = controller.admin
+    for i, h in enumerate(HOSTS):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+    t = controller.tenant()
+    vpcs, subnets = [], []
+    for v in range(3):
+        vpc = t.post("/v1/vpcs", {"name": f"v{v}", "cidr": f"10.{v}.0.0/16"})
+        vpcs.append(vpc)
+        subnets.append(t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": f"10.{v}.0.0/24"}))
+    other = controller.tenant()  # another tenant's writes must not show in these hosts' configs
+    ovpc = other.post("/v1/vpcs", {"name": "o", "cidr": "10.0.0.0/16"})
+    osn = other.post("/v1/subnets", {"vpc_id": ovpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    held: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)
+    ports: list[dict] = []
+    peerings: list[dict] = []
+    groups: list[dict] = []
+    sizes = {"whole": 0, "delta": 0}
+
+    def sync(h: str) -> None:
+        cur = held[h]
+        after = cur.revision if cur else -1
+        body = adm.get(f"/v1/hosts/{h}/config/delta", after=after)
+        if body is None:  # nothing changed for this host
+            assert cur is not None and HostConfig.model_validate(adm.get(f"/v1/hosts/{h}/config")) == cur
+            return
+        d = HostConfigDelta.model_validate(body)
+        assert d.base == after
+        new = apply_delta(cur, d)
+        assert new is not None, f"delta {d.base} -> {d.revision} did not apply"
+        whole = HostConfig.model_validate(adm.get(f"/v1/hosts/{h}/config"))
+        assert new == whole
+        sizes["whole"] += len(whole.model_dump_json())
+        sizes["delta"] += len(d.model_dump_json())
+        held[h] = new
+
+    for h in HOSTS:
+        sync(h)
+    for step in range(60):
+        op = rng.choice(["port", "port", "port", "other", "delete", "move", "peer", "unpeer", "sg", "host"])
+        if op == "port" or not ports:
+            k = rng.randrange(3)
+            ports.append(t.post("/v1/ports", {"subnet_id": subnets[k]["id"], "name": f"p{step}",
+                                              "host": rng.choice(HOSTS)}))
+        elif op == "other":
+            other.post("/v1/ports", {"subnet_id": osn["id"], "name": f"o{step}", "host": rng.choice(HOSTS)})
+        elif op == "delete":
+            t.delete(f"/v1/ports/{ports.pop(rng.randrange(len(ports)))['id']}")
+        elif op == "move":
+            p = rng.choice(ports)
+            p.update(t.patch(f"/v1/ports/{p['id']}", {"host": rng.choice([*HOSTS, None])}))
+        elif op == "peer" and not peerings:
+            a, b = rng.sample(range(3), 2)
+            peerings.append(t.post("/v1/peerings", {"requester_vpc_id": vpcs[a]["id"],
+                                                    "accepter_vpc_id": vpcs[b]["id"]}))
+        elif op == "unpeer" and peerings:
+            t.delete(f"/v1/peerings/{peerings.pop()['id']}")
+        elif op == "sg":
+            p = rng.choice(ports)
+            if not groups or rng.random() < 0.3:
+                groups.append(t.post("/v1/security-groups", {"vpc_id": p["vpc_id"], "name": f"g{step}", "rules": [
+                    {"direction": "ingress", "protocol": "tcp", "port_range_min": 22, "port_range_max": 22,
+                     "remote_cidr": "0.0.0.0/0"}]}))
+            mine = [g["id"] for g in groups if g["vpc_id"] == p["vpc_id"]]
+            t.patch(f"/v1/ports/{p['id']}", {"security_group_ids": rng.sample(mine, rng.randint(0, len(mine)))})
+        elif op == "host":  # a VTEP moves: the topology changes, every section is resent
+            i = rng.randrange(3)
+            adm.post("/v1/hosts", {"name": HOSTS[i], "vtep_ip": f"172.31.{step}.{i + 1}"})
+        for h in rng.sample(HOSTS, rng.randint(1, 3)):  # agents fall behind by one or several writes
+            sync(h)
+    for h in HOSTS:
+        sync(h)
+    assert sizes["delta"] < sizes["whole"], sizes
+
+
+def test_delta_that_does_not_fit_is_refused_by_the_agent_side(controller: Controller) -> None:
+    adm = controller.admin
+    adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    t = controller.tenant()
+    vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
+    sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+    far = t.post("/v1/vpcs", {"name": "far", "cidr": "10.9.0.0/16"})
+    fsn = t.post("/v1/subnets", {"vpc_id": far["id"], "name": "s", "cidr": "10.9.0.0/24"})
+    t.post("/v1/ports", {"subnet_id": fsn["id"], "name": "f", "host": "hv1"})
+    whole = HostConfigDelta.model_validate(adm.get("/v1/hosts/hv1/config/delta"))
+    assert whole.base == -1 and whole.ports and whole.vteps
+    cfg = apply_delta(None, whole)
+    assert cfg == HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
+    t.post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
+    d = HostConfigDelta.model_validate(adm.get("/v1/hosts/hv1/config/delta", after=cfg.revision))
+    # only the VPC that changed: its endpoints and groups, not the other VPC's
+    assert d.changed_vpcs == [vpc["id"]] and d.vteps is None and d.ports is not None
+    assert {e.vpc_id for e in d.endpoints} == {vpc["id"]} and len(d.endpoints) == 2
+    assert {g.vpc_id for g in d.security_groups} == {vpc["id"]}
+    assert apply_delta(cfg, d) == HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
+    assert apply_delta(None, d) is None  # nothing held: needs a whole config
+    stale = cfg.model_copy(update={"revision": cfg.revision - 1})
+    assert apply_delta(stale, d) is None  # another base
+    # a delta naming a VPC the agent holds nothing for
+    assert apply_delta(cfg.model_copy(update={"vpcs": []}), d.model_copy(update={"changed_vpcs": [], "vpcs": []})) \
+        is None
+    # and the 304 when nothing changed
+    assert adm.get("/v1/hosts/hv1/config/delta", after=d.revision, timeout=0.2) is None
