@@ -12,6 +12,7 @@ from controller import errors
 from controller.api import gateways, hosts, nat, peerings, ports, security_groups, subnets, tenants, vpcs
 from controller.auth import ensure_admin_token
 from controller.db import Database
+from controller.serving import Collector
 from controller.settings import Settings
 from controller.watch import Broadcaster
 
@@ -31,6 +32,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         app.state.broadcaster.start(asyncio.get_running_loop())
+        app.state.collector.start()
         task = asyncio.create_task(_liveness(app))
         try:
             yield
@@ -45,6 +47,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
                               "route tables, security groups; and the host watch API agents reconcile from.")
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
     app.state.broadcaster = Broadcaster(db)
+    app.state.collector = Collector()
     errors.install(app)
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, gateways):
         app.include_router(r.router, prefix="/v1")
@@ -63,8 +66,10 @@ def app_from_env() -> FastAPI:
 
 async def _liveness(app: FastAPI) -> None:
     s: Settings = app.state.settings
+    bc: Broadcaster = app.state.broadcaster
     while True:
         await asyncio.sleep(max(0.25, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4)))
+        app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         try:
             down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after,
                                            s.gateway_down_after)

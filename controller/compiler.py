@@ -6,9 +6,9 @@ never with the whole database: every query below is keyed by the host or by thos
 A VPC's endpoints (every bound port: IP, MAC, host, VTEP) are most of a config and are shared by every host that
 has a port in the VPC or in a peer. They are compiled once per VPC revision and kept in `FRAGMENTS`: every write
 that changes a VPC's ports stamps the VPC with the write's revision, and every change of a host's VTEP stamps the
-topology, so a fragment keyed by (VPC id, VPC revision, topology revision) is right for every snapshot that shows
+topology, so a VPC's fragment compiled at (VPC revision, topology revision) is right for every snapshot that shows
 those stamps, whichever controller process made the change. A port created in one VPC recompiles that VPC's
-fragment only.
+fragment only, and the new version replaces the old.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from controller.hostconfig import (
 
 
 class FragmentCache:
-    """A bounded LRU of immutable compiled fragments (thread-safe: the watch API compiles in a thread pool)."""
+    """Immutable compiled fragments, one version per key: a VPC's endpoints as of its revision, a host's ports as of
+    its stamp, and so on (thread-safe: the watch API compiles in a thread pool). A newer version replaces the older
+    one, which no new snapshot needs again: the cache holds what the current state needs, not every revision it
+    went through (keeping those made the heap, and every full garbage collection, grow with the write history).
+    A bounded LRU over keys all the same."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -58,21 +62,24 @@ class FragmentCache:
         # URL is an immutable, hashable value, so nothing is rendered on these per-VPC lookups
         return (s.get_bind().url, *key)
 
-    def get(self, s: Session, key: tuple) -> tuple | None:
+    def get(self, s: Session, key: tuple, version: tuple | int) -> tuple | None:
         key = self._scoped(s, key)
         with self.lock:
             v = self.data.get(key)
-            if v is None:
+            if v is None or v[0] != version:
                 self.misses += 1
                 return None
             self.data.move_to_end(key)
             self.hits += 1
-            return v
+            return v[1]
 
-    def put(self, s: Session, key: tuple, value: tuple) -> None:
+    def put(self, s: Session, key: tuple, version: tuple | int, value: tuple) -> None:
         key = self._scoped(s, key)
         with self.lock:
-            self.data[key] = value
+            old = self.data.get(key)
+            if old is not None and _newer(old[0], version):
+                return  # a snapshot older than the cached fragment's: keep the newer one
+            self.data[key] = (version, value)
             self.data.move_to_end(key)
             while len(self.data) > self.size:
                 self.data.popitem(last=False)
@@ -82,7 +89,12 @@ class FragmentCache:
             self.data.clear()
 
 
-FRAGMENTS = FragmentCache(50_000)  # per-VPC endpoint lists: a few MB at 20,000 ports
+def _newer(a: tuple | int, b: tuple | int) -> bool:
+    """Versions are revisions (or tuples of them) that only grow."""
+    return a > b if isinstance(a, int) else all(x >= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+FRAGMENTS = FragmentCache(50_000)  # one entry per VPC (a few kinds) and per host
 
 # The watch path's statements, built once on the Core tables with bound parameters: SQLAlchemy then finds each
 # compiled form by a cache key memoised on the statement, instead of building the statement and hashing it (and
@@ -121,7 +133,7 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
     out: dict[str, tuple[Endpoint, ...]] = {}
     missing = []
     for vid, (rev, _vni) in vpcs.items():
-        frag = FRAGMENTS.get(s, (vid, rev, topology))
+        frag = FRAGMENTS.get(s, ("endpoints", vid), (rev, topology))
         if frag is None:
             missing.append(vid)
         else:
@@ -133,7 +145,7 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
                                             mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
         for vid, eps in built.items():
             out[vid] = tuple(eps)
-            FRAGMENTS.put(s, (vid, vpcs[vid][0], topology), out[vid])
+            FRAGMENTS.put(s, ("endpoints", vid), (vpcs[vid][0], topology), out[vid])
     return out
 
 
@@ -141,7 +153,7 @@ def _cached(s: Session, kind: str, vpcs: dict[str, int]) -> tuple[dict, list[str
     """The cached `kind` fragments of these VPCs (id -> revision), and the VPCs that have none yet."""
     out, missing = {}, []
     for vid, rev in vpcs.items():
-        frag = FRAGMENTS.get(s, (kind, vid, rev))
+        frag = FRAGMENTS.get(s, (kind, vid), rev)
         if frag is None:
             missing.append(vid)
         else:
@@ -178,7 +190,7 @@ def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str,
         built[vid][gid] = SecurityGroupInfo(id=gid, vpc_id=vid, rules=by_group.get(gid, []))
     for vid, groups in built.items():
         out[vid] = groups
-        FRAGMENTS.put(s, ("sg", vid, vpcs[vid]), (groups,))
+        FRAGMENTS.put(s, ("sg", vid), vpcs[vid], (groups,))
     return out
 
 
@@ -191,7 +203,7 @@ def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo,
             built[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
         for vid, subs in built.items():
             out[vid] = tuple(subs)
-            FRAGMENTS.put(s, ("subnets", vid, vpcs[vid]), (out[vid],))
+            FRAGMENTS.put(s, ("subnets", vid), vpcs[vid], (out[vid],))
     return out
 
 
@@ -279,19 +291,19 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
 def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
     """Every host's VTEP, and the live NAT gateway instances (name -> VTEP), as of a topology revision: hosts
     appearing, changing VTEP, and going up or down all stamp the topology."""
-    frag = FRAGMENTS.get(s, ("hosts", topology))
+    frag = FRAGMENTS.get(s, ("hosts",), topology)
     if frag is None:
         rows = s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind, m.Host.status).order_by(m.Host.name)).all()
         frag = (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
                 {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
-        FRAGMENTS.put(s, ("hosts", topology), frag)
+        FRAGMENTS.put(s, ("hosts",), topology, frag)
     return frag
 
 
 def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list[str]], dict[str, str]]:
     """The ports bound to a host, their security groups and EIPs, as of the host's stamp: binding, unbinding,
     creating or deleting a port there, changing a port's groups and (dis)associating its EIP all stamp the host."""
-    frag = FRAGMENTS.get(s, ("local", host, stamp))
+    frag = FRAGMENTS.get(s, ("local", host), stamp)
     if frag is not None:
         return frag
     local: list = []
@@ -305,7 +317,7 @@ def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list
         if p.eip_id is not None:
             port_eips[p.id] = p.eip_id
     frag = (tuple(local), dict(port_groups), port_eips)
-    FRAGMENTS.put(s, ("local", host, stamp), frag)
+    FRAGMENTS.put(s, ("local", host), stamp, frag)
     return frag
 
 
