@@ -92,6 +92,16 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            # Python's sqlite3 opens a transaction only before a write, so each SELECT of a read saw the latest
+            # commit: a config compiled across a write could carry the write's revision without its content,
+            # and its watcher would never be told (seen here: a port missing from its host's config). Every
+            # transaction is now a real one (SQLAlchemy's recipe for pysqlite): reads see one WAL snapshot.
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # noqa: ANN001
+            # deferred: a write takes the write lock at its first statement, which is the revision bump
+            conn.exec_driver_sql("BEGIN")
 
         return engine
     # no pool_pre_ping: it costs a round trip on every checkout; a connection that died is invalidated on its
