@@ -261,8 +261,12 @@ class Fabric:
             pf = self.base / f"{vm.name}.dhclient.pid"
             sh("dhclient", "-1", "-4", "-lf", str(self.base / f"{vm.name}.leases"), "-pf", str(pf), "eth0",
                ns=vm.ns, timeout=30)
-            if pf.exists():
-                self.rec.pids.append(int(pf.read_text()))
+            # dhclient writes its pid file after it daemonises: it may still be empty for a moment
+            deadline = time.monotonic() + 5
+            while not (pid := pf.read_text().strip() if pf.exists() else "") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if pid:
+                self.rec.pids.append(int(pid))
                 self.rec.save()
         else:
             sh("ip", "addr", "add", f"{port['ip']}/{port.get('prefixlen', 24)}", "dev", "eth0", ns=vm.ns)
