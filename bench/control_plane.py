@@ -235,15 +235,19 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             missing = sum(1 for h in seen for pid in ids if created[pid][1] == h and pid not in seen[h])
             return [(t - c[0]) * 1000 for t, c in mine], missing, [(t - c[2]) * 1000 for t, c in mine]
 
+        needs: list[int] = []  # endpoints in each host's config: what a host needs, which compile time follows
+
         def compile_times(cold: bool) -> list[float]:
             if cold:
                 FRAGMENTS.clear()
             comp = []
+            needs.clear()
             for h in hosts:
                 with ctl.db.snapshot() as s:
                     c0 = time.perf_counter()
-                    compile_host(s, h)
+                    cfg = compile_host(s, h)
                     comp.append((time.perf_counter() - c0) * 1000)
+                    needs.append(len(cfg.endpoints))
             return comp
 
         for cp in checkpoints:
@@ -260,6 +264,7 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             lat, missing, after = visibility(set(created) - before)
             cold, warm = compile_times(True), compile_times(False)
             results[cp] = {"create_per_s": rate, "visible_p50_ms": pct(lat, 50), "visible_p99_ms": pct(lat, 99),
+                           "endpoints": sum(needs) / len(needs),
                            "answered_p50_ms": pct(after, 50), "answered_p99_ms": pct(after, 99),
                            "missing": missing, "compile_p50_ms": pct(warm, 50), "compile_p99_ms": pct(warm, 99),
                            "cold_p50_ms": pct(cold, 50), "cold_p99_ms": pct(cold, 99)}
@@ -267,7 +272,8 @@ def run(backend: str, args: argparse.Namespace) -> dict:
                   f"{pct(lat, 50):6.1f} ms p99 {pct(lat, 99):6.1f} ms (after the answer: {pct(after, 50):.1f}/"
                   f"{pct(after, 99):.1f}; missing {missing})  compile p50 "
                   f"{pct(warm, 50):5.1f} ms p99 {pct(warm, 99):5.1f} ms (cold cache {pct(cold, 50):5.1f}/"
-                  f"{pct(cold, 99):5.1f})  {args.watch} watch answers {answer_size[0] / 1000:.1f} KB avg", flush=True)
+                  f"{pct(cold, 99):5.1f}) for {sum(needs) / len(needs):.0f} endpoints per host  {args.watch} watch "
+                  f"answers {answer_size[0] / 1000:.1f} KB avg", flush=True)
         # latency alone: one client, one port at a time, each bound to a watched host (OVN's "one port add")
         before = set(created)
         for i in range(args.probe):
@@ -343,11 +349,13 @@ def main() -> None:
         base = res[steps[0]]
         for n in steps:
             r = res[n]
-            growth = r["compile_p99_ms"] / base["compile_p99_ms"] if base["compile_p99_ms"] else float("nan")
+            growth = r["compile_p50_ms"] / base["compile_p50_ms"] if base["compile_p50_ms"] else float("nan")
+            needs_growth = r["endpoints"] / base["endpoints"] if base["endpoints"] else float("nan")
             print(f"{b:9} {n:6} {'bulk x' + str(args.batch):11} {r['create_per_s']:6.0f}   "
                   f"{r['visible_p50_ms']:7.1f}/{r['visible_p99_ms']:<8.1f}   {r['answered_p50_ms']:6.1f}/"
                   f"{r['answered_p99_ms']:<8.1f}  {r['compile_p50_ms']:5.1f}/{r['compile_p99_ms']:<5.1f} "
-                  f"({r['cold_p50_ms']:.1f}/{r['cold_p99_ms']:.1f})  compile growth x{growth:.2f}")
+                  f"({r['cold_p50_ms']:.1f}/{r['cold_p99_ms']:.1f})  compile p50 x{growth:.1f} for x"
+                  f"{needs_growth:.1f} endpoints per host")
         r = res["single"]
         print(f"{b:9} {'+' + str(args.single):>6} {'one each':11} {r['create_per_s']:6.0f}   "
               f"{r['visible_p50_ms']:7.1f}/{r['visible_p99_ms']:<8.1f}   {r['answered_p50_ms']:6.1f}/"
