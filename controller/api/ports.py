@@ -137,9 +137,17 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
                                             "registered (GET /v1/hosts lists them)")
     groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, f"ports.{i}." if bulk else "") for i, x in enumerate(items)]
     # allocate: above each subnet's highest address while there is room, else the lowest gaps
-    batch_ips: dict[str, set[int]] = defaultdict(set)
+    batch_ips: dict[str, set[int]] = defaultdict(set)  # what this create takes in each subnet
     for (_vpc, ip), i in fixed.items():
         batch_ips[items[i].subnet_id].add(ip)
+    tops = {sid: max([highest.get(sid) or 0, *batch_ips[sid]]) or None for sid in sn}
+    scanned: dict[str, set[int]] = {}  # a subnet's addresses in use, read once if it comes to filling gaps
+
+    def in_use(sid: str) -> set[int]:
+        if sid not in scanned:
+            scanned[sid] = {*s.execute(Q_SUBNET_ADDRESSES, {"subnet": sid}).scalars(), *batch_ips[sid]}
+        return scanned[sid]
+
     rows, memberships, out = [], [], []
     created = m.now()
     for i, x in enumerate(items):
@@ -147,14 +155,13 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
         if x.ip:
             ip = int(ipaddress.IPv4Address(x.ip))
         else:
-            taken_here = batch_ips[r.id]
-            top = max([highest.get(r.id) or 0, *taken_here]) or None
             try:
-                ip = int(next_free(nets[r.id], lambda r=r, t=taken_here: {
-                    *s.execute(Q_SUBNET_ADDRESSES, {"subnet": r.id}).scalars(), *t}, top))
+                ip = int(next_free(nets[r.id], lambda sid=r.id: in_use(sid), tops[r.id]))
             except IpamError as e:
                 raise conflict(field(i, "subnet_id"), str(e)) from None
-            taken_here.add(ip)
+            batch_ips[r.id].add(ip)
+            scanned.get(r.id, set()).add(ip)
+            tops[r.id] = max(tops[r.id] or 0, ip)
         addr = str(ipaddress.IPv4Address(ip))
         mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
         pid = m.new_id()
