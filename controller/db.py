@@ -198,8 +198,8 @@ class Database:
 
     @contextmanager
     def snapshot(self) -> Iterator[Session]:
-        """A read transaction that sees one consistent snapshot (REPEATABLE READ on PostgreSQL;
-        SQLite's read transactions already are)."""
+        """A read transaction that sees one consistent snapshot (REPEATABLE READ on PostgreSQL; on SQLite every
+        transaction reads one WAL snapshot, see make_engine)."""
         with self.sessions() as s:
             if self.is_postgres:
                 # psycopg then opens the transaction with BEGIN ISOLATION LEVEL REPEATABLE READ: no round trip of
