@@ -210,16 +210,18 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             with lock:
                 created[p["id"]] = (t0, p["host"], time.monotonic())
 
-        def create_bulk(start: int) -> None:
-            # one tenant per request (a token sees its own subnets): the ports of [start, start+batch) that
-            # belong to the same tenant as `start`, i.e. the batch is chosen tenant by tenant
-            idx = list(range(start, min(start + args.batch, args.ports)))
+        def create_bulk(start: int, end: int | None = None, due: float | None = None) -> None:
+            # the ports [start, end) (default: a batch), one request per tenant (a token sees its own subnets);
+            # `due`: when the request is sent (the paced phase), else at once
+            idx = list(range(start, end if end is not None else min(start + args.batch, args.ports)))
             by_tenant: dict[int, list[dict]] = {}
             for i in idx:
                 t, body = port_body(i)
                 by_tenant.setdefault(id(t), [t]).append(body)
+            if due is not None:
+                time.sleep(max(0.0, due - time.monotonic()))
             for t, *bodies in by_tenant.values():
-                t0 = time.monotonic()
+                t0 = time.monotonic() if due is None else due
                 out = t.post("/v1/ports/bulk", {"ports": bodies})
                 t1 = time.monotonic()
                 with lock:
@@ -287,6 +289,22 @@ def run(backend: str, args: argparse.Namespace) -> dict:
         plat, pmissing, _ = visibility(set(created) - before)
         print(f"[{backend}] {args.probe} ports one at a time (one client): visible p50 {pct(plat, 50):6.1f} ms "
               f"p99 {pct(plat, 99):6.1f} ms (missing {pmissing})", flush=True)
+        # at the target rate: --paced ports/s for --paced-seconds, --paced-batch ports per request, each request
+        # sent at its due time whatever the answers before it (an open loop), delays counted from the due time
+        before = set(created)
+        nreq = int(args.paced * args.paced_seconds / args.paced_batch)
+        first = args.ports + args.single + args.probe
+        start = time.monotonic() + 0.5
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(32) as ex:
+            list(ex.map(lambda k: create_bulk(first + k * args.paced_batch, first + (k + 1) * args.paced_batch,
+                                              start + k * args.paced_batch / args.paced), range(nreq)))
+        paced_rate = nreq * args.paced_batch / (time.perf_counter() - t0 - 0.5)
+        time.sleep(1.5)
+        qlat, qmissing, _ = visibility(set(created) - before)
+        print(f"[{backend}] {nreq * args.paced_batch} ports at {args.paced}/s ({args.paced_batch} per request, "
+              f"achieved {paced_rate:.0f}/s): visible p50 {pct(qlat, 50):6.1f} ms p99 {pct(qlat, 99):6.1f} ms "
+              f"(missing {qmissing})", flush=True)
         # one port per request at full scale, and the HTTP floor: an empty endpoint through the same clients
         before = set(created)
         single = min(args.single, args.ports)
@@ -312,7 +330,8 @@ def run(backend: str, args: argparse.Namespace) -> dict:
         results["single"] = {"create_per_s": srate, "visible_p50_ms": pct(lat, 50), "visible_p99_ms": pct(lat, 99),
                              "answered_p50_ms": pct(after, 50), "answered_p99_ms": pct(after, 99),
                              "missing": missing, "floor_per_s": floor, "probe_p50_ms": pct(plat, 50),
-                             "probe_p99_ms": pct(plat, 99)}
+                             "probe_p99_ms": pct(plat, 99), "paced_p50_ms": pct(qlat, 50),
+                             "paced_p99_ms": pct(qlat, 99), "paced_per_s": paced_rate}
         print(f"[{backend}] {single} more ports, one per request: {srate:7.0f} ports/s  visible p50 "
               f"{pct(lat, 50):6.1f} ms p99 {pct(lat, 99):6.1f} ms (after the answer: {pct(after, 50):.1f}/"
               f"{pct(after, 99):.1f}; missing {missing});  HTTP floor (GET /healthz, "
@@ -335,6 +354,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=100, help="ports per bulk create request")
     ap.add_argument("--single", type=int, default=1000, help="single-port creates measured at full scale")
     ap.add_argument("--probe", type=int, default=200, help="ports created one at a time for the latency alone")
+    ap.add_argument("--paced", type=int, default=300, help="ports/s of the paced phase (the target rate)")
+    ap.add_argument("--paced-batch", type=int, default=10, help="ports per request in the paced phase")
+    ap.add_argument("--paced-seconds", type=float, default=10.0)
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--watch", choices=["delta", "whole"], default="delta",
                     help="how the watchers ask for configs: the agent's delta watch, or the whole config")
@@ -362,6 +384,9 @@ def main() -> None:
               f"{r['answered_p99_ms']:<8.1f}  (HTTP floor, empty endpoint, same clients: {r['floor_per_s']:.0f}/s)")
         print(f"{b:9} {'+' + str(args.probe):>6} {'one alone':11} {'':6}   {r['probe_p50_ms']:7.1f}/"
               f"{r['probe_p99_ms']:<8.1f}   (one client, one port at a time: the latency without a queue)")
+        print(f"{b:9} {'+' + str(int(args.paced * args.paced_seconds)):>6} {'paced x' + str(args.paced_batch):11} "
+              f"{r['paced_per_s']:6.0f}   {r['paced_p50_ms']:7.1f}/{r['paced_p99_ms']:<8.1f}   (creating at "
+              f"{args.paced} ports/s, from each request's due time)")
     print("(OVN 23.03 on this kind of machine, 10,000 ports loaded: median 3.75 s from port add to flows)")
 
 

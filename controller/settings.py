@@ -25,8 +25,10 @@ class Settings:
     host_down_after: float = 15.0  # seconds of heartbeat silence before a host is marked down
     gateway_down_after: float = 2.0  # gateways heartbeat every 0.5 s; their EIPs move when they fall silent
     max_watch_timeout: float = 60.0
-    # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling
-    watch_coalesce: float = 0.02
+    # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling. Off by
+    # default: a watch has one compile in flight, and what lands meanwhile is in the agent's next answer anyway,
+    # so the wait only added its own length to every answer at a few hundred creates/s
+    watch_coalesce: float = 0.0
     eip_pool: str | None = None
 
     @classmethod
