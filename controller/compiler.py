@@ -262,11 +262,6 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
-def _own_and_peers(s: Session, host: str) -> tuple[set[str], dict[str, list[tuple[str, str]]]]:
-    own = set(s.execute(Q_OWN, {"host": host}).scalars())
-    return own, _peers(s, own)
-
-
 def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
     peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
     if own:
@@ -282,7 +277,9 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     row = s.execute(Q_HOST_STAMP, {"host": host}).one_or_none()
     if row is None:
         return None
-    own, peers = _own_and_peers(s, host)
+    local = FRAGMENTS.get(s, ("local", host), row[0])  # the host's ports as of its stamp, if compiled already
+    own = {p.vpc_id for p in local[0]} if local is not None else set(s.execute(Q_OWN, {"host": host}).scalars())
+    peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vrev = (s.execute(Q_MAX_VPC_REVISION, {"vpcs": list(relevant)}).scalar() or 0) if relevant else 0
     return max(row[0], row[1], vrev), relevant
@@ -355,6 +352,51 @@ class Compiled:
     peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
 
 
+def host_ports(s: Session, host: str, stamp: int, topology: int, local: tuple, port_groups: dict[str, list[str]],
+               port_eips: dict[str, str], instances: dict[str, str]) -> list[PortInfo]:
+    """The host's ports as the wire has them, as of its stamp and the topology (a port's own EIP is homed on a
+    live instance): built once per those, not per compile."""
+    frag = FRAGMENTS.get(s, ("ports", host), (stamp, topology))
+    if frag is not None:
+        return frag[0]
+
+    def eip_home(pid: str) -> str | None:
+        eid = port_eips.get(pid)
+        h = home(f"eip:{eid}", instances) if eid else None
+        return instances[h] if h else None
+
+    ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
+                      security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
+    FRAGMENTS.put(s, ("ports", host), (stamp, topology), (ports,))
+    return ports
+
+
+def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: ANN001
+            gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
+    """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
+    that is gone or not ready is a blackhole)."""
+    routes = [RouteInfo(destination=v.cidr, target_type="local")]
+    active = {}
+    for pid, peer in sorted(peers):
+        active[pid] = peer
+        routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
+                                peer_vpc_id=peer))
+    for r in user_routes:
+        buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
+            if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
+        if buckets:
+            routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway", target_id=r.target_id,
+                                    origin="user", gateway_vteps=sorted({instances[b] for b in buckets}),
+                                    gateway_buckets=[instances[b] for b in buckets]))
+        elif r.target_type == "peering" and r.target_id in active:
+            routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
+                                    peer_vpc_id=active[r.target_id], origin="user"))
+        else:
+            routes.append(RouteInfo(destination=r.destination, target_type="blackhole", target_id=r.target_id,
+                                    origin="user"))
+    return routes
+
+
 def _compile_host(s: Session, host: str) -> Compiled | None:
     row = s.execute(Q_HOST, {"host": host}).one_or_none()
     if row is None:
@@ -371,49 +413,35 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
 
-    def eip_home(pid: str) -> str | None:
-        eid = port_eips.get(pid)
-        h = home(f"eip:{eid}", instances) if eid else None
-        return instances[h] if h else None
+    ports = host_ports(s, host, row.config_revision, topology, local, port_groups, port_eips, instances)
 
-    ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
-                      security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
-
-    # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets.
-    subnets = vpc_subnets(s, {vid: v.revision for vid, v in vpc_rows.items()})
-    user_routes: dict[str, list] = defaultdict(list)
-    if own:
-        for r in s.execute(Q_ROUTES, {"vpcs": list(own)}):
-            user_routes[r.vpc_id].append(r)
-    gateways = set(s.execute(Q_NAT_GATEWAYS, {"vpcs": list(own)}).scalars()) if own else set()
-    gateway_eips = nat_gateway_eips(s, gateways) if gateways and instances else {}
-    vpcs = []
-    for vid in sorted(relevant):
-        v = vpc_rows[vid]
-        routes: list[RouteInfo] = []
-        if vid in own:
-            routes.append(RouteInfo(destination=v.cidr, target_type="local"))
-            active = {}
-            for pid, peer in sorted(peers.get(vid, ())):
-                active[pid] = peer
-                routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
-                                        peer_vpc_id=peer))
-            for r in user_routes.get(vid, ()):
-                buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
-                    if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
-                if buckets:
-                    routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway",
-                                            target_id=r.target_id, origin="user",
-                                            gateway_vteps=sorted({instances[b] for b in buckets}),
-                                            gateway_buckets=[instances[b] for b in buckets]))
-                elif r.target_type == "peering" and r.target_id in active:
-                    routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
-                                            peer_vpc_id=active[r.target_id], origin="user"))
-                else:
-                    routes.append(RouteInfo(destination=r.destination, target_type="blackhole",
-                                            target_id=r.target_id, origin="user"))
-        vpcs.append(VpcInfo(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                            subnets=list(subnets.get(vid, ())), routes=routes))
+    # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets. A VPC's entry follows
+    # its revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology (which
+    # instances serve a NAT gateway): cached by those, rebuilt only for the VPCs that changed.
+    vpc_infos: dict[str, VpcInfo] = {}
+    for vid, v in vpc_rows.items():
+        if (info := FRAGMENTS.get(s, ("vpc", vid), (v.revision, topology, vid in own))) is not None:
+            vpc_infos[vid] = info[0]
+    stale = {vid: v.revision for vid, v in vpc_rows.items() if vid not in vpc_infos}
+    if stale:
+        stale_own = [vid for vid in stale if vid in own]
+        subnets = vpc_subnets(s, stale)
+        user_routes: dict[str, list] = defaultdict(list)
+        gateways: set[str] = set()
+        if stale_own:
+            for r in s.execute(Q_ROUTES, {"vpcs": stale_own}):
+                user_routes[r.vpc_id].append(r)
+            gateways = set(s.execute(Q_NAT_GATEWAYS, {"vpcs": stale_own}).scalars())
+        gateway_eips = nat_gateway_eips(s, gateways) if gateways and instances else {}
+        for vid in stale:
+            v = vpc_rows[vid]
+            routes = _routes(v, vpc_rows, peers.get(vid, ()), user_routes.get(vid, ()), gateways, gateway_eips,
+                             instances) if vid in own else []
+            vpc_infos[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
+                                                     router_mac=v.router_mac, subnets=list(subnets.get(vid, ())),
+                                                     routes=routes)
+            FRAGMENTS.put(s, ("vpc", vid), (v.revision, topology, vid in own), (vpc_infos[vid],))
+    vpcs = [vpc_infos[vid] for vid in sorted(relevant)]
 
     # Every bound port of those VPCs: where it lives and how to reach it (per-VPC fragments, see FRAGMENTS).
     frags = vpc_endpoints(s, {vid: (v.revision, v.vni) for vid, v in vpc_rows.items()}, topology)
