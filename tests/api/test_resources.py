@@ -273,6 +273,17 @@ def test_hosts_and_status(controller: Controller) -> None:
     assert r["updated_ports"] == 1 and r["ignored_ports"] == [other["id"]]  # a host reports only its own ports
     assert a.get(f"/v1/ports/{p['id']}")["status"] == "UP"
     assert a.get(f"/v1/ports/{other['id']}")["status"] == "DOWN"
+    # several ports change at once, both ways; a beat that changes nothing writes no revision
+    p2 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p2", "host": "hv1"})
+    p3 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p3", "host": "hv1"})
+    r = adm.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "DOWN", p2["id"]: "UP", p3["id"]: "UP"}})
+    assert r["updated_ports"] == 3
+    assert [a.get(f"/v1/ports/{x['id']}")["status"] for x in (p, p2, p3)] == ["DOWN", "UP", "UP"]
+    rev = controller.db.revision()
+    for _ in range(3):
+        assert adm.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "DOWN", p2["id"]: "UP"}})["updated_ports"] == 0
+        assert adm.post("/v1/hosts/hv1/status", {"ports": {}})["updated_ports"] == 0
+    assert controller.db.revision() == rev
     expect(409, adm.delete, "/v1/hosts/hv1")
     expect(404, adm.post, "/v1/hosts/ghost/status", {"ports": {}})
 

@@ -120,6 +120,7 @@ def test_host_marked_down_after_silence(tmp_path) -> None:  # noqa: ANN001
     c = Controller(tmp_path / "s", None, host_down_after=1.0)
     try:
         c.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+        c.admin.post("/v1/hosts", {"name": "hv2", "vtep_ip": "172.31.0.2"})
         t, vpc, sn = setup_tenant(c)
         p = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
         c.admin.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "UP"}})
@@ -127,7 +128,9 @@ def test_host_marked_down_after_silence(tmp_path) -> None:  # noqa: ANN001
         deadline = time.time() + 6
         while c.admin.get("/v1/hosts/hv1")["status"] != "down":
             assert time.time() < deadline, "host never marked down"
-            time.sleep(0.2)
+            c.admin.post("/v1/hosts/hv2/status", {"ports": {}})  # hv2 keeps beating (not every beat is written)
+            time.sleep(0.15)
+        assert c.admin.get("/v1/hosts/hv2")["status"] == "up"
         assert t.get(f"/v1/ports/{p['id']}")["status"] == "DOWN"
         c.admin.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "UP"}})
         assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
