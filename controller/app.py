@@ -12,7 +12,7 @@ from controller import errors
 from controller.api import gateways, hosts, nat, peerings, ports, security_groups, subnets, tenants, vpcs
 from controller.auth import ensure_admin_token
 from controller.db import Database
-from controller.serving import Collector
+from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.watch import Broadcaster
 
@@ -33,6 +33,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     async def lifespan(app: FastAPI):  # noqa: ANN202
         app.state.broadcaster.start(asyncio.get_running_loop())
         app.state.collector.start()
+        limit_threads()
         task = asyncio.create_task(_liveness(app))
         try:
             yield

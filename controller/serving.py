@@ -45,9 +45,24 @@ if HttpToolsProtocol is not None:
 
 
 def server_options() -> dict[str, Any]:
-    """uvicorn's `http` and `loop` settings: the fastest that is installed ("auto" takes uvloop if present)."""
+    """uvicorn's settings: the fastest protocol and loop installed ("auto" takes uvloop if present)."""
     http = NoDelayHttpToolsProtocol if HttpToolsProtocol is not None else NoDelayH11Protocol
-    return {"http": http, "loop": "auto"}
+    # With --workers, uvicorn's supervisor kills a worker whose health-check thread has not answered in 5 s.
+    # Under a saturating load that thread can wait that long for the GIL, and a busy worker was killed with its
+    # requests (seen here: clients' connections reset mid-benchmark). A dead worker is still noticed at once.
+    return {"http": http, "loop": "auto", "timeout_worker_healthcheck": 120}
+
+
+THREADS_PER_WORKER = 8
+
+
+def limit_threads() -> None:
+    """Blocking handlers (database work) run in at most THREADS_PER_WORKER threads per process; more requests wait
+    in the event loop. Python threads share one GIL: the default 40 only made them fight for it (and starved
+    the health check above), while 8 already overlap the database round trips."""
+    import anyio.to_thread
+
+    anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS_PER_WORKER
 
 
 class Collector:
