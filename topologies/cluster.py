@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controller.client import ApiFailure, Client
-from topologies.hosts import read_status
+from topologies.hosts import dhclient_pid, read_status
 
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
@@ -327,9 +327,8 @@ class Cluster:
             time.sleep(0.02)
         if dhcp:
             vm.dhcp(Path(st.dir))
-            pf = Path(st.dir) / f"{name}.dhclient.pid"
-            if pf.exists():
-                st.pids.append(int(pf.read_text()))
+            if (pid := dhclient_pid(Path(st.dir) / f"{name}.dhclient.pid")) is not None:
+                st.pids.append(pid)
         else:
             vm.static(port["ip"], prefix, subnet["gateway_ip"])
         vm.terminate()  # the shells are no longer needed; the named namespaces and their links stay

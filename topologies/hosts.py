@@ -30,6 +30,15 @@ def sh(*cmd: str, check: bool = True, ns: str | None = None, env: dict | None = 
     return r
 
 
+def dhclient_pid(pidfile: Path, wait: float = 5.0) -> int | None:
+    """The pid in a dhclient pid file. dhclient writes it after it daemonises, so it may exist and still be empty
+    for a moment (read too early, the harness once failed on an empty string)."""
+    deadline = time.monotonic() + wait
+    while not (text := pidfile.read_text().strip() if pidfile.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(text) if text else None
+
+
 def read_status(path: Path) -> dict:
     """A status file an agent or gateway writes (atomically) for local tools; {} while there is none yet."""
     try:
@@ -261,12 +270,8 @@ class Fabric:
             pf = self.base / f"{vm.name}.dhclient.pid"
             sh("dhclient", "-1", "-4", "-lf", str(self.base / f"{vm.name}.leases"), "-pf", str(pf), "eth0",
                ns=vm.ns, timeout=30)
-            # dhclient writes its pid file after it daemonises: it may still be empty for a moment
-            deadline = time.monotonic() + 5
-            while not (pid := pf.read_text().strip() if pf.exists() else "") and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if pid:
-                self.rec.pids.append(int(pid))
+            if (pid := dhclient_pid(pf)) is not None:
+                self.rec.pids.append(pid)
                 self.rec.save()
         else:
             sh("ip", "addr", "add", f"{port['ip']}/{port.get('prefixlen', 24)}", "dev", "eth0", ns=vm.ns)
