@@ -106,7 +106,6 @@ _PSG, _EIPS, _COUNTERS, _NATGWS = (m.PortSecurityGroup.__table__, m.Eip.__table_
 _VPC_IDS = bindparam("vpcs", expanding=True)
 _TOPOLOGY = select(_COUNTERS.c.value).where(_COUNTERS.c.name == "topology").scalar_subquery()
 Q_HOST = select(_HOSTS.c.config_revision, _HOSTS.c.vtep_ip, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
-Q_HOST_STAMP = select(_HOSTS.c.config_revision, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
 Q_OWN = select(_PORTS.c.vpc_id).where(_PORTS.c.host == bindparam("host")).distinct()
 Q_PEERS = select(_PEERINGS.c.id, _PEERINGS.c.requester_vpc_id, _PEERINGS.c.accepter_vpc_id).where(
     _PEERINGS.c.status == "active", or_(_PEERINGS.c.requester_vpc_id.in_(_VPC_IDS),
@@ -130,14 +129,7 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
 
 def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -> dict[str, tuple[Endpoint, ...]]:
     """Endpoints of each VPC in `vpcs` (id -> (revision, vni)), from FRAGMENTS or compiled for the missing ones."""
-    out: dict[str, tuple[Endpoint, ...]] = {}
-    missing = []
-    for vid, (rev, _vni) in vpcs.items():
-        frag = FRAGMENTS.get(s, ("endpoints", vid), (rev, topology))
-        if frag is None:
-            missing.append(vid)
-        else:
-            out[vid] = frag
+    out, missing = _cached(s, "endpoints", {vid: (rev, topology) for vid, (rev, _vni) in vpcs.items()})
     if missing:
         built: dict[str, list[Endpoint]] = {vid: [] for vid in missing}
         for e in s.execute(Q_ENDPOINTS, {"vpcs": missing}):
@@ -145,15 +137,15 @@ def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -
                                             mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
         for vid, eps in built.items():
             out[vid] = tuple(eps)
-            FRAGMENTS.put(s, ("endpoints", vid), (vpcs[vid][0], topology), out[vid])
+            FRAGMENTS.put(s, ("endpoints", vid), (vpcs[vid][0], topology), (out[vid],))
     return out
 
 
-def _cached(s: Session, kind: str, vpcs: dict[str, int]) -> tuple[dict, list[str]]:
-    """The cached `kind` fragments of these VPCs (id -> revision), and the VPCs that have none yet."""
+def _cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, list[str]]:
+    """The cached `kind` fragments of these VPCs (id -> version), and the VPCs that have none of that version."""
     out, missing = {}, []
-    for vid, rev in vpcs.items():
-        frag = FRAGMENTS.get(s, (kind, vid), rev)
+    for vid, version in vpcs.items():
+        frag = FRAGMENTS.get(s, (kind, vid), version)
         if frag is None:
             missing.append(vid)
         else:
@@ -274,7 +266,7 @@ def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
 def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
     depends on. None if the host is not registered."""
-    row = s.execute(Q_HOST_STAMP, {"host": host}).one_or_none()
+    row = s.execute(Q_HOST, {"host": host}).one_or_none()
     if row is None:
         return None
     local = FRAGMENTS.get(s, ("local", host), row[0])  # the host's ports as of its stamp, if compiled already
@@ -282,7 +274,7 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vrev = (s.execute(Q_MAX_VPC_REVISION, {"vpcs": list(relevant)}).scalar() or 0) if relevant else 0
-    return max(row[0], row[1], vrev), relevant
+    return max(row[0], row[2], vrev), relevant
 
 
 def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
@@ -337,7 +329,7 @@ def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | No
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
-    return delta_of(out.config, base, changed, out.host_stamp > base, out.topology > base)
+    return delta_of(out.config, base, changed, out.host_stamp > base)
 
 
 @dataclass(frozen=True)
@@ -349,7 +341,7 @@ class Compiled:
     topology: int
     vpc_revisions: dict[str, int]
     own: set[str]  # VPCs with a port on the host
-    peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
+    peers: dict[str, list[tuple[str, str]]]  # VPC -> [(peering id, peer VPC)], for the peerings of own VPCs
 
 
 def host_ports(s: Session, host: str, stamp: int, topology: int, local: tuple, port_groups: dict[str, list[str]],
@@ -419,10 +411,12 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     # its revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology (which
     # instances serve a NAT gateway): cached by those, rebuilt only for the VPCs that changed.
     vpc_infos: dict[str, VpcInfo] = {}
-    for vid, v in vpc_rows.items():
-        if (info := FRAGMENTS.get(s, ("vpc", vid), (v.revision, topology, vid in own))) is not None:
-            vpc_infos[vid] = info[0]
-    stale = {vid: v.revision for vid, v in vpc_rows.items() if vid not in vpc_infos}
+    missing: list[str] = []
+    for kind, ids in (("own-vpc", own), ("peer-vpc", relevant - own)):  # with routes, without
+        got, miss = _cached(s, kind, {vid: (vpc_rows[vid].revision, topology) for vid in ids})
+        vpc_infos.update(got)
+        missing += miss
+    stale = {vid: vpc_rows[vid].revision for vid in missing}
     if stale:
         stale_own = [vid for vid in stale if vid in own]
         subnets = vpc_subnets(s, stale)
@@ -440,7 +434,8 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
             vpc_infos[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
                                                      router_mac=v.router_mac, subnets=list(subnets.get(vid, ())),
                                                      routes=routes)
-            FRAGMENTS.put(s, ("vpc", vid), (v.revision, topology, vid in own), (vpc_infos[vid],))
+            FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), (v.revision, topology),
+                          (vpc_infos[vid],))
     vpcs = [vpc_infos[vid] for vid in sorted(relevant)]
 
     # Every bound port of those VPCs: where it lives and how to reach it (per-VPC fragments, see FRAGMENTS).

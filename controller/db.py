@@ -37,9 +37,11 @@ class ChangeSet:
     topology: bool = False
 
 
-# PostgreSQL, late bump (see Database._bump_stamp_notify); built once, like every hot statement
-BUMP_STAMP_NOTIFY = text("""
-    WITH c AS (UPDATE counters SET value = value + 1 WHERE name = 'revision' RETURNING value),
+# PostgreSQL: stamp what a write touched with its revision and notify the other controller processes, in one
+# statement built once. :bump is 1 for a writer that takes its revision here, right before the commit (see
+# Database.write), and 0 for one that bumped first: the counter then hands back the revision it already holds.
+STAMP_NOTIFY = text("""
+    WITH c AS (UPDATE counters SET value = value + :bump WHERE name = 'revision' RETURNING value),
          v AS (UPDATE vpcs SET revision = (SELECT value FROM c) WHERE id = ANY(CAST(:vpcs AS varchar[]))),
          h AS (UPDATE hosts SET config_revision = (SELECT value FROM c)
                WHERE name = ANY(CAST(:hosts AS varchar[]))),
@@ -155,39 +157,21 @@ class Database:
                 txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
-            if late:
-                txn.changes.revision = self._bump_stamp_notify(s, txn.changes)
-            elif self.is_postgres:
-                self._stamp_notify(s, txn.changes)
+            if self.is_postgres:
+                txn.changes.revision = self._stamp_notify(s, txn.changes, bump=late)
             else:
                 txn._stamp()
         for cb in self.listeners:
             cb(txn.changes)
 
     @staticmethod
-    def _stamp_notify(s: Session, cs: ChangeSet) -> None:
-        """PostgreSQL: stamp what the write touched and notify the other controller processes, in one statement
-        (the counter's row lock is held already, so stamps are serialised)."""
-        from controller.watch import notify_payload
-
-        vpcs, hosts = sorted(cs.vpcs), sorted(cs.hosts)
-        payload = notify_payload(cs)
-        s.execute(text("""
-            WITH v AS (UPDATE vpcs SET revision = :rev WHERE id = ANY(CAST(:vpcs AS varchar[]))),
-                 h AS (UPDATE hosts SET config_revision = :rev WHERE name = ANY(CAST(:hosts AS varchar[]))),
-                 t AS (UPDATE counters SET value = :rev WHERE name = 'topology' AND :topo)
-            SELECT pg_notify('tianji_revision', :payload)"""),
-                  {"rev": cs.revision, "vpcs": vpcs, "hosts": hosts, "topo": cs.topology, "payload": payload})
-
-    @staticmethod
-    def _bump_stamp_notify(s: Session, cs: ChangeSet) -> int:
-        """PostgreSQL, late bump: take the next revision, stamp and notify in one statement, right before the
-        commit. The counter's row lock is what serialises writers, and it is now held for this statement and the
-        commit only: two round trips, not three."""
+    def _stamp_notify(s: Session, cs: ChangeSet, bump: bool) -> int:
+        """PostgreSQL: stamp, notify and (with `bump`) take the next revision, in one statement (STAMP_NOTIFY).
+        A late writer holds the counter's row lock for this statement and the commit only: two round trips."""
         from controller.watch import NOTIFY_LIMIT
 
-        return s.execute(BUMP_STAMP_NOTIFY, {"vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
-                                             "limit": NOTIFY_LIMIT}).scalar_one()
+        return s.execute(STAMP_NOTIFY, {"bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts),
+                                        "topo": cs.topology, "limit": NOTIFY_LIMIT}).scalar_one()
 
     @staticmethod
     def _bump(s: Session) -> int:

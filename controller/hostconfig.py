@@ -129,10 +129,9 @@ class HostConfigDelta(_Wire):
     vteps: list[Vtep] | None = None
 
 
-def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_changed: bool,
-             vteps_changed: bool) -> HostConfigDelta:
-    """The delta that takes a config at `base` to `cfg`: the VPCs in `changed_vpcs` (None: every VPC, as for
-    base -1), the ports if `ports_changed`, the VTEPs if `vteps_changed`."""
+def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_changed: bool) -> HostConfigDelta:
+    """The delta that takes a config at `base` to `cfg`: the VPCs in `changed_vpcs`, the ports if `ports_changed`.
+    `changed_vpcs` None (the topology moved: VTEPs are in every section) or base -1: everything."""
     whole = base < 0 or changed_vpcs is None
     keep = {v.id for v in cfg.vpcs} if whole else changed_vpcs & {v.id for v in cfg.vpcs}
     return HostConfigDelta.model_construct(  # from a validated config: nothing to validate again
@@ -140,7 +139,7 @@ def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_ch
         vpc_ids=[v.id for v in cfg.vpcs], changed_vpcs=sorted(keep),
         vpcs=[v for v in cfg.vpcs if v.id in keep], endpoints=[e for e in cfg.endpoints if e.vpc_id in keep],
         security_groups=[g for g in cfg.security_groups if g.vpc_id in keep],
-        ports=cfg.ports if whole or ports_changed else None, vteps=cfg.vteps if whole or vteps_changed else None)
+        ports=cfg.ports if whole or ports_changed else None, vteps=cfg.vteps if whole else None)
 
 
 def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None:

@@ -114,12 +114,9 @@ class Broadcaster:
                 self._stop.wait(1.0)
 
 
-NOTIFY_LIMIT = 7900  # PostgreSQL's NOTIFY payload must stay under 8,000 bytes; past it, a wake without detail
-
-
-def notify_payload(cs: ChangeSet) -> str:
-    body = json.dumps({"r": cs.revision, "v": sorted(cs.vpcs), "h": sorted(cs.hosts), "t": cs.topology})
-    return body if len(body) < NOTIFY_LIMIT else json.dumps({"r": cs.revision})
+# PostgreSQL's NOTIFY payload must stay under 8,000 bytes: past this, db.STAMP_NOTIFY sends a wake without
+# detail ({"r": revision}) and every watch rechecks
+NOTIFY_LIMIT = 7900
 
 
 def parse_notify(payload: str) -> Wake:

@@ -14,7 +14,7 @@ from controller.api.common import db_of, default_group_id, owned, scoped, visibl
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
-from controller.errors import conflict, invalid, not_found
+from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
 
 router = APIRouter(tags=["ports"])
@@ -38,10 +38,14 @@ def resolve_groups(s: Session, ids: list[str], vpc_id: str, p: Principal,
 
 
 def check_host(s: Session, host: str | None, field: str = "host") -> None:
-    hosts = m.Host.__table__  # a plain existence query: no ORM object is loaded on the port-create path
+    hosts = m.Host.__table__  # a plain existence query: no ORM object is loaded
     if host is not None and s.execute(select(hosts.c.name).where(hosts.c.name == host)).first() is None:
-        raise invalid(field, f"unknown host {host!r}: a host appears once its agent has registered "
-                             "(GET /v1/hosts lists them)")
+        raise unknown_host(field, host)
+
+
+def unknown_host(field: str, host: str) -> ApiError:
+    return invalid(field, f"unknown host {host!r}: a host appears once its agent has registered "
+                          "(GET /v1/hosts lists them)")
 
 
 # A VPC's default security group never changes: remembered per process (saves a query per port create).
@@ -81,7 +85,7 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     work: this is the hot write path. Errors name the offending item (`ports.N.field` in a bulk create)."""
     s = t.session
 
-    def field(i: int, name: str) -> str:
+    def field(i: int, name: str = "") -> str:  # without a name: the item's prefix
         return f"ports.{i}.{name}" if bulk else name
 
     # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock)
@@ -105,7 +109,7 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
             highest[key] = value
     nets = {sid: ipaddress.IPv4Network(r.cidr) for sid, r in sn.items()}
     # fixed addresses: valid in their subnet, not repeated in the batch, not in use
-    fixed: dict[tuple[str, int], int] = {}
+    fixed: dict[tuple[str, int], int] = {}  # (VPC, address) -> item
     for i, x in enumerate(items):
         if x.ip:
             try:
@@ -116,6 +120,7 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
             if key in fixed:
                 raise conflict(field(i, "ip"), f"{x.ip} is requested twice (ports.{fixed[key]}.ip)")
             fixed[key] = i
+    fixed_ips = {i: ip for (_vpc, ip), i in fixed.items()}
     if fixed:
         used = set(s.execute(select(_PORTS.c.vpc_id, _PORTS.c.ip_int).where(
             tuple_(_PORTS.c.vpc_id, _PORTS.c.ip_int).in_(list(fixed)))).all())
@@ -133,12 +138,11 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
             raise conflict(field(macs[mac], "mac"), f"MAC {mac} is already in use")
     for i, x in enumerate(items):
         if x.host is not None and x.host not in known_hosts:
-            raise invalid(field(i, "host"), f"unknown host {x.host!r}: a host appears once its agent has "
-                                            "registered (GET /v1/hosts lists them)")
-    groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, f"ports.{i}." if bulk else "") for i, x in enumerate(items)]
+            raise unknown_host(field(i, "host"), x.host)
+    groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, field(i)) for i, x in enumerate(items)]
     # allocate: above each subnet's highest address while there is room, else the lowest gaps
     batch_ips: dict[str, set[int]] = defaultdict(set)  # what this create takes in each subnet
-    for (_vpc, ip), i in fixed.items():
+    for i, ip in fixed_ips.items():
         batch_ips[items[i].subnet_id].add(ip)
     tops = {sid: max([highest.get(sid) or 0, *batch_ips[sid]]) or None for sid in sn}
     scanned: dict[str, set[int]] = {}  # a subnet's addresses in use, read once if it comes to filling gaps
@@ -152,8 +156,8 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     created = m.now()
     for i, x in enumerate(items):
         r = sn[x.subnet_id]
-        if x.ip:
-            ip = int(ipaddress.IPv4Address(x.ip))
+        if i in fixed_ips:
+            ip = fixed_ips[i]
         else:
             try:
                 ip = int(next_free(nets[r.id], lambda sid=r.id: in_use(sid), tops[r.id]))
