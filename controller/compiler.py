@@ -58,9 +58,10 @@ class FragmentCache:
 
     @staticmethod
     def _scoped(s: Session, key: tuple) -> tuple:
-        # one cache per database: host names and revisions repeat across databases (tests run many); the engine's
-        # URL is an immutable, hashable value, so nothing is rendered on these per-VPC lookups
-        return (s.get_bind().url, *key)
+        # one cache per database: host names and revisions repeat across databases (tests run many). The engine
+        # object is the scope, hashed by identity: its URL renders itself to a string on every hash, which was a
+        # quarter of a compile's time on these per-VPC lookups
+        return (s.get_bind(), *key)
 
     def get(self, s: Session, key: tuple, version: tuple | int) -> tuple | None:
         key = self._scoped(s, key)
@@ -124,7 +125,8 @@ Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c
 Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
                  _EIPS.c.id.label("eip_id")) \
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
-    .where(_PORTS.c.host == bindparam("host")).order_by(_PORTS.c.id, _PSG.c.group_id)
+    .where(_PORTS.c.host == bindparam("host"), _PORTS.c.vpc_id.in_(_VPC_IDS)) \
+    .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
 
 
 def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -> dict[str, tuple[Endpoint, ...]]:
@@ -254,7 +256,7 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
-def _peers(s: Session, own: set[str]) -> dict[str, list[tuple[str, str]]]:
+def _peers(s: Session, own: frozenset[str]) -> dict[str, list[tuple[str, str]]]:
     peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
     if own:
         for pid, a, b in s.execute(Q_PEERS, {"vpcs": list(own)}):
@@ -269,8 +271,7 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
     row = s.execute(Q_HOST, {"host": host}).one_or_none()
     if row is None:
         return None
-    local = FRAGMENTS.get(s, ("local", host), row[0])  # the host's ports as of its stamp, if compiled already
-    own = {p.vpc_id for p in local[0]} if local is not None else set(s.execute(Q_OWN, {"host": host}).scalars())
+    own = host_vpcs(s, host, row[0])
     peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vrev = (s.execute(Q_MAX_VPC_REVISION, {"vpcs": list(relevant)}).scalar() or 0) if relevant else 0
@@ -289,25 +290,14 @@ def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str
     return frag
 
 
-def host_local(s: Session, host: str, stamp: int) -> tuple[tuple, dict[str, list[str]], dict[str, str]]:
-    """The ports bound to a host, their security groups and EIPs, as of the host's stamp: binding, unbinding,
-    creating or deleting a port there, changing a port's groups and (dis)associating its EIP all stamp the host."""
-    frag = FRAGMENTS.get(s, ("local", host), stamp)
-    if frag is not None:
-        return frag
-    local: list = []
-    port_groups: dict[str, list[str]] = defaultdict(list)
-    port_eips: dict[str, str] = {}
-    for p in s.execute(Q_LOCAL, {"host": host}):
-        if not local or local[-1].id != p.id:  # a port in n groups comes back n times
-            local.append(p)
-        if p.group_id is not None:
-            port_groups[p.id].append(p.group_id)
-        if p.eip_id is not None:
-            port_eips[p.id] = p.eip_id
-    frag = (tuple(local), dict(port_groups), port_eips)
-    FRAGMENTS.put(s, ("local", host), stamp, frag)
-    return frag
+def host_vpcs(s: Session, host: str, stamp: int) -> frozenset[str]:
+    """The VPCs with a port on the host, as of its stamp: binding a port there, or unbinding, moving or deleting
+    one, stamps the host."""
+    frag = FRAGMENTS.get(s, ("own", host), stamp)
+    if frag is None:
+        frag = (frozenset(s.execute(Q_OWN, {"host": host}).scalars()),)
+        FRAGMENTS.put(s, ("own", host), stamp, frag)
+    return frag[0]
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
@@ -329,7 +319,7 @@ def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | No
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
-    return delta_of(out.config, base, changed, out.host_stamp > base)
+    return delta_of(out.config, base, changed)
 
 
 @dataclass(frozen=True)
@@ -340,27 +330,34 @@ class Compiled:
     host_stamp: int
     topology: int
     vpc_revisions: dict[str, int]
-    own: set[str]  # VPCs with a port on the host
+    own: frozenset[str]  # VPCs with a port on the host
     peers: dict[str, list[tuple[str, str]]]  # VPC -> [(peering id, peer VPC)], for the peerings of own VPCs
 
 
-def host_ports(s: Session, host: str, stamp: int, topology: int, local: tuple, port_groups: dict[str, list[str]],
-               port_eips: dict[str, str], instances: dict[str, str]) -> list[PortInfo]:
-    """The host's ports as the wire has them, as of its stamp and the topology (a port's own EIP is homed on a
-    live instance): built once per those, not per compile."""
-    frag = FRAGMENTS.get(s, ("ports", host), (stamp, topology))
-    if frag is not None:
-        return frag[0]
-
-    def eip_home(pid: str) -> str | None:
-        eid = port_eips.get(pid)
-        h = home(f"eip:{eid}", instances) if eid else None
-        return instances[h] if h else None
-
-    ports = [PortInfo(id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip,
-                      security_group_ids=port_groups.get(p.id, []), eip_home_vtep=eip_home(p.id)) for p in local]
-    FRAGMENTS.put(s, ("ports", host), (stamp, topology), (ports,))
-    return ports
+def host_ports(s: Session, host: str, own: dict[str, int], topology: int,
+               instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:
+    """The host's ports in each of its VPCs (id -> revision), as the wire has them. Every write that changes one of
+    them (creating, binding, moving, deleting a port, changing its groups, (dis)associating its EIP) stamps the
+    port's VPC, and a port's EIP is homed by the topology: cached per (host, VPC) by those two, so a write
+    rebuilds the host's ports of the VPCs it stamped, not all of them."""
+    out, missing = _cached(s, f"ports:{host}", {vid: (rev, topology) for vid, rev in own.items()})
+    if not missing:
+        return out
+    rows: dict[str, tuple] = {}  # port id -> (row, its groups): a port in n groups comes back n times
+    for p in s.execute(Q_LOCAL, {"host": host, "vpcs": missing}):
+        groups = rows.setdefault(p.id, (p, []))[1]
+        if p.group_id is not None:
+            groups.append(p.group_id)
+    built: dict[str, list[PortInfo]] = {vid: [] for vid in missing}
+    for p, groups in rows.values():
+        eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
+        built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
+            id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
+            eip_home_vtep=instances[eip_home] if eip_home else None))
+    for vid, ports in built.items():
+        out[vid] = tuple(ports)
+        FRAGMENTS.put(s, (f"ports:{host}", vid), (own[vid], topology), (out[vid],))
+    return out
 
 
 def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: ANN001
@@ -396,8 +393,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     topology = row[2]
     vteps, instances = hosts_at(s, topology)
 
-    local, port_groups, port_eips = host_local(s, host, row.config_revision)
-    own = {p.vpc_id for p in local}
+    own = host_vpcs(s, host, row.config_revision)
     peers = _peers(s, own)
     relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
     vpc_rows = {v.id: v for v in s.execute(Q_VPCS, {"vpcs": list(relevant)})} if relevant else {}
@@ -405,7 +401,8 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
     vtep = row.vtep_ip
 
-    ports = host_ports(s, host, row.config_revision, topology, local, port_groups, port_eips, instances)
+    local = host_ports(s, host, {vid: vpc_rows[vid].revision for vid in own}, topology, instances)
+    ports = [p for vid in sorted(own) for p in local[vid]]
 
     # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets. A VPC's entry follows
     # its revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology (which
@@ -443,7 +440,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     endpoints = [e for vid in sorted(relevant) for e in frags[vid]]
 
     # Security groups of local ports, remote groups resolved to member addresses (per-VPC fragments).
-    group_ids = sorted({g for gs in port_groups.values() for g in gs})
+    group_ids = sorted({g for p in ports for g in p.security_group_ids})
     groups = []
     if group_ids:
         sgs = vpc_security_groups(s, {vid: vpc_rows[vid].revision for vid in own})

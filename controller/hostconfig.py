@@ -110,10 +110,11 @@ class HostConfigDelta(_Wire):
     config since the revision `base` the agent holds, so that a port created in one VPC sends that VPC's
     endpoints, not the host's whole config. `base` = -1: a whole config (the agent replaces what it has).
 
-    Sections are whole per VPC: `vpcs`, `endpoints` and `security_groups` carry every item of the VPCs that
-    changed after `base` (a VPC listed in `changed_vpcs` with no endpoints has none). `vpc_ids` lists every VPC the
-    config holds, so the agent drops the others. `ports` and `vteps` are None when unchanged. `apply_delta` is the
-    one definition of how a delta applies."""
+    Sections are whole per VPC: `vpcs`, `endpoints`, `ports` and `security_groups` carry every item of the VPCs
+    that changed after `base` (a VPC listed in `changed_vpcs` with no endpoints has none): every write that changes
+    a port stamps the port's VPC, so a port created on a host with 200 sends that VPC's few, not the 200. `vpc_ids`
+    lists every VPC the config holds, so the agent drops the others. `vteps` is None when unchanged.
+    `apply_delta` is the one definition of how a delta applies."""
 
     host: str
     revision: int
@@ -125,12 +126,12 @@ class HostConfigDelta(_Wire):
     vpcs: list[VpcInfo] = Field(default_factory=list)
     endpoints: list[Endpoint] = Field(default_factory=list)
     security_groups: list[SecurityGroupInfo] = Field(default_factory=list)
-    ports: list[PortInfo] | None = None
+    ports: list[PortInfo] = Field(default_factory=list)
     vteps: list[Vtep] | None = None
 
 
-def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_changed: bool) -> HostConfigDelta:
-    """The delta that takes a config at `base` to `cfg`: the VPCs in `changed_vpcs`, the ports if `ports_changed`.
+def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None) -> HostConfigDelta:
+    """The delta that takes a config at `base` to `cfg`: the sections of the VPCs in `changed_vpcs`.
     `changed_vpcs` None (the topology moved: VTEPs are in every section) or base -1: everything."""
     whole = base < 0 or changed_vpcs is None
     keep = {v.id for v in cfg.vpcs} if whole else changed_vpcs & {v.id for v in cfg.vpcs}
@@ -139,7 +140,7 @@ def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None, ports_ch
         vpc_ids=[v.id for v in cfg.vpcs], changed_vpcs=sorted(keep),
         vpcs=[v for v in cfg.vpcs if v.id in keep], endpoints=[e for e in cfg.endpoints if e.vpc_id in keep],
         security_groups=[g for g in cfg.security_groups if g.vpc_id in keep],
-        ports=cfg.ports if whole or ports_changed else None, vteps=cfg.vteps if whole else None)
+        ports=[p for p in cfg.ports if p.vpc_id in keep], vteps=cfg.vteps if whole else None)
 
 
 def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None:
@@ -164,7 +165,15 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
         endpoints[e.vpc_id].append(e)
     groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed}
     groups.update((g.id, g) for g in d.security_groups)
-    ports = cfg.ports if d.ports is None else d.ports
+    local: dict[str, list[PortInfo]] = {v: [] for v in d.vpc_ids}
+    for p in cfg.ports:
+        if p.vpc_id in wanted and p.vpc_id not in changed:
+            local[p.vpc_id].append(p)
+    for p in d.ports:
+        if p.vpc_id not in local:
+            return None  # a port in a VPC the config does not hold
+        local[p.vpc_id].append(p)
+    ports = [p for v in sorted(wanted) for p in local[v]]
     used = {g for p in ports for g in p.security_group_ids}
     if not used <= groups.keys():
         return None

@@ -103,8 +103,9 @@ def test_delta_that_does_not_fit_is_refused_by_the_agent_side(controller: Contro
     assert cfg == HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
     t.post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
     d = HostConfigDelta.model_validate(adm.get("/v1/hosts/hv1/config/delta", after=cfg.revision))
-    # only the VPC that changed: its endpoints and groups, not the other VPC's
-    assert d.changed_vpcs == [vpc["id"]] and d.vteps is None and d.ports is not None
+    # only the VPC that changed: its endpoints, groups and this host's ports, not the other VPC's
+    assert d.changed_vpcs == [vpc["id"]] and d.vteps is None
+    assert {p.vpc_id for p in d.ports} == {vpc["id"]} and len(d.ports) == 2
     assert {e.vpc_id for e in d.endpoints} == {vpc["id"]} and len(d.endpoints) == 2
     assert {g.vpc_id for g in d.security_groups} == {vpc["id"]}
     assert apply_delta(cfg, d) == HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
