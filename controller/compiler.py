@@ -41,6 +41,7 @@ from controller.hostconfig import (
     Vtep,
     delta_of,
 )
+from controller.sqlset import in_ids
 
 
 class FragmentCache:
@@ -104,28 +105,35 @@ _PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
 _PEERINGS, _ROUTES, _SUBNETS = m.Peering.__table__, m.Route.__table__, m.Subnet.__table__
 _PSG, _EIPS, _COUNTERS, _NATGWS = (m.PortSecurityGroup.__table__, m.Eip.__table__, m.Counter.__table__,
                                    m.NatGateway.__table__)
-_VPC_IDS = bindparam("vpcs", expanding=True)
 _TOPOLOGY = select(_COUNTERS.c.value).where(_COUNTERS.c.name == "topology").scalar_subquery()
 Q_HOST = select(_HOSTS.c.config_revision, _HOSTS.c.vtep_ip, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
 Q_OWN = select(_PORTS.c.vpc_id).where(_PORTS.c.host == bindparam("host")).distinct()
 Q_PEERS = select(_PEERINGS.c.id, _PEERINGS.c.requester_vpc_id, _PEERINGS.c.accepter_vpc_id).where(
-    _PEERINGS.c.status == "active", or_(_PEERINGS.c.requester_vpc_id.in_(_VPC_IDS),
-                                        _PEERINGS.c.accepter_vpc_id.in_(_VPC_IDS)))
-Q_MAX_VPC_REVISION = select(func.max(_VPCS.c.revision)).where(_VPCS.c.id.in_(_VPC_IDS))
+    _PEERINGS.c.status == "active", or_(in_ids(_PEERINGS.c.requester_vpc_id, "vpcs"),
+                                        in_ids(_PEERINGS.c.accepter_vpc_id, "vpcs")))
+Q_MAX_VPC_REVISION = select(func.max(_VPCS.c.revision)).where(in_ids(_VPCS.c.id, "vpcs"))
 Q_VPCS = select(_VPCS.c.id, _VPCS.c.tenant_id, _VPCS.c.vni, _VPCS.c.cidr, _VPCS.c.router_mac,
-                _VPCS.c.revision).where(_VPCS.c.id.in_(_VPC_IDS))
+                _VPCS.c.revision).where(in_ids(_VPCS.c.id, "vpcs"))
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
-    .where(_ROUTES.c.vpc_id.in_(_VPC_IDS)).order_by(_ROUTES.c.destination)
-Q_NAT_GATEWAYS = select(_NATGWS.c.id).where(_NATGWS.c.vpc_id.in_(_VPC_IDS))
+    .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
+Q_NAT_GATEWAYS = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs"))
 Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip) \
-    .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(_PORTS.c.vpc_id.in_(_VPC_IDS)) \
+    .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
 Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
-    .where(_SUBNETS.c.vpc_id.in_(_VPC_IDS)).order_by(_SUBNETS.c.cidr)
+    .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
+_SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
+Q_GROUP_RULES = select(_SG.c.vpc_id, _SG.c.id.label("group_id"), _RULES.c.id, _RULES.c.direction, _RULES.c.protocol,
+                       _RULES.c.port_range_min, _RULES.c.port_range_max, _RULES.c.remote_cidr,
+                       _RULES.c.remote_group_id) \
+    .outerjoin(_RULES, _RULES.c.group_id == _SG.c.id).where(in_ids(_SG.c.vpc_id, "vpcs")) \
+    .order_by(_SG.c.id, _RULES.c.id)
+Q_GROUP_MEMBERS = select(_PSG.c.group_id, _PORTS.c.ip).join(_PORTS, _PORTS.c.id == _PSG.c.port_id) \
+    .where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_PORTS.c.ip_int)
 Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
                  _EIPS.c.id.label("eip_id")) \
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
-    .where(_PORTS.c.host == bindparam("host"), _PORTS.c.vpc_id.in_(_VPC_IDS)) \
+    .where(_PORTS.c.host == bindparam("host"), in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
 
 
@@ -162,29 +170,24 @@ def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str,
     out, missing = _cached(s, "sg", vpcs)
     if not missing:
         return out
-    group_vpc = dict(s.execute(select(m.SecurityGroup.id, m.SecurityGroup.vpc_id)
-                               .where(m.SecurityGroup.vpc_id.in_(missing))).all())
-    rules = s.execute(select(m.SecurityGroupRule).join(m.SecurityGroup,
-                                                       m.SecurityGroup.id == m.SecurityGroupRule.group_id)
-                      .where(m.SecurityGroup.vpc_id.in_(missing)).order_by(m.SecurityGroupRule.id)).scalars().all()
+    built: dict[str, dict[str, list[SecurityGroupRuleInfo]]] = {vid: {} for vid in missing}
+    rules = []
+    for r in s.execute(Q_GROUP_RULES, {"vpcs": missing}):  # every group, with its rules if it has any
+        built[r.vpc_id].setdefault(r.group_id, [])
+        if r.id is not None:
+            rules.append(r)
     members: dict[str, list[str]] = defaultdict(list)
     if any(r.remote_group_id for r in rules):
-        for gid, ip in s.execute(select(m.PortSecurityGroup.group_id, m.Port.ip)
-                                 .join(m.Port, m.Port.id == m.PortSecurityGroup.port_id)
-                                 .where(m.Port.vpc_id.in_(missing)).order_by(m.Port.ip_int)):
+        for gid, ip in s.execute(Q_GROUP_MEMBERS, {"vpcs": missing}):
             members[gid].append(f"{ip}/32")
-    by_group: dict[str, list[SecurityGroupRuleInfo]] = defaultdict(list)
     for r in rules:
         remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
-        by_group[r.group_id].append(SecurityGroupRuleInfo(
+        built[r.vpc_id][r.group_id].append(SecurityGroupRuleInfo(
             id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
             port_range_max=r.port_range_max, remote_cidrs=remote))
-    built: dict[str, dict[str, SecurityGroupInfo]] = {vid: {} for vid in missing}
-    for gid, vid in group_vpc.items():
-        built[vid][gid] = SecurityGroupInfo(id=gid, vpc_id=vid, rules=by_group.get(gid, []))
     for vid, groups in built.items():
-        out[vid] = groups
-        FRAGMENTS.put(s, ("sg", vid), vpcs[vid], (groups,))
+        out[vid] = {gid: SecurityGroupInfo(id=gid, vpc_id=vid, rules=rs) for gid, rs in groups.items()}
+        FRAGMENTS.put(s, ("sg", vid), vpcs[vid], (out[vid],))
     return out
 
 

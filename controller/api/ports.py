@@ -16,6 +16,7 @@ from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
+from controller.sqlset import in_ids
 
 router = APIRouter(tags=["ports"])
 
@@ -66,14 +67,14 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
 # cache key instead of building and hashing a statement per request).
 _PORTS, _SUBNETS, _HOSTS = m.Port.__table__, m.Subnet.__table__, m.Host.__table__
 Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name) \
-    .where(_SUBNETS.c.id.in_(bindparam("subnets", expanding=True))).order_by(_SUBNETS.c.id).with_for_update()
+    .where(in_ids(_SUBNETS.c.id, "subnets")).order_by(_SUBNETS.c.id).with_for_update()
 Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
-    .where(_PORTS.c.subnet_id.in_(bindparam("subnets", expanding=True))).group_by(_PORTS.c.subnet_id)
+    .where(in_ids(_PORTS.c.subnet_id, "subnets")).group_by(_PORTS.c.subnet_id)
 # with the named hosts that exist, in the same round trip (their second column is NULL)
 Q_HIGHEST_AND_HOSTS = Q_HIGHEST.union_all(select(_HOSTS.c.name, cast(null(), BigInteger))
-                                          .where(_HOSTS.c.name.in_(bindparam("hosts", expanding=True))))
+                                          .where(in_ids(_HOSTS.c.name, "hosts")))
 Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindparam("subnet"))
-Q_TAKEN_MACS = select(_PORTS.c.mac).where(_PORTS.c.mac.in_(bindparam("macs", expanding=True)))
+Q_TAKEN_MACS = select(_PORTS.c.mac).where(in_ids(_PORTS.c.mac, "macs"))
 INSERT_PORTS = insert(_PORTS)
 INSERT_MEMBERSHIPS = insert(m.PortSecurityGroup.__table__)
 
