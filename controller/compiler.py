@@ -17,8 +17,9 @@ import hashlib
 import threading
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -41,7 +42,7 @@ from controller.hostconfig import (
     Vtep,
     delta_of,
 )
-from controller.sqlset import in_ids
+from controller.sqlset import fetch_all, in_ids
 
 
 class FragmentCache:
@@ -102,27 +103,39 @@ FRAGMENTS = FragmentCache(50_000)  # one entry per VPC (a few kinds) and per hos
 # compiled form by a cache key memoised on the statement, instead of building the statement and hashing it (and
 # its ORM entities) on every compile, which cost more than the database's answer.
 _PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
-_PEERINGS, _ROUTES, _SUBNETS = m.Peering.__table__, m.Route.__table__, m.Subnet.__table__
-_PSG, _EIPS, _COUNTERS, _NATGWS = (m.PortSecurityGroup.__table__, m.Eip.__table__, m.Counter.__table__,
-                                   m.NatGateway.__table__)
-_TOPOLOGY = select(_COUNTERS.c.value).where(_COUNTERS.c.name == "topology").scalar_subquery()
-Q_HOST = select(_HOSTS.c.config_revision, _HOSTS.c.vtep_ip, _TOPOLOGY).where(_HOSTS.c.name == bindparam("host"))
-Q_OWN = select(_PORTS.c.vpc_id).where(_PORTS.c.host == bindparam("host")).distinct()
-Q_PEERS = select(_PEERINGS.c.id, _PEERINGS.c.requester_vpc_id, _PEERINGS.c.accepter_vpc_id).where(
-    _PEERINGS.c.status == "active", or_(in_ids(_PEERINGS.c.requester_vpc_id, "vpcs"),
-                                        in_ids(_PEERINGS.c.accepter_vpc_id, "vpcs")))
-Q_MAX_VPC_REVISION = select(func.max(_VPCS.c.revision)).where(in_ids(_VPCS.c.id, "vpcs"))
-Q_VPCS = select(_VPCS.c.id, _VPCS.c.tenant_id, _VPCS.c.vni, _VPCS.c.cidr, _VPCS.c.router_mac,
-                _VPCS.c.revision).where(in_ids(_VPCS.c.id, "vpcs"))
+_ROUTES, _SUBNETS, _PSG, _EIPS = m.Route.__table__, m.Subnet.__table__, m.PortSecurityGroup.__table__, m.Eip.__table__
+_NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
+_SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
+
+# The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
+# peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
+# NULL VPC columns when there is none; no row when the host is not registered.
+Q_HOST_VPCS = text("""
+    WITH own AS (SELECT DISTINCT vpc_id AS id FROM ports WHERE host = :host),
+         rel AS (SELECT id, NULL AS peering_id, NULL AS peer_of FROM own
+                 UNION ALL
+                 SELECT accepter_vpc_id, id, requester_vpc_id FROM peerings
+                 WHERE status = 'active' AND requester_vpc_id IN (SELECT id FROM own)
+                 UNION ALL
+                 SELECT requester_vpc_id, id, accepter_vpc_id FROM peerings
+                 WHERE status = 'active' AND accepter_vpc_id IN (SELECT id FROM own))
+    SELECT h.config_revision, h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
+           v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.revision, v.peering_id, v.peer_of
+    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.revision,
+                                   rel.peering_id, rel.peer_of
+                            FROM rel JOIN vpcs ON vpcs.id = rel.id) v ON 1 = 1
+    WHERE h.name = :host""")
+Q_HOSTS = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind, _HOSTS.c.status).order_by(_HOSTS.c.name)
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
     .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
-Q_NAT_GATEWAYS = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs"))
+Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
+    .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
+    .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
 Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip) \
     .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
 Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
     .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
-_SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
 Q_GROUP_RULES = select(_SG.c.vpc_id, _SG.c.id.label("group_id"), _RULES.c.id, _RULES.c.direction, _RULES.c.protocol,
                        _RULES.c.port_range_min, _RULES.c.port_range_max, _RULES.c.remote_cidr,
                        _RULES.c.remote_group_id) \
@@ -137,18 +150,45 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
     .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
 
 
-def vpc_endpoints(s: Session, vpcs: dict[str, tuple[int, int]], topology: int) -> dict[str, tuple[Endpoint, ...]]:
-    """Endpoints of each VPC in `vpcs` (id -> (revision, vni)), from FRAGMENTS or compiled for the missing ones."""
-    out, missing = _cached(s, "endpoints", {vid: (rev, topology) for vid, (rev, _vni) in vpcs.items()})
-    if missing:
-        built: dict[str, list[Endpoint]] = {vid: [] for vid in missing}
-        for e in s.execute(Q_ENDPOINTS, {"vpcs": missing}):
-            built[e.vpc_id].append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id][1], ip=e.ip,
-                                            mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
-        for vid, eps in built.items():
-            out[vid] = tuple(eps)
-            FRAGMENTS.put(s, ("endpoints", vid), (vpcs[vid][0], topology), (out[vid],))
-    return out
+@dataclass(frozen=True)
+class HostView:
+    """A host's stamps and the VPCs its config holds (Q_HOST_VPCS): what decides whether its config changed, and
+    which fragments it is made of."""
+
+    stamp: int  # the host's own stamp (its ports bound, unbound, moved)
+    vtep_ip: str | None
+    topology: int
+    vpcs: dict[str, Any]  # id -> row (tenant_id, vni, cidr, router_mac, revision)
+    own: frozenset[str]  # VPCs with a port on the host
+    peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
+
+    @property
+    def revision(self) -> int:
+        """The config's revision: the newest stamp among what it depends on."""
+        return max([self.stamp, self.topology, *(v.revision for v in self.vpcs.values())])
+
+
+def host_view(s: Session, host: str) -> HostView | None:
+    rows = s.execute(Q_HOST_VPCS, {"host": host}).all()
+    if not rows:
+        return None
+    vpcs, own, peers = {}, set(), defaultdict(list)
+    for r in rows:
+        if r.id is None:
+            continue
+        vpcs[r.id] = r
+        if r.peering_id is None:
+            own.add(r.id)
+        else:
+            peers[r.peer_of].append((r.peering_id, r.id))
+    return HostView(rows[0].config_revision, rows[0].vtep_ip, rows[0].topology, vpcs, frozenset(own), dict(peers))
+
+
+def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
+    """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
+    depends on. None if the host is not registered. One round trip."""
+    view = host_view(s, host)
+    return (view.revision, set(view.vpcs)) if view else None
 
 
 def _cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, list[str]]:
@@ -163,45 +203,81 @@ def _cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, 
     return out, missing
 
 
-def vpc_security_groups(s: Session, vpcs: dict[str, int]) -> dict[str, dict[str, SecurityGroupInfo]]:
-    """Every security group of each VPC in `vpcs` (id -> revision), remote groups resolved to member addresses.
-    Groups, rules and memberships only change with a write that stamps their VPC (remote groups are in the same
-    VPC), so these fragments are cached by VPC revision too."""
-    out, missing = _cached(s, "sg", vpcs)
-    if not missing:
+class Reads:
+    """The reads a compile still needs, sent together (sqlset.fetch_all: one round trip on PostgreSQL)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, Any, dict]] = []
+
+    def add(self, name: str, stmt: Any, **params: Any) -> None:
+        self.reads.append((name, stmt, params))
+
+    def run(self, s: Session) -> dict[str, list]:
+        rows = fetch_all(s, [(stmt, params) for _, stmt, params in self.reads]) if self.reads else []
+        out: dict[str, list] = defaultdict(list)  # nothing read: no rows
+        out.update((name, r) for (name, _, _), r in zip(self.reads, rows, strict=True))
         return out
-    built: dict[str, dict[str, list[SecurityGroupRuleInfo]]] = {vid: {} for vid in missing}
-    rules = []
-    for r in s.execute(Q_GROUP_RULES, {"vpcs": missing}):  # every group, with its rules if it has any
-        built[r.vpc_id].setdefault(r.group_id, [])
-        if r.id is not None:
-            rules.append(r)
+
+
+def _hosts_fragment(rows: list) -> tuple[tuple[Vtep, ...], dict[str, str]]:
+    """Every host's VTEP, and the live NAT gateway instances (name -> VTEP): hosts appearing, changing VTEP, and
+    going up or down all stamp the topology, which versions this fragment."""
+    return (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
+            {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
+
+
+def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:
+    """A host's ports in each of these VPCs, as the wire has them. Every write that changes one of them (creating,
+    binding, moving, deleting a port, changing its groups, (dis)associating its EIP) stamps the port's VPC, and a
+    port's EIP is homed by the topology: cached per (host, VPC) by those two, so a write rebuilds the host's ports
+    of the VPCs it stamped, not all of them."""
+    by_port: dict[str, tuple] = {}  # port id -> (row, its groups): a port in n groups comes back n times
+    for p in rows:
+        groups = by_port.setdefault(p.id, (p, []))[1]
+        if p.group_id is not None:
+            groups.append(p.group_id)
+    built: dict[str, list[PortInfo]] = {vid: [] for vid in vpcs}
+    for p, groups in by_port.values():
+        eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
+        built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
+            id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
+            eip_home_vtep=instances[eip_home] if eip_home else None))
+    return {vid: tuple(ports) for vid, ports in built.items()}
+
+
+def _endpoints_fragments(rows: list, vpcs: dict[str, Any]) -> dict[str, tuple[Endpoint, ...]]:
+    """Every bound port of each VPC: where it lives and how to reach it (most of a config, shared by every host of
+    the VPC and of its peers)."""
+    built: dict[str, list[Endpoint]] = {vid: [] for vid in vpcs}
+    for e in rows:
+        built[e.vpc_id].append(Endpoint.model_construct(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
+                                                        ip=e.ip, mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
+    return {vid: tuple(eps) for vid, eps in built.items()}
+
+
+def _subnets_fragments(rows: list, vpcs: list[str]) -> dict[str, tuple[SubnetInfo, ...]]:
+    built: dict[str, list[SubnetInfo]] = {vid: [] for vid in vpcs}
+    for sid, vid, cidr, gw in rows:
+        built[vid].append(SubnetInfo.model_construct(id=sid, cidr=cidr, gateway_ip=gw))
+    return {vid: tuple(subs) for vid, subs in built.items()}
+
+
+def _groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> dict[str, dict[str, SecurityGroupInfo]]:
+    """Every security group of each VPC, remote groups resolved to member addresses. Groups, rules and memberships
+    only change with a write that stamps their VPC (remote groups are in the same VPC)."""
     members: dict[str, list[str]] = defaultdict(list)
-    if any(r.remote_group_id for r in rules):
-        for gid, ip in s.execute(Q_GROUP_MEMBERS, {"vpcs": missing}):
-            members[gid].append(f"{ip}/32")
-    for r in rules:
-        remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
-        built[r.vpc_id][r.group_id].append(SecurityGroupRuleInfo(
-            id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
-            port_range_max=r.port_range_max, remote_cidrs=remote))
-    for vid, groups in built.items():
-        out[vid] = {gid: SecurityGroupInfo(id=gid, vpc_id=vid, rules=rs) for gid, rs in groups.items()}
-        FRAGMENTS.put(s, ("sg", vid), vpcs[vid], (out[vid],))
-    return out
-
-
-def vpc_subnets(s: Session, vpcs: dict[str, int]) -> dict[str, tuple[SubnetInfo, ...]]:
-    """Subnets of each VPC (id -> revision), cached by VPC revision like the endpoints."""
-    out, missing = _cached(s, "subnets", vpcs)
-    if missing:
-        built: dict[str, list[SubnetInfo]] = {vid: [] for vid in missing}
-        for sid, vid, cidr, gw in s.execute(Q_SUBNETS, {"vpcs": missing}):
-            built[vid].append(SubnetInfo(id=sid, cidr=cidr, gateway_ip=gw))
-        for vid, subs in built.items():
-            out[vid] = tuple(subs)
-            FRAGMENTS.put(s, ("subnets", vid), vpcs[vid], (out[vid],))
-    return out
+    for gid, ip in member_rows:
+        members[gid].append(f"{ip}/32")
+    built: dict[str, dict[str, list[SecurityGroupRuleInfo]]] = {vid: {} for vid in vpcs}
+    for r in rule_rows:  # every group, with its rules if it has any
+        rules = built[r.vpc_id].setdefault(r.group_id, [])
+        if r.id is not None:
+            remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
+            rules.append(SecurityGroupRuleInfo(
+                id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
+                port_range_max=r.port_range_max, remote_cidrs=remote))
+    return {vid: {gid: SecurityGroupInfo(id=gid, vpc_id=vid, rules=rules) for gid, rules in groups.items()}
+            for vid, groups in built.items()}
 
 
 def live_gateways(s: Session) -> dict[str, str]:
@@ -259,48 +335,30 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
-def _peers(s: Session, own: frozenset[str]) -> dict[str, list[tuple[str, str]]]:
-    peers: dict[str, list[tuple[str, str]]] = defaultdict(list)  # vpc -> [(peering id, peer vpc)]
-    if own:
-        for pid, a, b in s.execute(Q_PEERS, {"vpcs": list(own)}):
-            peers[a].append((pid, b))
-            peers[b].append((pid, a))
-    return peers
-
-
-def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
-    """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
-    depends on. None if the host is not registered."""
-    row = s.execute(Q_HOST, {"host": host}).one_or_none()
-    if row is None:
-        return None
-    own = host_vpcs(s, host, row[0])
-    peers = _peers(s, own)
-    relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
-    vrev = (s.execute(Q_MAX_VPC_REVISION, {"vpcs": list(relevant)}).scalar() or 0) if relevant else 0
-    return max(row[0], row[2], vrev), relevant
-
-
-def hosts_at(s: Session, topology: int) -> tuple[tuple[Vtep, ...], dict[str, str]]:
-    """Every host's VTEP, and the live NAT gateway instances (name -> VTEP), as of a topology revision: hosts
-    appearing, changing VTEP, and going up or down all stamp the topology."""
-    frag = FRAGMENTS.get(s, ("hosts",), topology)
-    if frag is None:
-        rows = s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind, m.Host.status).order_by(m.Host.name)).all()
-        frag = (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
-                {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
-        FRAGMENTS.put(s, ("hosts",), topology, frag)
-    return frag
-
-
-def host_vpcs(s: Session, host: str, stamp: int) -> frozenset[str]:
-    """The VPCs with a port on the host, as of its stamp: binding a port there, or unbinding, moving or deleting
-    one, stamps the host."""
-    frag = FRAGMENTS.get(s, ("own", host), stamp)
-    if frag is None:
-        frag = (frozenset(s.execute(Q_OWN, {"host": host}).scalars()),)
-        FRAGMENTS.put(s, ("own", host), stamp, frag)
-    return frag[0]
+def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: ANN001
+            gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
+    """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
+    that is gone or not ready is a blackhole)."""
+    routes = [RouteInfo(destination=v.cidr, target_type="local")]
+    active = {}
+    for pid, peer in sorted(peers):
+        active[pid] = peer
+        routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
+                                peer_vpc_id=peer))
+    for r in user_routes:
+        buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
+            if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
+        if buckets:
+            routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway", target_id=r.target_id,
+                                    origin="user", gateway_vteps=sorted({instances[b] for b in buckets}),
+                                    gateway_buckets=[instances[b] for b in buckets]))
+        elif r.target_type == "peering" and r.target_id in active:
+            routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
+                                    peer_vpc_id=active[r.target_id], origin="user"))
+        else:
+            routes.append(RouteInfo(destination=r.destination, target_type="blackhole", target_id=r.target_id,
+                                    origin="user"))
+    return routes
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
@@ -337,123 +395,89 @@ class Compiled:
     peers: dict[str, list[tuple[str, str]]]  # VPC -> [(peering id, peer VPC)], for the peerings of own VPCs
 
 
-def host_ports(s: Session, host: str, own: dict[str, int], topology: int,
-               instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:
-    """The host's ports in each of its VPCs (id -> revision), as the wire has them. Every write that changes one of
-    them (creating, binding, moving, deleting a port, changing its groups, (dis)associating its EIP) stamps the
-    port's VPC, and a port's EIP is homed by the topology: cached per (host, VPC) by those two, so a write
-    rebuilds the host's ports of the VPCs it stamped, not all of them."""
-    out, missing = _cached(s, f"ports:{host}", {vid: (rev, topology) for vid, rev in own.items()})
-    if not missing:
-        return out
-    rows: dict[str, tuple] = {}  # port id -> (row, its groups): a port in n groups comes back n times
-    for p in s.execute(Q_LOCAL, {"host": host, "vpcs": missing}):
-        groups = rows.setdefault(p.id, (p, []))[1]
-        if p.group_id is not None:
-            groups.append(p.group_id)
-    built: dict[str, list[PortInfo]] = {vid: [] for vid in missing}
-    for p, groups in rows.values():
-        eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
-        built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
-            id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
-            eip_home_vtep=instances[eip_home] if eip_home else None))
-    for vid, ports in built.items():
-        out[vid] = tuple(ports)
-        FRAGMENTS.put(s, (f"ports:{host}", vid), (own[vid], topology), (out[vid],))
-    return out
-
-
-def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: ANN001
-            gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
-    """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
-    that is gone or not ready is a blackhole)."""
-    routes = [RouteInfo(destination=v.cidr, target_type="local")]
-    active = {}
-    for pid, peer in sorted(peers):
-        active[pid] = peer
-        routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
-                                peer_vpc_id=peer))
-    for r in user_routes:
-        buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
-            if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
-        if buckets:
-            routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway", target_id=r.target_id,
-                                    origin="user", gateway_vteps=sorted({instances[b] for b in buckets}),
-                                    gateway_buckets=[instances[b] for b in buckets]))
-        elif r.target_type == "peering" and r.target_id in active:
-            routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
-                                    peer_vpc_id=active[r.target_id], origin="user"))
-        else:
-            routes.append(RouteInfo(destination=r.destination, target_type="blackhole", target_id=r.target_id,
-                                    origin="user"))
-    return routes
-
-
 def _compile_host(s: Session, host: str) -> Compiled | None:
-    row = s.execute(Q_HOST, {"host": host}).one_or_none()
-    if row is None:
+    """Two round trips at most: the host's view (Q_HOST_VPCS), then every fragment the cache does not hold at the
+    view's versions, read together. Each fragment is versioned by the stamps it follows (see FRAGMENTS)."""
+    view = host_view(s, host)
+    if view is None:
         return None
-    topology = row[2]
-    vteps, instances = hosts_at(s, topology)
+    topology, vpcs, own = view.topology, view.vpcs, view.own
+    relevant = sorted(vpcs)
+    revs = {vid: v.revision for vid, v in vpcs.items()}
 
-    own = host_vpcs(s, host, row.config_revision)
-    peers = _peers(s, own)
-    relevant = own | {peer for v in own for _, peer in peers.get(v, ())}
-    vpc_rows = {v.id: v for v in s.execute(Q_VPCS, {"vpcs": list(relevant)})} if relevant else {}
-    # the same revision host_revision() computes: the newest stamp among what this config depends on
-    revision = max([row.config_revision, topology, *(v.revision for v in vpc_rows.values())])
-    vtep = row.vtep_ip
+    # what the cache holds at these versions, and what it does not
+    hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
+    local, stale_ports = _cached(s, f"ports:{host}", {vid: (revs[vid], topology) for vid in own})
+    endpoints, stale_endpoints = _cached(s, "endpoints", {vid: (rev, topology) for vid, rev in revs.items()})
+    groups, stale_groups = _cached(s, "sg", {vid: revs[vid] for vid in own})
+    # a VPC's entry: own ones with their route tables, peered ones for their VNI, router MAC and subnets; it follows
+    # the VPC's revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology
+    # (which instances serve a NAT gateway)
+    entries: dict[str, VpcInfo] = {}
+    stale_entries: list[str] = []
+    for kind, ids in (("own-vpc", own), ("peer-vpc", vpcs.keys() - own)):
+        got, miss = _cached(s, kind, {vid: (revs[vid], topology) for vid in ids})
+        entries.update(got)
+        stale_entries += miss
+    subnets, stale_subnets = _cached(s, "subnets", {vid: revs[vid] for vid in stale_entries})
+    stale_own = [vid for vid in stale_entries if vid in own]
 
-    local = host_ports(s, host, {vid: vpc_rows[vid].revision for vid in own}, topology, instances)
+    reads = Reads()
+    if hosts_frag is None:
+        reads.add("hosts", Q_HOSTS)
+    if stale_ports:
+        reads.add("ports", Q_LOCAL, host=host, vpcs=stale_ports)
+    if stale_endpoints:
+        reads.add("endpoints", Q_ENDPOINTS, vpcs=stale_endpoints)
+    if stale_groups:
+        reads.add("rules", Q_GROUP_RULES, vpcs=stale_groups)
+        reads.add("members", Q_GROUP_MEMBERS, vpcs=stale_groups)
+    if stale_subnets:
+        reads.add("subnets", Q_SUBNETS, vpcs=stale_subnets)
+    if stale_own:
+        reads.add("routes", Q_ROUTES, vpcs=stale_own)
+        reads.add("gateways", Q_NAT_GATEWAYS, vpcs=stale_own)
+    rows = reads.run(s)
+
+    if hosts_frag is None:
+        hosts_frag = _hosts_fragment(rows["hosts"])
+        FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
+    vteps, instances = hosts_frag
+    for vid, frag in _ports_fragments(rows["ports"], stale_ports, instances).items():
+        local[vid] = frag
+        FRAGMENTS.put(s, (f"ports:{host}", vid), (revs[vid], topology), (frag,))
+    for vid, frag in _endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}).items():
+        endpoints[vid] = frag
+        FRAGMENTS.put(s, ("endpoints", vid), (revs[vid], topology), (frag,))
+    for vid, frag in _groups_fragments(rows["rules"], rows["members"], stale_groups).items():
+        groups[vid] = frag
+        FRAGMENTS.put(s, ("sg", vid), revs[vid], (frag,))
+    for vid, frag in _subnets_fragments(rows["subnets"], stale_subnets).items():
+        subnets[vid] = frag
+        FRAGMENTS.put(s, ("subnets", vid), revs[vid], (frag,))
+    user_routes: dict[str, list] = defaultdict(list)
+    for r in rows["routes"]:
+        user_routes[r.vpc_id].append(r)
+    gateway_eips: dict[str, list[str]] = defaultdict(list)
+    for gid, eid in rows["gateways"]:
+        gateway_eips[gid] += [eid] if eid else []
+    for vid in stale_entries:
+        v = vpcs[vid]
+        routes = _routes(v, vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), set(gateway_eips),
+                         gateway_eips, instances) if vid in own else []
+        entries[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
+                                               router_mac=v.router_mac, subnets=list(subnets[vid]), routes=routes)
+        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), (v.revision, topology), (entries[vid],))
+
     ports = [p for vid in sorted(own) for p in local[vid]]
-
-    # VPCs: own ones with their route tables, peered ones for their VNI/router MAC/subnets. A VPC's entry follows
-    # its revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology (which
-    # instances serve a NAT gateway): cached by those, rebuilt only for the VPCs that changed.
-    vpc_infos: dict[str, VpcInfo] = {}
-    missing: list[str] = []
-    for kind, ids in (("own-vpc", own), ("peer-vpc", relevant - own)):  # with routes, without
-        got, miss = _cached(s, kind, {vid: (vpc_rows[vid].revision, topology) for vid in ids})
-        vpc_infos.update(got)
-        missing += miss
-    stale = {vid: vpc_rows[vid].revision for vid in missing}
-    if stale:
-        stale_own = [vid for vid in stale if vid in own]
-        subnets = vpc_subnets(s, stale)
-        user_routes: dict[str, list] = defaultdict(list)
-        gateways: set[str] = set()
-        if stale_own:
-            for r in s.execute(Q_ROUTES, {"vpcs": stale_own}):
-                user_routes[r.vpc_id].append(r)
-            gateways = set(s.execute(Q_NAT_GATEWAYS, {"vpcs": stale_own}).scalars())
-        gateway_eips = nat_gateway_eips(s, gateways) if gateways and instances else {}
-        for vid in stale:
-            v = vpc_rows[vid]
-            routes = _routes(v, vpc_rows, peers.get(vid, ()), user_routes.get(vid, ()), gateways, gateway_eips,
-                             instances) if vid in own else []
-            vpc_infos[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
-                                                     router_mac=v.router_mac, subnets=list(subnets.get(vid, ())),
-                                                     routes=routes)
-            FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), (v.revision, topology),
-                          (vpc_infos[vid],))
-    vpcs = [vpc_infos[vid] for vid in sorted(relevant)]
-
-    # Every bound port of those VPCs: where it lives and how to reach it (per-VPC fragments, see FRAGMENTS).
-    frags = vpc_endpoints(s, {vid: (v.revision, v.vni) for vid, v in vpc_rows.items()}, topology)
-    endpoints = [e for vid in sorted(relevant) for e in frags[vid]]
-
-    # Security groups of local ports, remote groups resolved to member addresses (per-VPC fragments).
-    group_ids = sorted({g for p in ports for g in p.security_group_ids})
-    groups = []
-    if group_ids:
-        sgs = vpc_security_groups(s, {vid: vpc_rows[vid].revision for vid in own})
-        by_id = {gid: g for frag in sgs.values() for gid, g in frag.items()}
-        groups = [by_id[g] for g in group_ids]
-
+    by_id = {gid: g for vid in own for gid, g in groups[vid].items()}
     # every part is a validated wire model already: construct without validating the ~1,000 of them again
-    cfg = HostConfig.model_construct(host=host, revision=revision, vtep_ip=vtep, mtu=OVERLAY_MTU, ports=ports,
-                                     vpcs=vpcs, endpoints=endpoints, security_groups=groups, vteps=list(vteps))
-    return Compiled(cfg, row.config_revision, topology, {vid: v.revision for vid, v in vpc_rows.items()}, own, peers)
+    cfg = HostConfig.model_construct(
+        host=host, revision=view.revision, vtep_ip=view.vtep_ip, mtu=OVERLAY_MTU, ports=ports,
+        vpcs=[entries[vid] for vid in relevant], endpoints=[e for vid in relevant for e in endpoints[vid]],
+        security_groups=[by_id[g] for g in sorted({g for p in ports for g in p.security_group_ids})],
+        vteps=list(vteps))
+    return Compiled(cfg, view.stamp, topology, revs, own, view.peers)
 
 
 def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:

@@ -1,21 +1,28 @@
-"""`column IN (a list bound as one parameter)`, for statements built once and run with lists of any length.
+"""Set-based reads: `column IN (a list bound as one parameter)`, and several reads in one round trip.
 
-SQLAlchemy's expanding IN renders one placeholder per item, so the SQL text changes with the list's length:
+`in_ids`: SQLAlchemy's expanding IN renders one placeholder per item, so the SQL text changes with the list's length:
 PostgreSQL plans it again every time, and psycopg never prepares it (it prepares a text it has seen five
 times). Bound as a single parameter the text is fixed: `col = ANY(%(ids)s)` with an array on PostgreSQL, and
 `col IN (SELECT value FROM json_each(?))` with JSON text on SQLite.
+
+`fetch_all`: a host's compile needs up to a dozen small reads, and under load each round trip costs far more than
+the query (the thread waits for the answer, then for the GIL, behind every other request of the process). On
+PostgreSQL they are sent together in psycopg's pipeline mode: one round trip.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Boolean, String, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -60,3 +67,43 @@ def _any(element: InIds, compiler: Any, **kw: Any) -> str:
 def _json_each(element: InIds, compiler: Any, **kw: Any) -> str:
     return (f"{compiler.process(element.column, **kw)} IN "
             f"(SELECT value FROM json_each({compiler.process(element.param, **kw)}))")
+
+
+def fetch_all(s: Session, reads: Sequence[tuple[Executable, Mapping[str, Any]]]) -> list[Sequence[Any]]:
+    """The rows of each read (statement, parameters), in the session's transaction. On PostgreSQL they go in one
+    round trip (psycopg's pipeline mode; rows are named tuples); elsewhere one after the other (SQLAlchemy rows).
+    Both kinds of row unpack by position and read by column name."""
+    bind = s.get_bind()
+    if bind.dialect.name != "postgresql" or len(reads) < 2:
+        return [s.execute(stmt, params).all() for stmt, params in reads]
+    from psycopg.rows import namedtuple_row
+
+    conn = s.connection().connection.driver_connection  # the session's connection, in its transaction
+    cursors = []
+    with conn.pipeline():
+        for stmt, params in reads:
+            sql, values = _driver_form(stmt, bind.dialect, params)
+            cur = conn.cursor(row_factory=namedtuple_row)
+            cur.execute(sql, values)
+            cursors.append(cur)
+    return [cur.fetchall() for cur in cursors]
+
+
+_COMPILED: dict[tuple[int, str], tuple[Executable, Any]] = {}  # (id(statement), dialect) -> (statement, compiled)
+_COMPILED_LOCK = threading.Lock()
+
+
+def _driver_form(stmt: Executable, dialect: Dialect, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The statement as the driver takes it (SQL text with its placeholders, compiled once per statement, which
+    are built once at import), and its parameters with the statement's literals and id lists filled in."""
+    key = (id(stmt), dialect.name)
+    entry = _COMPILED.get(key)
+    if entry is None or entry[0] is not stmt:
+        with _COMPILED_LOCK:
+            entry = _COMPILED[key] = (stmt, stmt.compile(dialect=dialect))
+    compiled = entry[1]
+    values = compiled.construct_params(dict(params))
+    for name, bp in compiled.binds.items():
+        if isinstance(bp.type, IdList) and name in values:
+            values[name] = bp.type.process_bind_param(values[name], dialect)
+    return compiled.string, values
