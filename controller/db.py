@@ -19,7 +19,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, select, text, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql import Executable
 
 from controller import models as m
 
@@ -56,6 +58,13 @@ class WriteTxn:
     def __init__(self, session: Session, revision: int) -> None:
         self.session = session
         self.changes = ChangeSet(revision)
+        self.deferred: list[tuple[Executable, dict | list[dict]]] = []
+
+    def defer(self, stmt: Executable, params: dict | list[dict]) -> None:
+        """Run `stmt` at the commit, before the stamp (with a list: once per row): for writes nothing reads back
+        (inserts of rows whose keys we made). On PostgreSQL they go with the stamp and the COMMIT in one round
+        trip; a constraint they break fails the transaction there, as it would have here."""
+        self.deferred.append((stmt, params))
 
     @property
     def revision(self) -> int:
@@ -158,20 +167,40 @@ class Database:
             yield txn
             s.flush()
             if self.is_postgres:
-                txn.changes.revision = self._stamp_notify(s, txn.changes, bump=late)
+                txn.changes.revision = self._finish(s, txn, bump=late)
             else:
+                for stmt, params in txn.deferred:
+                    s.execute(stmt, params)
                 txn._stamp()
         for cb in self.listeners:
             cb(txn.changes)
 
-    @staticmethod
-    def _stamp_notify(s: Session, cs: ChangeSet, bump: bool) -> int:
-        """PostgreSQL: stamp, notify and (with `bump`) take the next revision, in one statement (STAMP_NOTIFY).
-        A late writer holds the counter's row lock for this statement and the commit only: two round trips."""
+    def _finish(self, s: Session, txn: WriteTxn, bump: bool) -> int:
+        """PostgreSQL: the deferred writes, then stamp, notify and (with `bump`) take the next revision in one
+        statement (STAMP_NOTIFY), then COMMIT: sent together, one round trip (psycopg's pipeline mode). A late
+        writer holds the counter's row lock only while the server runs the stamp and the commit, never across a
+        round trip to this process (where, under load, the answer waits for the GIL)."""
+        import psycopg
+
+        from controller.sqlset import driver_form
         from controller.watch import NOTIFY_LIMIT
 
-        return s.execute(STAMP_NOTIFY, {"bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts),
-                                        "topo": cs.topology, "limit": NOTIFY_LIMIT}).scalar_one()
+        cs, dialect = txn.changes, self.engine.dialect
+        conn = s.connection().connection.driver_connection
+        try:
+            with conn.pipeline():
+                for stmt, params in txn.deferred:
+                    rows = params if isinstance(params, list) else [params]
+                    sql = driver_form(stmt, dialect, rows[0])[0]
+                    conn.cursor().executemany(sql, [driver_form(stmt, dialect, r)[1] for r in rows])
+                stamp = conn.cursor()
+                stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
+                    "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
+                    "limit": NOTIFY_LIMIT}))
+                conn.commit()  # the session's own commit then finds nothing to do
+        except psycopg.Error as e:  # as SQLAlchemy's (IntegrityError, OperationalError...): callers retry on those
+            raise DBAPIError.instance(None, None, e, psycopg.Error, dialect=dialect) from e
+        return stamp.fetchone()[0]
 
     @staticmethod
     def _bump(s: Session) -> int:

@@ -82,7 +82,7 @@ def fetch_all(s: Session, reads: Sequence[tuple[Executable, Mapping[str, Any]]])
     cursors = []
     with conn.pipeline():
         for stmt, params in reads:
-            sql, values = _driver_form(stmt, bind.dialect, params)
+            sql, values = driver_form(stmt, bind.dialect, params)
             cur = conn.cursor(row_factory=namedtuple_row)
             cur.execute(sql, values)
             cursors.append(cur)
@@ -93,7 +93,7 @@ _COMPILED: dict[tuple[int, str], tuple[Executable, Any]] = {}  # (id(statement),
 _COMPILED_LOCK = threading.Lock()
 
 
-def _driver_form(stmt: Executable, dialect: Dialect, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def driver_form(stmt: Executable, dialect: Dialect, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The statement as the driver takes it (SQL text with its placeholders, compiled once per statement, which
     are built once at import), and its parameters with the statement's literals and id lists filled in."""
     key = (id(stmt), dialect.name)

@@ -16,7 +16,7 @@ from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
-from controller.sqlset import in_ids
+from controller.sqlset import fetch_all, in_ids
 
 router = APIRouter(tags=["ports"])
 
@@ -65,7 +65,7 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
 
 # The create path's statements, built once (see compiler.py: SQLAlchemy finds their compiled form by a memoised
 # cache key instead of building and hashing a statement per request).
-_PORTS, _SUBNETS, _HOSTS = m.Port.__table__, m.Subnet.__table__, m.Host.__table__
+_PORTS, _SUBNETS, _HOSTS, _PSG = m.Port.__table__, m.Subnet.__table__, m.Host.__table__, m.PortSecurityGroup.__table__
 Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name) \
     .where(in_ids(_SUBNETS.c.id, "subnets")).order_by(_SUBNETS.c.id).with_for_update()
 Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
@@ -75,8 +75,9 @@ Q_HIGHEST_AND_HOSTS = Q_HIGHEST.union_all(select(_HOSTS.c.name, cast(null(), Big
                                           .where(in_ids(_HOSTS.c.name, "hosts")))
 Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindparam("subnet"))
 Q_TAKEN_MACS = select(_PORTS.c.mac).where(in_ids(_PORTS.c.mac, "macs"))
-INSERT_PORTS = insert(_PORTS)
-INSERT_MEMBERSHIPS = insert(m.PortSecurityGroup.__table__)
+# every column bound by name: these run through the driver directly at the commit (WriteTxn.defer)
+INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key) for c in _PORTS.c})
+INSERT_MEMBERSHIPS = insert(_PSG).values({c.key: bindparam(c.key) for c in _PSG.c})
 
 
 def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> list[PortOut]:
@@ -89,20 +90,21 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     def field(i: int, name: str = "") -> str:  # without a name: the item's prefix
         return f"ports.{i}.{name}" if bulk else name
 
-    # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock)
+    # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock), then
+    # their allocation state and the named hosts, read after the locks (so it sees every allocation committed
+    # before ours): sent together, one round trip on PostgreSQL
     sids = sorted({x.subnet_id for x in items})
-    sn = {r.id: r for r in s.execute(Q_LOCK_SUBNETS, {"subnets": sids})}
+    named = sorted({x.host for x in items if x.host is not None})
+    locked, state = fetch_all(s, [(Q_LOCK_SUBNETS, {"subnets": sids}),
+                                  (Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else
+                                  (Q_HIGHEST, {"subnets": sids})])
+    sn = {r.id: r for r in locked}
     for i, x in enumerate(items):
         r = sn.get(x.subnet_id)
         if r is None or not visible(p, r.tenant_id):
             raise not_found("subnet", x.subnet_id, field(i, "subnet_id"))
-    # allocation state and the named hosts in one round trip (read after the locks: it sees every allocation
-    # committed before ours)
-    named = sorted({x.host for x in items if x.host is not None})
     highest: dict[str, int | None] = {}
     known_hosts = set()
-    state = s.execute(Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else \
-        s.execute(Q_HIGHEST, {"subnets": sids})
     for key, value in state:
         if value is None:
             known_hosts.add(key)
@@ -177,9 +179,9 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
                            mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i])))
         t.touch_vpcs(r.vpc_id)
         t.touch_hosts(x.host)
-    s.execute(INSERT_PORTS, rows)
+    t.defer(INSERT_PORTS, rows)
     if memberships:
-        s.execute(INSERT_MEMBERSHIPS, memberships)
+        t.defer(INSERT_MEMBERSHIPS, memberships)
     return out
 
 
