@@ -134,6 +134,7 @@ class Database:
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.listeners: list[Callable[[ChangeSet], None]] = []
+        self.seen_written: dict[str, float] = {}  # host -> when this process last wrote its last_seen (monotonic)
 
     @property
     def is_postgres(self) -> bool:
@@ -143,8 +144,13 @@ class Database:
         upgrade(self.engine)
 
     @contextmanager
-    def read(self) -> Iterator[Session]:
+    def read(self, single: bool = False) -> Iterator[Session]:
+        """A read session. `single=True`: for reads that need no snapshot around them; on PostgreSQL they then run
+        in autocommit, without the BEGIN and ROLLBACK round trips (a heartbeat is such a read, 50 times a second
+        with 100 hosts)."""
         with self.sessions() as s:
+            if single and self.is_postgres:
+                s.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
             yield s
 
     @contextmanager

@@ -85,8 +85,6 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
 _HOSTS, _PORTS = m.Host.__table__, m.Port.__table__
 Q_LIVENESS = select(_HOSTS.c.status, _HOSTS.c.kind).where(_HOSTS.c.name == bindparam("host"))
 Q_PORT_STATUS = select(_PORTS.c.id, _PORTS.c.status).where(_PORTS.c.host == bindparam("host"))
-# (database, host) -> when this process last wrote the host's last_seen (time.monotonic())
-_SEEN_WRITTEN: dict[tuple, float] = {}
 
 
 @router.post("/hosts/{name}/status")
@@ -98,7 +96,7 @@ def host_status(name: str, body: PortStatusReport, request: Request,
     written only when it is a fifth of the way to the host being declared down (not on every beat)."""
     db = db_of(request)
     settings = request.app.state.settings
-    with db.read() as s:
+    with db.read(single=True) as s:  # no snapshot needed: a status that changes meanwhile is seen next beat
         h = s.execute(Q_LIVENESS, {"host": name}).one_or_none()
         if h is None:
             raise not_found("host", name)
@@ -113,13 +111,13 @@ def host_status(name: str, body: PortStatusReport, request: Request,
                 if ids := [pid for pid, v in changed.items() if v == st]:
                     t.session.execute(update(_PORTS).where(_PORTS.c.host == name, _PORTS.c.id.in_(ids))
                                       .values(status=st))
-        _SEEN_WRITTEN[db.engine.url, name] = time.monotonic()
+        db.seen_written[name] = time.monotonic()
     else:
         every = (settings.gateway_down_after if h.kind == "gateway" else settings.host_down_after) / 5
-        if time.monotonic() - _SEEN_WRITTEN.get((db.engine.url, name), float("-inf")) >= every:
+        if time.monotonic() - db.seen_written.get(name, float("-inf")) >= every:
             with db.sessions() as s, s.begin():
                 s.execute(update(_HOSTS).where(_HOSTS.c.name == name).values(last_seen=now()))
-            _SEEN_WRITTEN[db.engine.url, name] = time.monotonic()
+            db.seen_written[name] = time.monotonic()
     return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current))}
 
 
