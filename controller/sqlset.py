@@ -46,6 +46,9 @@ class IdList(TypeDecorator):
 class InIds(ColumnElement[bool]):
     inherit_cache = True
     type = Boolean()
+    # a predicate, like a comparison: without this SQLAlchemy wrote `... = 1` after it on SQLite (no native
+    # boolean), and SQLite then searched no index with it
+    _is_implicitly_boolean = True
     _traverse_internals = [("column", InternalTraversal.dp_clauseelement),
                            ("param", InternalTraversal.dp_clauseelement)]
 
