@@ -356,7 +356,7 @@ def main() -> None:
     ap.add_argument("--probe", type=int, default=200, help="ports created one at a time for the latency alone")
     ap.add_argument("--paced", type=int, default=300, help="ports/s of the paced phase (the target rate)")
     ap.add_argument("--paced-batch", type=int, default=10, help="ports per request in the paced phase")
-    ap.add_argument("--paced-seconds", type=float, default=10.0)
+    ap.add_argument("--paced-seconds", type=float, default=30.0)
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--watch", choices=["delta", "whole"], default="delta",
                     help="how the watchers ask for configs: the agent's delta watch, or the whole config")
