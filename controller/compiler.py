@@ -367,8 +367,9 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
 
 
 def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | None:
-    """What changed in the host's config after revision `base` (see HostConfigDelta): the VPCs stamped after it,
-    the ports if the host was stamped, and everything when the topology moved (VTEPs are in every section).
+    """What changed in the host's config after revision `base` (see HostConfigDelta): the sections of the VPCs
+    stamped after it (their endpoints, groups, and the host's ports in them), and everything when the topology
+    moved (VTEPs are in every section).
 
     A VPC that became relevant after `base` is among the changed ones: it became the host's own by a port write
     that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
