@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, func, select, text
 from controller import models as m
 from controller.app import create_app
 from controller.client import Client
+from controller.db import Database
 from controller.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -115,6 +116,20 @@ def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Contr
         yield c
     finally:
         c.stop()
+        if pg:
+            pg.drop()
+
+
+@pytest.fixture(params=backends())
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated database of each backend, without a controller."""
+    pg = PgDatabase() if request.param == "postgres" else None
+    db = Database(pg.url if pg else f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        db.migrate()
+        yield db
+    finally:
+        db.engine.dispose()
         if pg:
             pg.drop()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, select
@@ -14,59 +13,41 @@ from sqlalchemy.exc import StatementError
 from controller import models as m
 from controller.db import Database
 from controller.sqlset import in_ids
-from tests.conftest import PgDatabase, backends
 
 HOSTS = [f"hv{i}" for i in range(12)] + ["with'quote", 'with"dq', "ünï"]
 Q = select(m.Host.name).where(in_ids(m.Host.__table__.c.name, "names")).order_by(m.Host.name)
 
 
-@pytest.mark.parametrize("backend", backends())
-def test_in_ids_selects_what_in_selects(backend: str, tmp_path: Path) -> None:
-    pg = PgDatabase() if backend == "postgres" else None
-    db = Database(pg.url if pg else f"sqlite:///{tmp_path / 't.db'}")
-    try:
-        db.migrate()
-        with db.write() as t:
-            for i, h in enumerate(HOSTS):
-                t.session.add(m.Host(name=h, vtep_ip=f"172.16.0.{i + 1}", kind="hypervisor", status="up",
-                                     last_seen=m.now()))
+def test_in_ids_selects_what_in_selects(database: Database) -> None:
+    db = database
+    with db.write() as t:
+        for i, h in enumerate(HOSTS):
+            t.session.add(m.Host(name=h, vtep_ip=f"172.16.0.{i + 1}", kind="hypervisor", status="up",
+                                 last_seen=m.now()))
 
-        @settings(max_examples=40, deadline=None)
-        @given(st.lists(st.sampled_from([*HOSTS, "absent", ""]), max_size=20))
-        def check(names: list[str]) -> None:
-            with db.read() as s:
-                got = list(s.execute(Q, {"names": names}).scalars())
-                assert got == sorted(set(names) & set(HOSTS))
-                # sets and tuples bind too
-                assert list(s.execute(Q, {"names": set(names)}).scalars()) == got
-
-        check()
-        if backend == "postgres":
-            assert "= ANY(" in str(Q.compile(dialect=db.engine.dialect))
-    finally:
-        db.engine.dispose()
-        if pg:
-            pg.drop()
-
-
-@pytest.mark.parametrize("backend", backends())
-def test_a_missing_list_never_matches_everything(backend: str, tmp_path: Path) -> None:
-    pg = PgDatabase() if backend == "postgres" else None
-    db = Database(pg.url if pg else f"sqlite:///{tmp_path / 't.db'}")
-    try:
-        db.migrate()
-        with db.write() as t:
-            t.session.add(m.Host(name="hv1", vtep_ip="172.16.0.1", kind="hypervisor", status="up", last_seen=m.now()))
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.sampled_from([*HOSTS, "absent", ""]), max_size=20))
+    def check(names: list[str]) -> None:
         with db.read() as s:
-            try:  # an error on PostgreSQL (IdList refuses None), nothing on SQLite
-                rows = s.execute(Q, {"names": None}).all()
-            except StatementError:
-                rows = []
-            assert rows == []
-    finally:
-        db.engine.dispose()
-        if pg:
-            pg.drop()
+            got = list(s.execute(Q, {"names": names}).scalars())
+            assert got == sorted(set(names) & set(HOSTS))
+            # sets and tuples bind too
+            assert list(s.execute(Q, {"names": set(names)}).scalars()) == got
+
+    check()
+    if db.is_postgres:
+        assert "= ANY(" in str(Q.compile(dialect=db.engine.dialect))
+
+
+def test_a_missing_list_never_matches_everything(database: Database) -> None:
+    with database.write() as t:
+        t.session.add(m.Host(name="hv1", vtep_ip="172.16.0.1", kind="hypervisor", status="up", last_seen=m.now()))
+    with database.read() as s:
+        try:  # an error on PostgreSQL (IdList refuses None), nothing on SQLite
+            rows = s.execute(Q, {"names": None}).all()
+        except StatementError:
+            rows = []
+        assert rows == []
 
 
 def test_sqlite_searches_an_index_with_it(tmp_path: Path) -> None:
