@@ -19,7 +19,6 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, select, text, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Executable
 
@@ -186,26 +185,21 @@ class Database:
         statement (STAMP_NOTIFY), then COMMIT: sent together, one round trip (psycopg's pipeline mode). A late
         writer holds the counter's row lock only while the server runs the stamp and the commit, never across a
         round trip to this process (where, under load, the answer waits for the GIL)."""
-        import psycopg
-
-        from controller.sqlset import driver_form
+        from controller.sqlset import driver_errors, driver_form
         from controller.watch import NOTIFY_LIMIT
 
         cs, dialect = txn.changes, self.engine.dialect
         conn = s.connection().connection.driver_connection
-        try:
-            with conn.pipeline():
-                for stmt, params in txn.deferred:
-                    rows = params if isinstance(params, list) else [params]
-                    sql = driver_form(stmt, dialect, rows[0])[0]
-                    conn.cursor().executemany(sql, [driver_form(stmt, dialect, r)[1] for r in rows])
-                stamp = conn.cursor()
-                stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
-                    "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
-                    "limit": NOTIFY_LIMIT}))
-                conn.commit()  # the session's own commit then finds nothing to do
-        except psycopg.Error as e:  # as SQLAlchemy's (IntegrityError, OperationalError...): callers retry on those
-            raise DBAPIError.instance(None, None, e, psycopg.Error, dialect=dialect) from e
+        with driver_errors(dialect), conn.pipeline():  # a lost constraint race is SQLAlchemy's IntegrityError
+            for stmt, params in txn.deferred:
+                rows = params if isinstance(params, list) else [params]
+                sql = driver_form(stmt, dialect, rows[0])[0]
+                conn.cursor().executemany(sql, [driver_form(stmt, dialect, r)[1] for r in rows])
+            stamp = conn.cursor()
+            stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
+                "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
+                "limit": NOTIFY_LIMIT}))
+            conn.commit()  # the session's own commit then finds nothing to do
         return stamp.fetchone()[0]
 
     @staticmethod

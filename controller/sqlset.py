@@ -14,12 +14,14 @@ PostgreSQL they are sent together in psycopg's pipeline mode: one round trip.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Boolean, String, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
@@ -83,13 +85,25 @@ def fetch_all(s: Session, reads: Sequence[tuple[Executable, Mapping[str, Any]]])
 
     conn = s.connection().connection.driver_connection  # the session's connection, in its transaction
     cursors = []
-    with conn.pipeline():
+    with driver_errors(bind.dialect), conn.pipeline():
         for stmt, params in reads:
             sql, values = driver_form(stmt, bind.dialect, params)
             cur = conn.cursor(row_factory=namedtuple_row)
             cur.execute(sql, values)
             cursors.append(cur)
     return [cur.fetchall() for cur in cursors]
+
+
+@contextmanager
+def driver_errors(dialect: Dialect) -> Iterator[None]:
+    """psycopg's errors, raised where we talk to the driver directly, as SQLAlchemy's (IntegrityError,
+    OperationalError...): what callers catch, and retry on, whichever way a statement went."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as e:
+        raise DBAPIError.instance(None, None, e, psycopg.Error, dialect=dialect) from e
 
 
 _COMPILED: dict[tuple[int, str], tuple[Executable, Any]] = {}  # (id(statement), dialect) -> (statement, compiled)
