@@ -391,6 +391,24 @@ def main() -> None:
               f"{r['paced_per_s']:6.0f}   {r['paced_p50_ms']:7.1f}/{r['paced_p99_ms']:<8.1f}   (creating at "
               f"{args.paced} ports/s, from each request's due time)")
     print("(OVN 23.03 on this kind of machine, 10,000 ports loaded: median 3.75 s from port add to flows)")
+    if "postgres" in all_results:
+        verdicts(all_results["postgres"], args)
+
+
+def verdicts(res: dict, args: argparse.Namespace) -> None:
+    """The issue's targets, read off this run: throughput with the bulk API at full scale; create-to-visible while
+    creating at the target rate (the paced phase: the flat-out bulk rows run several times faster than the target,
+    and their delays are those of a saturated machine); compile time at full scale."""
+    full, r = res[max(k for k in res if k != "single")], res["single"]
+    checks = [(f"creates/s through the API (bulk, {args.ports} ports)", full["create_per_s"] >= 300,
+               f"{full['create_per_s']:.0f} >= 300"),
+              (f"create to visible while creating at {args.paced} ports/s, p50/p99",
+               r["paced_per_s"] >= 0.95 * args.paced and r["paced_p50_ms"] < 100 and r["paced_p99_ms"] < 500,
+               f"{r['paced_p50_ms']:.1f}/{r['paced_p99_ms']:.1f} ms < 100/500 ms"),
+              ("per-host compile p99", full["compile_p99_ms"] < 50, f"{full['compile_p99_ms']:.1f} ms < 50 ms")]
+    print(f"\ntargets (PostgreSQL, {args.ports} ports):")
+    for what, ok, how in checks:
+        print(f"  {'met    ' if ok else 'NOT MET'}  {what}: {how}")
 
 
 if __name__ == "__main__":
