@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.hostconfig import GatewayConfig
+from controller.statusfile import write_atomic
 from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
 from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, csum
@@ -403,11 +404,7 @@ class Gateway:
                 "dataplane": self.dp.stats() if self.dp is not None else {}}
 
     def write_status(self) -> None:
-        path = self.o.state_dir / f"gateway-{self.o.name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.status(), indent=1))
-        tmp.replace(path)
+        write_atomic(self.o.state_dir / f"gateway-{self.o.name}.json", json.dumps(self.status(), indent=1))
 
     def metrics(self) -> str:
         """Prometheus text exposition of the counters and table sizes."""

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controller.client import ApiFailure, Client
+from controller.statusfile import write_atomic
 from topologies.hosts import dhclient_pid, read_status
 
 TOPOLOGIES = Path(__file__).parent / "data"
@@ -67,10 +68,7 @@ class State:
 
     def save(self) -> None:
         with _SAVE_LOCK:  # VMs may be plugged from several threads
-            Path(self.dir).mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(self), indent=1))
-            tmp.replace(self.path)
+            write_atomic(self.path, json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load(cls, state_dir: Path) -> State:

@@ -26,6 +26,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta
+from controller.statusfile import write_atomic
 from vswitch_agent import dhcp, openflow
 from vswitch_agent.flows import Flow, compute_flows
 from vswitch_agent.ovsdb import Ovsdb
@@ -346,14 +347,11 @@ class AgentApp(app_manager.OSKenApp):
             self.wake.set()  # verify on the next pass: a revision counts as applied once read back
 
     def _write_status(self) -> None:
-        path = status_path(self.opts.state_dir, self.opts.host)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state | {"controller": self.opts.controller, "pid": os.getpid(),
-                                                "switch_connected": self.dp is not None,
-                                                "desired_revision": self.cfg.revision if self.cfg else None,
-                                                "updated": time.time()}, indent=1))
-        tmp.replace(path)
+        write_atomic(status_path(self.opts.state_dir, self.opts.host),
+                     json.dumps(self.state | {"controller": self.opts.controller, "pid": os.getpid(),
+                                              "switch_connected": self.dp is not None,
+                                              "desired_revision": self.cfg.revision if self.cfg else None,
+                                              "updated": time.time()}, indent=1))
 
 
 def setup_host(o: AgentOptions) -> None:
