@@ -39,6 +39,12 @@ from nfv_gateways.packet import (
 )
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+# A TCP port whose mapping ended (expired, or its rule went away with a released EIP) is not handed to another
+# internal endpoint for this long after its last packet: the server may hold the old connection in TIME_WAIT
+# (2MSL), and a new connection on the same addresses and ports is refused until it ends (PAWS drops the SYN when
+# the new client's timestamps are behind the old one's). Seen here: one of 1,000 connections never established,
+# its port preserved from another tenant's flow on the same EIP a few seconds before.
+TCP_PORT_HOLD = 120.0
 
 
 def ip2int(ip: str) -> int:
@@ -104,6 +110,7 @@ class NatTable:
         self.by_outside: dict[tuple[int, int, int], Mapping] = {}
         self.counters: Counter[str] = Counter()
         self.cursor: dict[tuple[int, int], int] = {}
+        self.held: dict[tuple[int, int, int], float] = {}  # (EIP, port, TCP): not handed out before this time
         self._index_config()
 
     def _index_config(self) -> None:
@@ -134,11 +141,14 @@ class NatTable:
     def _remove(self, m: Mapping) -> None:
         self.by_inside.pop((m.vni, m.ip, m.port, m.proto), None)
         self.by_outside.pop((m.eip, m.eport, m.proto), None)
+        if m.proto == PROTO_TCP:
+            self.held[(m.eip, m.eport, m.proto)] = m.last + TCP_PORT_HOLD
 
     def expire(self, now: float) -> int:
         dead = [m for m in self.by_inside.values() if now - m.last > self._timeout(m)]
         for m in dead:
             self._remove(m)
+        self.held = {k: until for k, until in self.held.items() if until > now}
         self.counters["expired"] += len(dead)
         return len(dead)
 
@@ -148,17 +158,23 @@ class NatTable:
                 return r.eips[(ip * 2654435761) % len(r.eips)]  # paired: a function of the internal address
         return None
 
-    def _alloc_port(self, eip: int, proto: int, want: int) -> int | None:
+    def _alloc_port(self, eip: int, proto: int, want: int, now: float) -> int | None:
         """The internal port itself if free (port preservation), else the next free one after a per-(EIP,
-        protocol) cursor: O(1) while ports are plentiful, a full scan only when the slice is nearly full."""
+        protocol) cursor: O(1) while ports are plentiful, a full scan only when the slice is nearly full. A TCP
+        port whose mapping ended less than TCP_PORT_HOLD ago is not free (see there)."""
         lo, hi = self.config.port_lo, self.config.port_hi
-        if lo <= want <= hi and (eip, want, proto) not in self.by_outside:
+
+        def free(p: int) -> bool:
+            key = (eip, p, proto)
+            return key not in self.by_outside and (key not in self.held or self.held[key] <= now)
+
+        if lo <= want <= hi and free(want):
             return want
         size = hi - lo + 1
         start = self.cursor.get((eip, proto), lo)
         for i in range(size):
             p = lo + (start - lo + i) % size
-            if (eip, p, proto) not in self.by_outside:
+            if free(p):
                 self.cursor[(eip, proto)] = lo + (p - lo + 1) % size
                 return p
         return None
@@ -194,7 +210,7 @@ class NatTable:
                 if eip is None:
                     self.counters["drop_no_rule"] += 1
                     return None
-                eport = self._alloc_port(eip, ip.proto, sport)
+                eport = self._alloc_port(eip, ip.proto, sport, now)
                 if eport is None:
                     self.counters["port_exhausted"] += 1
                     return None

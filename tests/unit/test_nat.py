@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, Timeouts, ip2int
+from nfv_gateways.nat import TCP_PORT_HOLD, NatConfig, NatTable, SnatRule, Timeouts, ip2int
 
 VNI, VNI_B = 1001, 2002
 EIP1, EIP2, EIP_STATIC, EIP_DNAT = (ip2int(f"203.0.113.{n}") for n in (1, 2, 10, 20))
@@ -162,6 +162,30 @@ def test_port_exhaustion_never_reuses_a_live_mapping() -> None:
     assert seen == {2000, 2001, 2002, 2003}
     p = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=999, dport=53))
     assert t.outbound(VNI, p, 0) is None and t.counters["port_exhausted"] == 1
+
+
+def test_a_released_tcp_port_is_held_before_another_endpoint_gets_it() -> None:
+    """A TCP flow's tenant goes away (its rule with it) and the EIP goes to another tenant: the new tenant's flow
+    from the same source port does not get the same public port for TCP_PORT_HOLD after the old flow's last
+    packet (the server may still hold the old connection in TIME_WAIT and drop the new SYN); UDP is not held."""
+    one = NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),))
+    t = NatTable(one)
+
+    def public_port(vni: int, src: str, l4, now: float) -> int:  # noqa: ANN001
+        p = b(IP(src=src, dst=REMOTE) / l4)
+        assert t.outbound(vni, p, now) is not None
+        return IP(bytes(p))[l4.__class__].sport
+
+    assert public_port(VNI, "10.0.1.2", TCP(sport=40000, dport=80, flags="S"), 10) == 40000
+    assert public_port(VNI, "10.0.1.2", UDP(sport=40001, dport=53), 10) == 40001
+    other = NatConfig(snat=(SnatRule(VNI_B, "10.0.0.0/16", (EIP1,)),))
+    t.update_config(other)  # the first tenant's rule is gone: its mappings too
+    assert not t.by_inside
+    assert public_port(VNI_B, "10.0.1.3", TCP(sport=40000, dport=80, flags="S"), 20) != 40000
+    assert public_port(VNI_B, "10.0.1.3", UDP(sport=40001, dport=53), 20) == 40001  # UDP has no TIME_WAIT
+    t.expire(10 + TCP_PORT_HOLD + 1)
+    assert not t.held
+    assert public_port(VNI_B, "10.0.1.4", TCP(sport=40000, dport=80, flags="S"), 10 + TCP_PORT_HOLD + 1) == 40000
 
 
 @settings(max_examples=300, deadline=None)
