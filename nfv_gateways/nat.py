@@ -39,11 +39,10 @@ from nfv_gateways.packet import (
 )
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
-# A TCP port whose mapping ended (expired, or its rule went away with a released EIP) is not handed to another
-# internal endpoint for this long after its last packet: the server may hold the old connection in TIME_WAIT
-# (2MSL), and a new connection on the same addresses and ports is refused until it ends (PAWS drops the SYN when
-# the new client's timestamps are behind the old one's). Seen here: one of 1,000 connections never established,
-# its port preserved from another tenant's flow on the same EIP a few seconds before.
+# A TCP port whose mapping was removed (its rule went away with a released EIP, which the next tenant may get) is
+# not handed to another internal endpoint for this long after its last packet: the server may hold the old
+# connection in TIME_WAIT (2MSL), and a new connection on the same addresses and ports is refused until it ends
+# (PAWS drops the SYN when the new client's timestamps are behind the old one's). Expired mappings are past it.
 TCP_PORT_HOLD = 120.0
 
 
