@@ -322,9 +322,12 @@ def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # n
     r = ex(cluster, vm, "sh", "-c", f"ulimit -n 4096 && {sys.executable} -c '{TCP_CONNS}' {internet['ip']} 1000",
            timeout=120)
     ok, no_connect, no_answer = map(int, r.stdout.split())
-    # what the failure needs to be read: the instances' counters, and whether one was declared down meanwhile
-    context = {g: cluster.gateway_status(g).get("nat") for g in ("gw1", "gw2")}, \
-        [(h["name"], h["status"]) for h in cluster.admin.get("/v1/hosts") if h["kind"] == "gateway"]
+    # what the failure needs to be read: the instances' NAT and data-plane counters (punt and inject rings),
+    # whether one was declared down meanwhile, and where the internet host sends the EIP (its ARP entry)
+    context = {g: {k: cluster.gateway_status(g).get(k) for k in ("nat", "dataplane")} for g in ("gw1", "gw2")}, \
+        [(h["name"], h["status"]) for h in cluster.admin.get("/v1/hosts") if h["kind"] == "gateway"], \
+        subprocess.run(["ip", "-n", internet["ns"], "neigh", "show", eip["address"]], capture_output=True,
+                       text=True).stdout.strip()
     assert ok == 1000, f"TCP: {no_connect} connections not established, {no_answer} without an answer: {context}"
     assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
 
