@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -327,7 +328,9 @@ def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # n
     context = {g: {k: cluster.gateway_status(g).get(k) for k in ("nat", "dataplane")} for g in ("gw1", "gw2")}, \
         [(h["name"], h["status"]) for h in cluster.admin.get("/v1/hosts") if h["kind"] == "gateway"], \
         subprocess.run(["ip", "-n", internet["ns"], "neigh", "show", eip["address"]], capture_output=True,
-                       text=True).stdout.strip()
+                       text=True).stdout.strip(), \
+        [line for line in (Path(cluster.state.dir) / "controller.log").read_text(errors="replace").splitlines()
+         if "marked down" in line][-4:]
     assert ok == 1000, f"TCP: {no_connect} connections not established, {no_answer} without an answer: {context}"
     assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
 
@@ -372,7 +375,7 @@ def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
 def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, internet) -> None:  # noqa: ANN001
     """A NAT gateway with EIPs homed on both instances: VMs are split by source address between them, each VM's
     flows leave with an EIP of the instance serving its bucket, and both instances carry traffic."""
-    from controller.compiler import NAT_BUCKETS, home
+    from controller.compiler import NAT_BUCKETS, home, nat_buckets
 
     live = {"gw1": "x", "gw2": "x"}
     n = tenants()
@@ -390,8 +393,11 @@ def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, interne
     n.client.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
     # one VM address in a bucket of each instance
     pick: dict[str, str] = {}
+    # the controller's own assignment: rendezvous hashing alone leaves an instance without a bucket 1 time in 128
+    # here, and nat_buckets then feeds it one (computing the homes here without that made this test flaky)
+    buckets = nat_buckets(gw["id"], sorted(e["id"] for e in eips.values()), live)
     for last in range(10, 10 + 4 * NAT_BUCKETS):
-        pick.setdefault(home(f"natgw:{gw['id']}:{last % NAT_BUCKETS}", sorted(eips)), f"10.0.1.{last}")
+        pick.setdefault(buckets[last % NAT_BUCKETS], f"10.0.1.{last}")
     assert set(pick) == {"gw1", "gw2"}
     vms = {inst: n.vm("s", "hv1" if inst == "gw1" else "hv2", ip=ip) for inst, ip in pick.items()}
     gw_ready(cluster, [e["address"] for e in eips.values()])
