@@ -185,16 +185,14 @@ class Database:
         statement (STAMP_NOTIFY), then COMMIT: sent together, one round trip (psycopg's pipeline mode). A late
         writer holds the counter's row lock only while the server runs the stamp and the commit, never across a
         round trip to this process (where, under load, the answer waits for the GIL)."""
-        from controller.sqlset import driver_errors, driver_form
+        from controller.sqlset import driver_form, pipeline
         from controller.watch import NOTIFY_LIMIT
 
         cs, dialect = txn.changes, self.engine.dialect
-        conn = s.connection().connection.driver_connection
-        with driver_errors(dialect), conn.pipeline():  # a lost constraint race is SQLAlchemy's IntegrityError
+        with pipeline(s) as conn:  # a lost constraint race is SQLAlchemy's IntegrityError
             for stmt, params in txn.deferred:
-                rows = params if isinstance(params, list) else [params]
-                sql = driver_form(stmt, dialect, rows[0])[0]
-                conn.cursor().executemany(sql, [driver_form(stmt, dialect, r)[1] for r in rows])
+                forms = [driver_form(stmt, dialect, r) for r in (params if isinstance(params, list) else [params])]
+                conn.cursor().executemany(forms[0][0], [values for _sql, values in forms])
             stamp = conn.cursor()
             stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
                 "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,

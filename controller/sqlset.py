@@ -83,25 +83,27 @@ def fetch_all(s: Session, reads: Sequence[tuple[Executable, Mapping[str, Any]]])
         return [s.execute(stmt, params).all() for stmt, params in reads]
     from psycopg.rows import namedtuple_row
 
-    conn = s.connection().connection.driver_connection  # the session's connection, in its transaction
     cursors = []
-    with driver_errors(bind.dialect), conn.pipeline():
+    with pipeline(s) as conn:
         for stmt, params in reads:
-            sql, values = driver_form(stmt, bind.dialect, params)
             cur = conn.cursor(row_factory=namedtuple_row)
-            cur.execute(sql, values)
+            cur.execute(*driver_form(stmt, bind.dialect, params))
             cursors.append(cur)
     return [cur.fetchall() for cur in cursors]
 
 
 @contextmanager
-def driver_errors(dialect: Dialect) -> Iterator[None]:
-    """psycopg's errors, raised where we talk to the driver directly, as SQLAlchemy's (IntegrityError,
+def pipeline(s: Session) -> Iterator[Any]:
+    """PostgreSQL: the session's driver connection (psycopg), in the session's transaction, in pipeline mode:
+    what is sent inside goes in one round trip. psycopg's errors come out as SQLAlchemy's (IntegrityError,
     OperationalError...): what callers catch, and retry on, whichever way a statement went."""
     import psycopg
 
+    dialect = s.get_bind().dialect
+    conn = s.connection().connection.driver_connection
     try:
-        yield
+        with conn.pipeline():
+            yield conn
     except psycopg.Error as e:
         raise DBAPIError.instance(None, None, e, psycopg.Error, dialect=dialect) from e
 
