@@ -46,11 +46,11 @@ from controller.sqlset import fetch_all, in_ids
 
 
 class FragmentCache:
-    """Immutable compiled fragments, one version per key: a VPC's endpoints as of its revision, a host's ports as of
-    its stamp, and so on (thread-safe: the watch API compiles in a thread pool). A newer version replaces the older
-    one, which no new snapshot needs again: the cache holds what the current state needs, not every revision it
-    went through (keeping those made the heap, and every full garbage collection, grow with the write history).
-    A bounded LRU over keys all the same."""
+    """Immutable compiled fragments, one version per key: a VPC's endpoints as of its revision, a host's ports in a
+    VPC as of that VPC's revision, and so on (thread-safe: the watch API compiles in a thread pool). A newer version
+    replaces the older one, which no new snapshot needs again: the cache holds what the current state needs, not
+    every revision it went through (keeping those made the heap, and every full garbage collection, grow with the
+    write history). A bounded LRU over keys all the same."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -203,6 +203,14 @@ def _cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, 
     return out, missing
 
 
+def _store(s: Session, kind: str, versions: dict[str, tuple | int], built: dict[str, Any], into: dict) -> None:
+    """Fragments just built for these VPCs: into the compile's parts and into FRAGMENTS, at the versions they were
+    found missing at (see _cached)."""
+    for vid, frag in built.items():
+        into[vid] = frag
+        FRAGMENTS.put(s, (kind, vid), versions[vid], (frag,))
+
+
 class Reads:
     """The reads a compile still needs, sent together (sqlset.fetch_all: one round trip on PostgreSQL)."""
 
@@ -301,11 +309,9 @@ def _weight(key: str, instance: str) -> bytes:
 NAT_BUCKETS = 8  # source-address buckets (the low 3 bits of a VM's address) a NAT gateway's traffic is split into
 
 
-def nat_gateway_eips(s: Session, gateway_ids: set[str] | None = None) -> dict[str, list[str]]:
+def nat_gateway_eips(s: Session) -> dict[str, list[str]]:
     """NAT gateway id -> its EIP ids (sorted)."""
     stmt = select(m.NatGatewayEip.nat_gateway_id, m.NatGatewayEip.eip_id).order_by(m.NatGatewayEip.eip_id)
-    if gateway_ids is not None:
-        stmt = stmt.where(m.NatGatewayEip.nat_gateway_id.in_(gateway_ids))
     out: dict[str, list[str]] = defaultdict(list)
     for gid, eid in s.execute(stmt):
         out[gid].append(eid)
@@ -335,10 +341,10 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
-def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: ANN001
+def _routes(v, vpc_rows: dict, peers, user_routes,  # noqa: ANN001
             gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
     """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
-    that is gone or not ready is a blackhole)."""
+    that is gone or not ready is a blackhole). `gateway_eips`: the VPC's NAT gateways, each with its EIPs."""
     routes = [RouteInfo(destination=v.cidr, target_type="local")]
     active = {}
     for pid, peer in sorted(peers):
@@ -347,7 +353,7 @@ def _routes(v, vpc_rows: dict, peers, user_routes, gateways: set[str],  # noqa: 
                                 peer_vpc_id=peer))
     for r in user_routes:
         buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
-            if r.target_type == "nat-gateway" and r.target_id in gateways and instances else []
+            if r.target_type == "nat-gateway" and r.target_id in gateway_eips and instances else []
         if buckets:
             routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway", target_id=r.target_id,
                                     origin="user", gateway_vteps=sorted({instances[b] for b in buckets}),
@@ -408,8 +414,9 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
 
     # what the cache holds at these versions, and what it does not
     hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
-    local, stale_ports = _cached(s, f"ports:{host}", {vid: (revs[vid], topology) for vid in own})
-    endpoints, stale_endpoints = _cached(s, "endpoints", {vid: (rev, topology) for vid, rev in revs.items()})
+    with_topology = {vid: (rev, topology) for vid, rev in revs.items()}
+    local, stale_ports = _cached(s, f"ports:{host}", {vid: with_topology[vid] for vid in own})
+    endpoints, stale_endpoints = _cached(s, "endpoints", with_topology)
     groups, stale_groups = _cached(s, "sg", {vid: revs[vid] for vid in own})
     # a VPC's entry: own ones with their route tables, peered ones for their VNI, router MAC and subnets; it follows
     # the VPC's revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology
@@ -417,7 +424,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     entries: dict[str, VpcInfo] = {}
     stale_entries: list[str] = []
     for kind, ids in (("own-vpc", own), ("peer-vpc", vpcs.keys() - own)):
-        got, miss = _cached(s, kind, {vid: (revs[vid], topology) for vid in ids})
+        got, miss = _cached(s, kind, {vid: with_topology[vid] for vid in ids})
         entries.update(got)
         stale_entries += miss
     subnets, stale_subnets = _cached(s, "subnets", {vid: revs[vid] for vid in stale_entries})
@@ -444,18 +451,11 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         hosts_frag = _hosts_fragment(rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
     vteps, instances = hosts_frag
-    for vid, frag in _ports_fragments(rows["ports"], stale_ports, instances).items():
-        local[vid] = frag
-        FRAGMENTS.put(s, (f"ports:{host}", vid), (revs[vid], topology), (frag,))
-    for vid, frag in _endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}).items():
-        endpoints[vid] = frag
-        FRAGMENTS.put(s, ("endpoints", vid), (revs[vid], topology), (frag,))
-    for vid, frag in _groups_fragments(rows["rules"], rows["members"], stale_groups).items():
-        groups[vid] = frag
-        FRAGMENTS.put(s, ("sg", vid), revs[vid], (frag,))
-    for vid, frag in _subnets_fragments(rows["subnets"], stale_subnets).items():
-        subnets[vid] = frag
-        FRAGMENTS.put(s, ("subnets", vid), revs[vid], (frag,))
+    _store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
+    _store(s, "endpoints", with_topology,
+           _endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
+    _store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
+    _store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes: dict[str, list] = defaultdict(list)
     for r in rows["routes"]:
         user_routes[r.vpc_id].append(r)
@@ -464,11 +464,11 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         gateway_eips[gid] += [eid] if eid else []
     for vid in stale_entries:
         v = vpcs[vid]
-        routes = _routes(v, vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), set(gateway_eips),
-                         gateway_eips, instances) if vid in own else []
+        routes = _routes(v, vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
+                         instances) if vid in own else []
         entries[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
                                                router_mac=v.router_mac, subnets=list(subnets[vid]), routes=routes)
-        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), (v.revision, topology), (entries[vid],))
+        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
     ports = [p for vid in sorted(own) for p in local[vid]]
     by_id = {gid: g for vid in own for gid, g in groups[vid].items()}
