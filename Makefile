@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping iperf3 tcpdump python3-venv python3-dev nftables \
-            gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl postgresql-client procps \
+APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute iperf3 tcpdump python3-venv python3-dev nftables \
+            gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl jq postgresql-client procps \
             libdpdk-dev libxdp-dev libbpf-dev
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway clean
+.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway bench-scale clean
 
 setup: apt venv native
 
@@ -48,6 +48,10 @@ bench: setup
 
 bench-gateway: setup
 	@$(PY) bench/gateway.py
+
+bench-scale: setup
+	@$(PY) bench/scale.py
+	@$(PY) bench/gateway.py --scale 100,1000
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -15,8 +15,8 @@ from tempfile import mkdtemp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import Controller  # noqa: E402
-from topologies.hosts import Fabric  # noqa: E402
+from tests.support.controller import Controller
+from topologies.hosts import Fabric
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -24,7 +24,7 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p / 100))]
 
 
-def wait(cond, timeout: float) -> float:  # noqa: ANN001
+def wait(cond, timeout: float) -> float:
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > timeout:
@@ -47,11 +47,12 @@ def main() -> None:
             fabric.start_agent(h, ctl.port, ctl.admin_token)
         wait(lambda: len(ctl.admin.get("/v1/hosts")) == 2, 30)
         t = ctl.tenant("bench")
+        o = ctl.orchestrator()  # binds ports to hosts
         vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
         sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/20"})
-        src_port = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "src", "host": "hv1"})
+        src_port = o.post("/v1/ports", {"subnet_id": sn["id"], "name": "src", "host": "hv1"})
         src = fabric.add_vm("src", hv1, src_port | {"gateway_ip": sn["gateway_ip"], "prefixlen": 20})
-        warm = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "warm", "host": "hv2"})
+        warm = o.post("/v1/ports", {"subnet_id": sn["id"], "name": "warm", "host": "hv2"})
         fabric.add_vm("warm", hv2, warm | {"gateway_ip": sn["gateway_ip"], "prefixlen": 20})
         wait(lambda: src.exec("ping", "-c1", "-W1", warm["ip"], check=False).returncode == 0, 20)  # VTEP ARP
         # Linux retries an unanswered ARP only after 1 s: without this the figure measures that retry, not Tianji
@@ -62,7 +63,7 @@ def main() -> None:
             vm = fabric.prepare_vm(f"b{i}", hv2, mac)  # the hypervisor makes the VM's NIC first
             vm.exec("sysctl", "-qw", "net.ipv4.neigh.eth0.retrans_time_ms=10")
             t0 = time.monotonic()
-            p = t.post("/v1/ports", {"subnet_id": sn["id"], "name": f"p{i}", "host": "hv2", "mac": mac})
+            p = o.post("/v1/ports", {"subnet_id": sn["id"], "name": f"p{i}", "host": "hv2", "mac": mac})
             fabric.plug_vm(vm, p | {"gateway_ip": sn["gateway_ip"], "prefixlen": 20})
             wait(lambda p=p: src.exec("ping", "-c1", "-W0.1", p["ip"], check=False).returncode == 0, 20)
             lat.append((time.monotonic() - t0) * 1000)
@@ -78,7 +79,7 @@ def main() -> None:
             csn = t.post("/v1/subnets", {"vpc_id": cv["id"], "name": "s", "cidr": cv["cidr"].replace("/16", "/24")})
             per = args.converge_ports // args.converge_vpcs
             for i in range(per):
-                p = t.post("/v1/ports", {"subnet_id": csn["id"], "name": f"c{v}-{i}", "host": "hv1"})
+                p = o.post("/v1/ports", {"subnet_id": csn["id"], "name": f"c{v}-{i}", "host": "hv1"})
                 tap = f"c{v}x{i}"
                 subprocess.run(["ip", "netns", "exec", hv1.ns, "ip", "tuntap", "add", tap, "mode", "tap"], check=True)
                 hv1.vsctl("add-port", "br-int", tap, "--", "set", "interface", tap, f"external_ids:iface-id={p['id']}")

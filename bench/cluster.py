@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.client import Client  # noqa: E402
-from topologies.cluster import Cluster  # noqa: E402
+from controller.client import Client
+from topologies.cluster import Cluster
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -69,7 +69,7 @@ def measure_small(c: Cluster, args: argparse.Namespace, rows: list) -> None:
         sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/20"})
 
         def vm(host: str, name: str) -> dict:
-            p = tc.post("/v1/ports", {"subnet_id": sn["id"], "name": name, "host": host})
+            p = c.orchestrator.post("/v1/ports", {"subnet_id": sn["id"], "name": name, "host": host})
             return c.vm_add(p["id"], name, dhcp=False)
 
         a, b_same, b_cross = vm("hv1", "a"), vm("hv1", "same"), vm("hv2", "cross")
@@ -88,7 +88,8 @@ def measure_small(c: Cluster, args: argparse.Namespace, rows: list) -> None:
         hosts = list(c.state.hypervisors)
 
         def new_port(i: int) -> str:
-            p = tc.post("/v1/ports", {"subnet_id": sn["id"], "name": f"n{i}", "host": hosts[i % len(hosts)]})
+            p = c.orchestrator.post("/v1/ports", {"subnet_id": sn["id"], "name": f"n{i}",
+                                                  "host": hosts[i % len(hosts)]})
             c.vm_add(p["id"], f"n{i}", dhcp=False)
             return p["ip"]
 

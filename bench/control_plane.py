@@ -23,13 +23,13 @@ from tempfile import mkdtemp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import subprocess  # noqa: E402
+import subprocess
 
-from controller.client import Client  # noqa: E402
-from controller.compiler import FRAGMENTS, compile_host  # noqa: E402
-from controller.db import Database  # noqa: E402
-from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta  # noqa: E402
-from tests.conftest import PgDatabase, free_port  # noqa: E402
+from controller.client import Client
+from controller.compiler import FRAGMENTS, compile_host
+from controller.db import Database
+from tests.support.controller import PgDatabase, free_port
+from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 
 BIN = Path(sys.executable).parent / "tianji"
 
@@ -37,27 +37,35 @@ BIN = Path(sys.executable).parent / "tianji"
 class ControllerProcess:
     """The controller as its own process(es), as deployed: the bench's clients must not share its GIL."""
 
-    def __init__(self, database_url: str | None, workers: int) -> None:
+    def __init__(self, database_url: str | None, workers: int, listen: str = "127.0.0.1") -> None:
         self.state = Path(mkdtemp(prefix="tianji-bench-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(BIN), "controller", "serve", "--port", str(self.port), "--state-dir", str(self.state),
+        cmd = [str(BIN), "controller", "serve", "--host", listen, "--port", str(self.port), "--state-dir",
+               str(self.state),
                "--workers", str(workers), "--log-level", "warning"]
         if database_url:
             cmd += ["--database-url", database_url]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "w"))
+        # the benches measure what the controller can do, not its per-credential rate limit (TIANJI_RATE_LIMIT)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "w"),
+                                     env=os.environ | {"TIANJI_RATE_LIMIT": "0"})
         deadline = time.time() + 30
         while True:
             try:
                 self.admin_token = (self.state / "admin.token").read_text().strip()
                 Client(self.url, self.admin_token).get("/healthz")
                 break
-            except Exception:  # noqa: BLE001
+            except Exception:
                 if time.time() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("controller did not start: " + (self.state / "log").read_text()) from None
                 time.sleep(0.2)
         self.admin = Client(self.url, self.admin_token)
+        self.orchestrator_token = self.admin.post("/v1/orchestrator-tokens", {"name": "bench"})["token"]
         self.db = Database(database_url or f"sqlite:///{self.state / 'tianji.db'}")
+
+    def orchestrator(self) -> Client:
+        """Binds ports to hosts (tenants may not); one token, a client per call (a connection per thread)."""
+        return Client(self.url, self.orchestrator_token)
 
     def tenant(self, name: str) -> Client:
         t = self.admin.post("/v1/tenants", {"name": name})
@@ -89,7 +97,7 @@ class Watcher(threading.Thread):
         while not self.stop:
             try:
                 r = self.c.http.get(path, params={"after": after, "timeout": 2})
-            except Exception:  # noqa: BLE001 - the controller is going away at the end of a run
+            except Exception:  # the controller is going away at the end of a run
                 if self.stop:
                     return
                 raise
@@ -124,7 +132,7 @@ def heartbeat_process(url: str, token: str, hosts: list[str], stop: mp.Event, in
             for h in mine:
                 try:
                     c.post(f"/v1/hosts/{h}/status", {"ports": {}})
-                except Exception:  # noqa: BLE001 - the controller is going away at the end of a run
+                except Exception:  # the controller is going away at the end of a run
                     if stop.is_set():
                         return
                     raise
@@ -180,6 +188,8 @@ def run(backend: str, args: argparse.Namespace) -> dict:
 
         with ThreadPoolExecutor(8) as ex:
             subnets = [x for xs in ex.map(make_tenant, range(args.tenants)) for x in xs]
+        # ports are bound to hosts by an orchestrator (tenants may not): one client per tenant, as before
+        placer = {id(t): ctl.orchestrator() for t, _ in subnets}
         watched = hosts[: args.watchers]
         wreq, wrep = ctx.Queue(), ctx.Queue()
         wproc = ctx.Process(target=watch_process, daemon=True,
@@ -201,7 +211,7 @@ def run(backend: str, args: argparse.Namespace) -> dict:
 
         def port_body(i: int) -> tuple[Client, dict]:
             t, sn = subnets[i % len(subnets)]
-            return t, {"subnet_id": sn, "name": f"p{i}", "host": hosts[i % len(hosts)]}
+            return placer[id(t)], {"subnet_id": sn, "name": f"p{i}", "host": hosts[i % len(hosts)]}
 
         def create(i: int) -> None:
             t, body = port_body(i)

@@ -8,6 +8,7 @@ packets that arrive translated (source = the EIP). Then a TCP client opens and c
 the same time: new connections/s.
 
     python bench/gateway.py [--seconds 3] [--paths dpdk,xdp,packet,c,python] [--cluster]
+    python bench/gateway.py --scale 100,1000 [--backend postgres|sqlite]   (bench/gateway_scale.py)
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scapy.layers.inet import IP, UDP  # noqa: E402
+from scapy.layers.inet import IP, UDP
 
-from controller.client import Client  # noqa: E402
-from nfv_gateways.fastpath import FastNat  # noqa: E402
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int  # noqa: E402
-from topologies.gwlab import GatewayLab  # noqa: E402
+from controller.client import Client
+from nfv_gateways.fastpath import FastNat
+from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
+from topologies.gwlab import GatewayLab
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))
 
@@ -37,7 +38,7 @@ def packets(flows: int) -> list[bytes]:
                   / (b"\0" * 18)) for i in range(flows)]  # 18 bytes of payload: a 64-byte Ethernet frame
 
 
-def engine_pps(table, pkts: list[bytes], seconds: float) -> float:  # noqa: ANN001
+def engine_pps(table, pkts: list[bytes], seconds: float) -> float:
     for p in pkts:  # create the mappings first: this measures established flows
         table.outbound(1001, bytearray(p), 0.0)
     n, t0 = 0, time.perf_counter()
@@ -48,7 +49,7 @@ def engine_pps(table, pkts: list[bytes], seconds: float) -> float:  # noqa: ANN0
     return n / (time.perf_counter() - t0)
 
 
-def new_flow_rate(make, count: int = 20000) -> float:  # noqa: ANN001
+def new_flow_rate(make, count: int = 20000) -> float:
     """Mappings created per second: every packet is a new flow (packets built beforehand, not timed)."""
     base = bytes(IP(src="10.0.0.1", dst="198.51.100.1") / UDP(sport=20000, dport=9) / (b"\0" * 18))
     pkts = []
@@ -174,16 +175,7 @@ def gateway_on_the_cluster(seconds: int) -> float:
 
     c = Cluster.up("small", name="bg", progress=lambda m: None)
     try:
-        t = c.admin.post("/v1/tenants", {"name": "bench"})
-        tc = Client(c.state.controller_url, t["token"])
-        vpc = tc.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
-        sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
-        eip = tc.post("/v1/eips", {})
-        gw = tc.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
-        tc.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [eip["id"]]})
-        tc.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
-        p = tc.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm", "host": "hv1"})
-        vm = c.vm_add(p["id"], "vm", dhcp=False)
+        vm, _eip = nat_vm(c, "bench", "vm")
         c.wait_converged()
         time.sleep(2.5)
         inet = c.state.nodes["inet"]
@@ -191,6 +183,21 @@ def gateway_on_the_cluster(seconds: int) -> float:
         return iperf_udp(vm["ns"], inet["ns"], inet["ip"], seconds)
     finally:
         c.down()
+
+
+def nat_vm(c, tenant: str, name: str) -> tuple[dict, str]:
+    """A tenant whose VPC leaves through a NAT gateway (a new EIP, SNAT for its subnet, the default route), and a
+    VM `name` on hv1 in it: (the VM, the EIP's address)."""
+    t = c.admin.post("/v1/tenants", {"name": tenant})
+    tc = Client(c.state.controller_url, t["token"])
+    vpc = tc.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
+    sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    eip = tc.post("/v1/eips", {})
+    gw = tc.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
+    tc.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [eip["id"]]})
+    tc.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+    p = c.orchestrator.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm", "host": "hv1"})
+    return c.vm_add(p["id"], name, dhcp=False), eip["address"]
 
 
 def iperf_udp(client_ns: str, server_ns: str, server_ip: str, seconds: int) -> float:
@@ -212,7 +219,17 @@ def main() -> None:
     ap.add_argument("--skip-wire", action="store_true")
     ap.add_argument("--cluster", action="store_true", help="also measure through the emulated cluster (OVS in front)")
     ap.add_argument("--paths", default="dpdk,xdp,packet,c,python")
+    ap.add_argument("--scale", help="instead: programming at scale with these tenant counts, e.g. 100,1000 "
+                    "(bench/gateway_scale.py)")
+    ap.add_argument("--backend", default="postgres", choices=("postgres", "sqlite"), help="with --scale")
+    ap.add_argument("--reps", type=int, default=20, help="with --scale")
+    ap.add_argument("--fastpath", default="auto", help="with --scale")
     args = ap.parse_args()
+    if args.scale:
+        from bench.gateway_scale import main as scale
+
+        scale([int(x) for x in args.scale.split(",")], args.backend, args.reps, args.fastpath)
+        return
     pkts = packets(1000)
     rows: list[tuple[str, float, str]] = []
     py = engine_pps(NatTable(CFG), pkts, args.seconds)
@@ -233,7 +250,7 @@ def main() -> None:
         for fp in args.paths.split(","):
             try:
                 pps, off, cps, used = wire("tianji", fp, secs)
-            except Exception as e:  # noqa: BLE001 - a path this machine cannot run is reported, the rest go on
+            except Exception as e:  # a path this machine cannot run is reported, the rest go on
                 rows.append((f"wire: tianji --fastpath {fp}", float("nan"), f"unavailable: {str(e)[-200:]}"))
                 continue
             rows.append((f"wire: tianji --fastpath {fp} ({used})", pps, f"packets/s (offered {off:,.0f}), "

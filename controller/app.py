@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
@@ -12,6 +13,7 @@ from controller import errors
 from controller.api import gateways, hosts, nat, peerings, ports, security_groups, subnets, tenants, vpcs
 from controller.auth import ensure_admin_token
 from controller.db import Database
+from controller.guards import Guard
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.watch import Broadcaster
@@ -22,15 +24,15 @@ log = logging.getLogger("tianji.controller")
 def create_app(settings: Settings | None = None, *, announce_token: bool = True) -> FastAPI:
     settings = settings or Settings.from_env()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.url)
+    db = Database(settings.url, settings.sqlite_synchronous)
     db.migrate()
+    private_database_files(settings)
     admin_token, created = ensure_admin_token(settings.state_dir)
-    if created and announce_token:
-        print(f"tianji: created admin token {admin_token} (stored in {settings.state_dir / 'admin.token'})",
-              flush=True)
+    if created and announce_token:  # where, never the token itself: stdout ends up in journald
+        print(f"tianji: created the admin token in {settings.state_dir / 'admin.token'} (mode 0600)", flush=True)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202
+    async def lifespan(app: FastAPI):
         app.state.broadcaster.start(asyncio.get_running_loop())
         app.state.collector.start()
         limit_threads()
@@ -50,8 +52,9 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.broadcaster = Broadcaster(db)
     app.state.collector = Collector()
     errors.install(app)
+    app.add_middleware(Guard, state=app.state)
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, gateways):
-        app.include_router(r.router, prefix="/v1")
+        app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict:
@@ -60,21 +63,37 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     return app
 
 
+def private_database_files(settings: Settings) -> None:
+    """The SQLite database holds every tenant's network and the credentials' hashes: readable by its owner only."""
+    if settings.database_url is None:
+        db = settings.state_dir / "tianji.db"
+        for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            if f.exists():
+                f.chmod(0o600)
+
+
 def app_from_env() -> FastAPI:
     """Factory for `uvicorn --workers`: every worker process builds its app from the environment."""
     return create_app(Settings.from_env(), announce_token=False)
 
 
 async def _liveness(app: FastAPI) -> None:
+    """Marks silent hosts down, checking every quarter of the shortest silence allowed (at least every 2 s). A
+    check that comes late (this process was stalled: beats that arrived meanwhile may not be written yet) marks
+    nobody down: a stalled controller must not fail over gateways that kept beating."""
     s: Settings = app.state.settings
     bc: Broadcaster = app.state.broadcaster
+    tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
     while True:
-        await asyncio.sleep(max(0.25, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4)))
+        t0 = time.monotonic()
+        await asyncio.sleep(tick)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
+        if time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4):
+            continue  # late: give the beats that waited behind the stall a round to be written
         try:
             down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after,
                                            s.gateway_down_after)
             for name in down:
-                log.warning("host %s silent for %.0fs: marked down, its ports DOWN", name, s.host_down_after)
-        except Exception as e:  # noqa: BLE001 - keep checking through transient database errors
+                log.warning("host %s silent too long: marked down, its ports DOWN", name)
+        except Exception as e:  # keep checking through transient database errors
             log.warning("liveness check failed: %s", e)

@@ -9,10 +9,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from controller import models as m
 from controller.errors import ApiError
@@ -44,43 +46,86 @@ def ensure_admin_token(state_dir: Path) -> tuple[str, bool]:
 
 @dataclass(frozen=True)
 class Principal:
-    kind: Literal["admin", "tenant", "host"]
+    kind: Literal["admin", "tenant", "host", "orchestrator"]
     tenant_id: str | None = None
     name: str | None = None
+    host: str | None = None  # a host token's host
+    host_kind: str | None = None  # and its kind: hypervisor or gateway
+    key: str = ""  # the credential's hash: rate limits are per credential
 
     @property
     def is_admin(self) -> bool:
         return self.kind == "admin"
 
+    @property
+    def sees_all(self) -> bool:
+        """The admin, and orchestrators on the only routes they may use (ports: they place any tenant's VMs)."""
+        return self.kind in ("admin", "orchestrator")
 
-def principal(request: Request) -> Principal:
-    header = request.headers.get("authorization", "")
+
+BEARER = HTTPBearer(auto_error=False, description="a tenant, host, orchestrator or the admin token")
+
+
+async def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> Principal:
+    """The caller, as `controller.guards` authenticated it before the body was read. (`BEARER` declares the
+    scheme in the OpenAPI document, for Swagger UI's Authorize button; the guard has checked the token.)"""
+    p = getattr(request.state, "principal", None)
+    if p is None:  # a route outside /v1
+        p = cached_principal(request.app.state, request.headers.get("authorization", "")) or \
+            await run_in_threadpool(authenticate, request.app.state, request.headers.get("authorization", ""))
+    return p
+
+
+def _token(header: str) -> str:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", "Authorization")
-    token = token.strip()
-    state = request.app.state
-    if hmac.compare_digest(token, state.admin_token):
+    return token.strip()
+
+
+def cached_principal(state: Any, header: str) -> Principal | None:
+    """The admin, or a credential looked up less than PRINCIPAL_TTL ago; None: `authenticate` must look."""
+    try:
+        token = _token(header)
+    except ApiError:
+        return None
+    # as bytes: compare_digest refuses a str with characters beyond ASCII (a header may carry any byte)
+    if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), state.admin_token.encode()):
         return Principal("admin", name="admin")
-    h = token_hash(token)
-    cache: dict = state.__dict__.setdefault("_principals", {})
-    hit = cache.get(h)
-    if hit and hit[1] > time.monotonic():
-        return hit[0]
+    hit = state.__dict__.setdefault("_principals", {}).get(token_hash(token))
+    return hit[0] if hit and hit[1] > time.monotonic() else None
+
+
+def authenticate(state: Any, header: str) -> Principal:
+    """The credential's principal, from the database (401 if there is none): for what `cached_principal` did not
+    know (its callers ask it first)."""
+    h = token_hash(_token(header))
     found = _lookup(state.db, h)
     if found is None:
         raise ApiError(401, "invalid token", "Authorization")
-    cache[h] = (found, time.monotonic() + PRINCIPAL_TTL)
+    state.__dict__.setdefault("_principals", {})[h] = (found, time.monotonic() + PRINCIPAL_TTL)
     return found
 
 
-def _lookup(db, h: str) -> Principal | None:  # noqa: ANN001
+def _lookup(db, h: str) -> Principal | None:
     with db.read() as s:
-        if t := s.execute(select(m.Tenant).where(m.Tenant.token_hash == h)).scalar_one_or_none():
-            return Principal("tenant", tenant_id=t.id, name=t.name)
+        if t := s.execute(select(m.Tenant.id, m.Tenant.name).join(m.TenantToken)
+                          .where(m.TenantToken.token_hash == h)).first():
+            return Principal("tenant", tenant_id=t.id, name=t.name, key=h)
         if ht := s.execute(select(m.HostToken).where(m.HostToken.token_hash == h)).scalar_one_or_none():
-            return Principal("host", name=ht.name)
+            if ht.kind == "orchestrator":
+                return Principal("orchestrator", name=ht.name, key=h)
+            if ht.host is None:
+                raise ApiError(403, f"host token {ht.name!r} names no host (it predates host-bound tokens): "
+                                    "create one per host with POST /v1/host-tokens {\"host\": ..., \"kind\": ...}")
+            return Principal("host", name=ht.name, host=ht.host, host_kind=ht.kind, key=h)
     return None
+
+
+def forget_credentials(state: object) -> None:
+    """Drop this process's cache of principals (after a revocation). Other workers and replicas forget theirs
+    within PRINCIPAL_TTL."""
+    state.__dict__.get("_principals", {}).clear()
 
 
 def require_admin(p: Principal = Depends(principal)) -> Principal:
@@ -90,14 +135,42 @@ def require_admin(p: Principal = Depends(principal)) -> Principal:
 
 
 def require_infra(p: Principal = Depends(principal)) -> Principal:
-    """Hosts (agents, gateways) and the admin."""
-    if p.kind not in ("admin", "host"):
+    """Hosts (agents, gateways), orchestrators and the admin; each route then checks which host (`own_host`)."""
+    if p.kind == "tenant":
         raise ApiError(403, "this operation needs the admin token or a host token")
     return p
 
 
+def own_host(p: Principal, name: str, kind: str | None = None) -> None:
+    """A host token acts for its own host only (and, where `kind` is given, only as that kind of host)."""
+    if p.is_admin:
+        return
+    if p.kind != "host":
+        raise ApiError(403, "this operation needs the admin token or this host's token")
+    if p.host != name:
+        raise ApiError(403, f"this token belongs to host {p.host!r}, not {name!r}")
+    if kind is not None and p.host_kind != kind:
+        raise ApiError(403, f"this token is for a {p.host_kind} host; this operation is for {kind} hosts")
+
+
 def require_tenant_api(p: Principal = Depends(principal)) -> Principal:
-    """Tenant resources: tenants act on their own; the admin may act on any; hosts may not."""
+    """Tenant resources: tenants act on their own; the admin may act on any; hosts and orchestrators may not."""
+    if p.kind in ("host", "orchestrator"):
+        raise ApiError(403, f"{p.kind} tokens cannot manage tenant resources")
+    return p
+
+
+def require_port_api(p: Principal = Depends(principal)) -> Principal:
+    """Ports: tenants their own; the admin and orchestrators any tenant's (an orchestrator places VMs)."""
     if p.kind == "host":
         raise ApiError(403, "host tokens cannot manage tenant resources")
     return p
+
+
+def may_bind(p: Principal, field: str) -> None:
+    """Which host a port is on decides which hypervisor gets its traffic: the operator's call (Neutron keeps
+    binding:host_id admin-only), made by the admin or an orchestrator token, never by a tenant."""
+    if not p.sees_all:
+        raise ApiError(403, "binding a port to a host needs the admin token or an orchestrator token "
+                            "(POST /v1/orchestrator-tokens); create the port without `host` and let the "
+                            "orchestrator bind it", field)

@@ -30,6 +30,7 @@ class Client:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._next: str | None = None  # the last answer's X-Next-Marker
 
     def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         try:
@@ -37,6 +38,7 @@ class Client:
         except httpx.ConnectError:
             raise ApiFailure(0, f"cannot reach the controller at {self.url}; is `tianji controller serve` "
                                 "running, and is --url right?") from None
+        self._next = r.headers.get("x-next-marker")
         if r.status_code == 304:
             return None
         if r.status_code >= 400:
@@ -49,13 +51,24 @@ class Client:
         return r.json() if r.content else None
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, **params)
+        """A list comes whole: its pages are followed (X-Next-Marker) unless `limit` or `marker` is given."""
+        if "limit" in params or "marker" in params:
+            return self.request("GET", path, **params)
+        out = self.request("GET", path, **params)
+        marker = self._next
+        while marker and isinstance(out, list):
+            out += self.request("GET", path, **params, marker=marker)
+            marker = self._next
+        return out
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body)
 
     def patch(self, path: str, body: Any) -> Any:
         return self.request("PATCH", path, body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body)
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)

@@ -23,26 +23,21 @@ from sqlalchemy import bindparam, select, text
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.hostconfig import (
+from controller.sqlset import fetch_all, in_ids
+from tianji.southbound import (
     OVERLAY_MTU,
-    DnatInfo,
     Endpoint,
-    GatewayConfig,
-    GatewayVpc,
     HostConfig,
     HostConfigDelta,
     PortInfo,
     RouteInfo,
     SecurityGroupInfo,
     SecurityGroupRuleInfo,
-    SnatInfo,
-    StaticEip,
     SubnetInfo,
     VpcInfo,
     Vtep,
     delta_of,
 )
-from controller.sqlset import fetch_all, in_ids
 
 
 class FragmentCache:
@@ -59,25 +54,30 @@ class FragmentCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def _scoped(s: Session, key: tuple) -> tuple:
+    def _scoped(bind: object, key: tuple) -> tuple:
         # one cache per database: host names and revisions repeat across databases (tests run many). The engine
         # object is the scope, hashed by identity: its URL renders itself to a string on every hash, which was a
         # quarter of a compile's time on these per-VPC lookups
-        return (s.get_bind(), *key)
+        return (bind, *key)
 
     def get(self, s: Session, key: tuple, version: tuple | int) -> tuple | None:
-        key = self._scoped(s, key)
+        return self.get_many(s, {key: version}).get(key)
+
+    def get_many(self, s: Session, wanted: dict[tuple, tuple | int]) -> dict[tuple, tuple]:
+        """The fragments held at these versions (key -> version), under one lock: those missing are absent."""
+        bind, out = s.get_bind(), {}
         with self.lock:
-            v = self.data.get(key)
-            if v is None or v[0] != version:
-                self.misses += 1
-                return None
-            self.data.move_to_end(key)
-            self.hits += 1
-            return v[1]
+            for key, version in wanted.items():
+                v = self.data.get(scoped := self._scoped(bind, key))
+                if v is not None and v[0] == version:
+                    self.data.move_to_end(scoped)
+                    out[key] = v[1]
+            self.hits += len(out)
+            self.misses += len(wanted) - len(out)
+        return out
 
     def put(self, s: Session, key: tuple, version: tuple | int, value: tuple) -> None:
-        key = self._scoped(s, key)
+        key = self._scoped(s.get_bind(), key)
         with self.lock:
             old = self.data.get(key)
             if old is not None and _newer(old[0], version):
@@ -193,14 +193,8 @@ def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
 
 def _cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, list[str]]:
     """The cached `kind` fragments of these VPCs (id -> version), and the VPCs that have none of that version."""
-    out, missing = {}, []
-    for vid, version in vpcs.items():
-        frag = FRAGMENTS.get(s, (kind, vid), version)
-        if frag is None:
-            missing.append(vid)
-        else:
-            out[vid] = frag[0]
-    return out, missing
+    got = FRAGMENTS.get_many(s, {(kind, vid): version for vid, version in vpcs.items()})
+    return {key[1]: frag[0] for key, frag in got.items()}, [vid for vid in vpcs if (kind, vid) not in got]
 
 
 def _store(s: Session, kind: str, versions: dict[str, tuple | int], built: dict[str, Any], into: dict) -> None:
@@ -288,12 +282,6 @@ def _groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> di
             for vid, groups in built.items()}
 
 
-def live_gateways(s: Session) -> dict[str, str]:
-    """Live NAT gateway instances: name -> VTEP."""
-    return dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.status == "up")
-                          .order_by(m.Host.name)).all())
-
-
 def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
     """Rendezvous (highest random weight) hashing: every controller computes the same home, and when an instance
     dies only what it homed moves; what lives on the survivors stays where it is."""
@@ -307,15 +295,6 @@ def _weight(key: str, instance: str) -> bytes:
 
 
 NAT_BUCKETS = 8  # source-address buckets (the low 3 bits of a VM's address) a NAT gateway's traffic is split into
-
-
-def nat_gateway_eips(s: Session) -> dict[str, list[str]]:
-    """NAT gateway id -> its EIP ids (sorted)."""
-    stmt = select(m.NatGatewayEip.nat_gateway_id, m.NatGatewayEip.eip_id).order_by(m.NatGatewayEip.eip_id)
-    out: dict[str, list[str]] = defaultdict(list)
-    for gid, eid in s.execute(stmt):
-        out[gid].append(eid)
-    return out
 
 
 def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) -> list[str]:
@@ -341,7 +320,7 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
-def _routes(v, vpc_rows: dict, peers, user_routes,  # noqa: ANN001
+def _routes(v, vpc_rows: dict, peers, user_routes,
             gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
     """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
     that is gone or not ready is a blackhole). `gateway_eips`: the VPC's NAT gateways, each with its EIPs."""
@@ -479,67 +458,3 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         security_groups=[by_id[g] for g in sorted({g for p in ports for g in p.security_group_ids})],
         vteps=list(vteps))
     return Compiled(cfg, view.stamp, topology, revs, own, view.peers)
-
-
-def compile_gateway(s: Session, name: str, revision: int) -> GatewayConfig | None:
-    """A NAT gateway instance's config: the NAT gateways it serves (see nat_buckets), SNAT with the EIPs homed
-    here, the 1:1 EIPs homed here, and DNAT: rules on EIPs homed here (inbound), plus the reverse translation of
-    every DNAT rule of a gateway it serves (the target VM's replies may fall in this instance's buckets)."""
-    host = s.get(m.Host, name)
-    if host is None:
-        return None
-    instances = live_gateways(s) or {name: host.vtep_ip}
-    all_eips = nat_gateway_eips(s)
-    mine_gw = {g for g in s.execute(select(m.NatGateway.id)).scalars()
-               if name in nat_buckets(g, all_eips.get(g, []), instances)}
-    homed_here = {e for es in all_eips.values() for e in es if home(f"eip:{e}", instances) == name}
-    eip_addr = dict(s.execute(select(m.Eip.id, m.Eip.address)).all())
-    vpcs: dict[str, GatewayVpc] = {}
-    vpc_rows = {}
-
-    def vpc(vid: str) -> GatewayVpc:
-        if vid not in vpcs:
-            v = s.execute(select(m.Vpc.id, m.Vpc.vni, m.Vpc.router_mac).where(m.Vpc.id == vid)).one()
-            vpc_rows[vid] = v
-            vpcs[vid] = GatewayVpc(id=v.id, vni=v.vni, router_mac=v.router_mac)
-        return vpcs[vid]
-
-    snat: dict[str, list[SnatInfo]] = defaultdict(list)
-    for gw_id, gw_vpc, cidr, ids in s.execute(
-            select(m.NatGateway.id, m.NatGateway.vpc_id, m.SnatRule.cidr, m.SnatRule.eip_ids)
-            .join(m.SnatRule, m.SnatRule.nat_gateway_id == m.NatGateway.id).order_by(m.SnatRule.cidr)):
-        if gw_id in mine_gw:
-            snat[gw_vpc].append(SnatInfo(cidr=cidr, eips=[eip_addr[i] for i in ids.split(",")
-                                                          if i in eip_addr and i in homed_here]))
-    for gw_id, vid in s.execute(select(m.NatGateway.id, m.NatGateway.vpc_id)):
-        if gw_id in mine_gw:
-            vpc(vid)
-    static = []
-    for eid, address, vid, ip in s.execute(select(m.Eip.id, m.Eip.address, m.Port.vpc_id, m.Port.ip)
-                                           .join(m.Port, m.Port.id == m.Eip.port_id).order_by(m.Eip.address)):
-        if home(f"eip:{eid}", instances) == name:
-            static.append(StaticEip(vni=vpc(vid).vni, ip=ip, eip=address))
-    dnat = []
-    dnat_here: set[str] = set()
-    for r, vid, ip in s.execute(select(m.DnatRule, m.Port.vpc_id, m.Port.ip)
-                                .join(m.Port, m.Port.id == m.DnatRule.port_id)):
-        if home(f"eip:{r.eip_id}", instances) == name:
-            dnat_here.add(eip_addr[r.eip_id])  # inbound to this EIP arrives here
-        elif r.nat_gateway_id not in mine_gw:
-            continue  # neither its EIP nor the target VM's replies come here
-        dnat.append(DnatInfo(eip=eip_addr[r.eip_id], protocol=r.protocol, external_port=r.external_port,
-                             vni=vpc(vid).vni, ip=ip, internal_port=r.internal_port))
-    out_vpcs = [v.model_copy(update={"snat": snat.get(v.id, [])}) for v in vpcs.values()]
-    endpoints = []
-    if vpcs:
-        for e in s.execute(select(m.Port.id, m.Port.vpc_id, m.Port.ip, m.Port.mac, m.Port.host, m.Host.vtep_ip)
-                           .join(m.Host, m.Host.name == m.Port.host).where(m.Port.vpc_id.in_(vpcs))
-                           .order_by(m.Port.vpc_id, m.Port.ip_int)):
-            endpoints.append(Endpoint(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni, ip=e.ip, mac=e.mac,
-                                      host=e.host, vtep_ip=e.vtep_ip))
-    # ARP on the external side only for what is homed here (DNAT reverse translations are everywhere)
-    served = sorted({a for v in out_vpcs for r in v.snat for a in r.eips} | {x.eip for x in static} | dnat_here)
-    vteps = [Vtep(host=n, ip=ip, kind=k) for n, ip, k in
-             s.execute(select(m.Host.name, m.Host.vtep_ip, m.Host.kind).order_by(m.Host.name))]
-    return GatewayConfig(name=name, revision=revision, vtep_ip=host.vtep_ip, vpcs=out_vpcs, static=static,
-                         dnat=dnat, endpoints=endpoints, eips=served, vteps=vteps)

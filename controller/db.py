@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Executable
 
+from controller import audit
 from controller import models as m
 
 log = logging.getLogger(__name__)
@@ -90,16 +91,18 @@ class WriteTxn:
             s.execute(update(counters).where(counters.c.name == "topology").values(value=rev))
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, synchronous: str = "FULL") -> Engine:
+    """`synchronous`: SQLite's; FULL by default, so an acknowledged write survives a power failure (WAL with
+    NORMAL may lose the last commits; the operator may choose it with TIANJI_SQLITE_SYNCHRONOUS)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8)
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _rec) -> None:  # noqa: ANN001
+        def _sqlite_pragmas(dbapi_conn, _rec) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
             # Python's sqlite3 opens a transaction only before a write, so each SELECT of a read saw the latest
@@ -109,7 +112,7 @@ def make_engine(url: str) -> Engine:
             dbapi_conn.isolation_level = None
 
         @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn) -> None:  # noqa: ANN001
+        def _sqlite_begin(conn) -> None:
             # deferred: a write takes the write lock at its first statement, which is the revision bump
             conn.exec_driver_sql("BEGIN")
 
@@ -122,15 +125,28 @@ def make_engine(url: str) -> Engine:
 def upgrade(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        if sqlite:
+            # SQLite alters a table by copying it and dropping the original; with foreign keys enforced, that
+            # DROP would cascade-delete every row that refers to it (a tenant's VPCs, a port's memberships).
+            # The pragma only takes effect outside a transaction, hence on the driver's connection, before BEGIN.
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
+                    raise RuntimeError(f"migration left rows with dangling references: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, synchronous: str = "FULL") -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, synchronous)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.listeners: list[Callable[[ChangeSet], None]] = []
         self.seen_written: dict[str, float] = {}  # host -> when this process last wrote its last_seen (monotonic)
@@ -171,16 +187,19 @@ class Database:
                 txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
+            log_entry = audit.entry()
             if self.is_postgres:
-                txn.changes.revision = self._finish(s, txn, bump=late)
+                txn.changes.revision = self._finish(s, txn, bump=late, log_entry=log_entry)
             else:
                 for stmt, params in txn.deferred:
                     s.execute(stmt, params)
                 txn._stamp()
+                if log_entry is not None:
+                    s.execute(audit.INSERT_ENTRY, log_entry)
         for cb in self.listeners:
             cb(txn.changes)
 
-    def _finish(self, s: Session, txn: WriteTxn, bump: bool) -> int:
+    def _finish(self, s: Session, txn: WriteTxn, bump: bool, log_entry: dict | None = None) -> int:
         """PostgreSQL: the deferred writes, then stamp, notify and (with `bump`) take the next revision in one
         statement (STAMP_NOTIFY), then COMMIT: sent together, one round trip (psycopg's pipeline mode). A late
         writer holds the counter's row lock only while the server runs the stamp and the commit, never across a
@@ -197,6 +216,8 @@ class Database:
             stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
                 "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
                 "limit": NOTIFY_LIMIT}))
+            if log_entry is not None:  # after the stamp: it reads the revision the stamp took
+                conn.cursor().execute(*driver_form(audit.INSERT_ENTRY, dialect, log_entry))
             conn.commit()  # the session's own commit then finds nothing to do
         return stamp.fetchone()[0]
 

@@ -7,11 +7,41 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM = "application/problem+json"
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-          409: "Conflict", 422: "Unprocessable Content", 500: "Internal Server Error", 503: "Service Unavailable"}
+          409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
+          500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, as every error is answered."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+def _declared(what: str) -> dict[str, Any]:
+    return {"description": what, "model": Problem,
+            "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+# declared on every /v1 route, so that clients generated from the OpenAPI document know the error shape
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _declared("no token, or a wrong one"),
+    403: _declared("the credential may not do this"),
+    404: _declared("no such resource (or not the caller's)"),
+    409: _declared("conflict with existing state, or a quota exceeded"),
+    413: _declared("the request body is too large"),
+    422: _declared("invalid input; `field` names it"),
+    429: _declared("rate limited; see Retry-After"),
+}
 
 
 class ApiError(Exception):
@@ -33,7 +63,7 @@ def not_found(kind: str, ident: str, field: str | None = None) -> ApiError:
 
 
 def problem(status: int, detail: str, field: str | None = None, errors: list | None = None,
-            **extra: Any) -> JSONResponse:
+            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     body: dict[str, Any] = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status,
                             "detail": detail}
     if field:
@@ -41,7 +71,9 @@ def problem(status: int, detail: str, field: str | None = None, errors: list | N
     if errors:
         body["errors"] = errors
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 

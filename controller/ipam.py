@@ -23,7 +23,24 @@ def parse_cidr(value: str, *, min_prefix: int = MIN_PREFIX, max_prefix: int = MA
         raise IpamError(f"{value!r} is not IPv4; only IPv4 VPCs are supported")
     if not min_prefix <= net.prefixlen <= max_prefix:
         raise IpamError(f"prefix /{net.prefixlen} is out of range: use /{min_prefix} to /{max_prefix}")
+    if str(net) != value:  # '10.0.0.0/016', '010.0.0.0/16': one spelling per network
+        raise IpamError(f"{value!r} is not written the usual way; write {net}")
     return net
+
+
+PRIVATE_SPACE = tuple(ipaddress.IPv4Network(c) for c in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                          "100.64.0.0/10"))  # RFC 1918 and RFC 6598
+
+
+def vpc_space_error(net: ipaddress.IPv4Network, public: list[ipaddress.IPv4Network]) -> str | None:
+    """Why a VPC may not use `net` (as AWS: private space, or public ranges the operator allows), or None."""
+    if any(net.subnet_of(p) for p in PRIVATE_SPACE + tuple(public)):
+        return None
+    kind = ("multicast" if net.is_multicast else "loopback" if net.is_loopback else
+            "link-local" if net.is_link_local else "reserved" if net.is_reserved else "public")
+    return (f"{net} is {kind} address space; a VPC uses RFC 1918 (10/8, 172.16/12, 192.168/16) or RFC 6598 "
+            "(100.64/10) space" + (", or a public range the operator allows (TIANJI_VPC_PUBLIC_CIDRS)"
+                                   if kind == "public" else ""))
 
 
 def gateway_ip(net: ipaddress.IPv4Network) -> ipaddress.IPv4Address:
@@ -80,3 +97,23 @@ def random_mac(rng: random.Random | None = None) -> str:
 def router_mac(vni: int) -> str:
     """The VPC's distributed router MAC, derived from the VNI so every host agrees without a lookup."""
     return "0a:58:00:" + ":".join(f"{(vni >> s) & 0xFF:02x}" for s in (16, 8, 0))
+
+
+VNI_WINDOW = 4096  # VNIs examined per lookup while looking for a free one
+
+
+def next_vni(last: int, lo: int, hi: int, taken: Callable[[int, int], tuple[set[int], set[int]]]) -> int:
+    """The first VNI after `last` (the last one handed out), wrapping at `hi`, that is neither in use nor in
+    quarantine (`taken(a, b)`: those two sets within a..b). Allocation moves forward, so a freed VNI comes round
+    again only after the whole range has (16.7 million VPCs with the default range)."""
+    start = last + 1 if lo <= last < hi else lo
+    waiting = 0
+    for a, b in ((start, hi), (lo, start - 1)):
+        for w in range(a, b + 1, VNI_WINDOW):
+            z = min(b, w + VNI_WINDOW - 1)
+            used, held = taken(w, z)
+            waiting += len(held - used)
+            for vni in range(w, z + 1):
+                if vni not in used and vni not in held:
+                    return vni
+    raise IpamError(f"the VNI pool {lo}..{hi} is exhausted ({waiting} freed VNI(s) in quarantine)")

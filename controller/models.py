@@ -45,16 +45,66 @@ class Tenant(Base):
     __tablename__ = "tenants"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class TenantToken(Base):
+    """A tenant's credentials: several at once, so that one can be rotated in before the old is revoked."""
+
+    __tablename__ = "tenant_tokens"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64), default="")
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 class HostToken(Base):
+    """Infrastructure credentials. A host token names one host and its kind (`hypervisor`, `gateway`): with it,
+    that host registers itself, beats, reports its ports and reads its config, and nothing else. An
+    `orchestrator` token (no host) binds tenants' ports to hosts. Tokens made before hosts were named in them
+    (`host` NULL, kind `hypervisor`) are refused: the operator makes one per host."""
+
     __tablename__ = "host_tokens"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    host: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class Quota(Base):
+    """A tenant's limit on one kind of resource, where the admin set one (otherwise the settings' default)."""
+
+    __tablename__ = "quotas"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(32), primary_key=True)
+    limit: Mapped[int] = mapped_column(Integer)
+
+
+class FreedVni(Base):
+    """A VNI whose VPC was deleted: not handed out again for a while (an agent may still hold its flows)."""
+
+    __tablename__ = "freed_vnis"
+    vni: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    freed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class AuditEntry(Base):
+    """Every write through the API that committed: who, what, when, and the revision it made (written in the
+    write's own transaction, so there is no write without its entry and no entry without its write)."""
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now, index=True)
+    actor_kind: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(64))
+    tenant_id: Mapped[str | None] = mapped_column(String(36), nullable=True, index=True)
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(255))
+    revision: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Host(Base):
@@ -147,13 +197,15 @@ class Port(Base):
     name: Mapped[str] = mapped_column(String(64))
     ip: Mapped[str] = mapped_column(String(15))
     ip_int: Mapped[int] = mapped_column(BigInteger)
-    mac: Mapped[str] = mapped_column(String(17), unique=True)
+    mac: Mapped[str] = mapped_column(String(17), index=True)
     host: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
     status: Mapped[str] = mapped_column(String(8), default="DOWN")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
     groups: Mapped[list[SecurityGroup]] = relationship(secondary="port_security_groups", order_by="SecurityGroup.id")
-    __table_args__ = (UniqueConstraint("vpc_id", "ip_int", name="uq_port_vpc_ip"),)
+    # a MAC is unique in its VPC (its L2 domain), not across tenants: one tenant must not probe another's MACs
+    __table_args__ = (UniqueConstraint("vpc_id", "ip_int", name="uq_port_vpc_ip"),
+                      UniqueConstraint("vpc_id", "mac", name="uq_port_vpc_mac"))
 
 
 class PortSecurityGroup(Base):

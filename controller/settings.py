@@ -1,53 +1,113 @@
-"""Controller settings: one place for every knob, read from the environment and the CLI."""
+"""Controller settings: one place for every knob, read from TIANJI_* environment variables and the CLI, and
+validated at start: a bad value stops the controller with a message naming the variable, before it serves."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+VNI_LIMIT = 16_777_215  # 24 bits
+
+DEFAULT_QUOTAS = {"vpcs": 50, "subnets": 500, "ports": 10_000, "security_groups": 500,
+                  "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100}
 
 
 def default_state_dir() -> Path:
-    if env := os.environ.get("TIANJI_STATE_DIR"):
-        return Path(env)
     if os.geteuid() == 0:
         return Path("/var/lib/tianji")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "tianji"
 
 
-@dataclass
-class Settings:
-    state_dir: Path = field(default_factory=default_state_dir)
+class SettingsError(SystemExit):
+    """A setting the controller cannot start with; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TIANJI_", extra="ignore", validate_assignment=True)
+
+    state_dir: Path = Field(default_factory=default_state_dir)
     database_url: str | None = None
-    vni_min: int = 1000
-    vni_max: int = 16_777_215
-    host_down_after: float = 15.0  # seconds of heartbeat silence before a host is marked down
-    gateway_down_after: float = 2.0  # gateways heartbeat every 0.5 s; their EIPs move when they fall silent
-    max_watch_timeout: float = 60.0
+    vni_range: str = Field(f"1000..{VNI_LIMIT}", description="LOW..HIGH, within 1..16777215")
+    # a freed VNI is handed out again only after this long (an agent may still hold the old VPC's flows), and
+    # only once the allocator has gone round the whole range (allocation moves forward, wrapping)
+    vni_quarantine_s: float = Field(3600.0, ge=0)
+    host_down_after: float = Field(15.0, gt=0)  # seconds of heartbeat silence before a host is marked down
+    # gateways beat every 0.1 s; their EIPs move when silent this long. 2 s by default, a margin for a loaded
+    # controller (beats queue behind writes); lower it where the controller has room (0.5 s on the emulated
+    # cluster, where failover then costs about 0.6 s)
+    gateway_down_after: float = Field(2.0, gt=0)
+    max_watch_timeout: float = Field(60.0, gt=0)
     # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling. Off by
-    # default: a watch has one compile in flight, and what lands meanwhile is in the agent's next answer anyway,
-    # so the wait only added its own length to every answer at a few hundred creates/s
-    watch_coalesce: float = 0.0
+    # default: a watch has one compile in flight, and what lands meanwhile is in the agent's next answer anyway
+    watch_coalesce: float = Field(0.0, ge=0)
     eip_pool: str | None = None
+    vpc_public_cidrs: list[str] = Field(default_factory=list,
+                                        description="public ranges tenants may use as VPC CIDRs (JSON list)")
+    quotas: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_QUOTAS),
+                                   description="defaults per tenant (JSON); -1: unlimited")
+    rate_limit: float = Field(100.0, ge=0, description="requests a second per credential (admin exempt); 0: off")
+    rate_burst: int = Field(500, ge=1)
+    auth_fail_limit: float = Field(2.0, ge=0, description="failed authentications a second per source; 0: off")
+    auth_fail_burst: int = Field(20, ge=1)
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    sqlite_synchronous: str = Field("FULL", pattern="^(FULL|NORMAL|EXTRA)$")
+
+    @field_validator("vni_range")
+    @classmethod
+    def _vni_range(cls, v: str) -> str:
+        lo, sep, hi = v.partition("..")
+        if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+            raise ValueError(f"{v!r} is not LOW..HIGH (e.g. 1000..16777215)")
+        lo_i, hi_i = int(lo), int(hi)
+        if not 1 <= lo_i <= hi_i <= VNI_LIMIT:
+            raise ValueError(f"{v!r}: need 1 <= LOW <= HIGH <= {VNI_LIMIT}")
+        return f"{lo_i}..{hi_i}"
+
+    @field_validator("vpc_public_cidrs")
+    @classmethod
+    def _public(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        return [str(ipaddress.IPv4Network(c, strict=True)) for c in v]
+
+    @field_validator("quotas")
+    @classmethod
+    def _quotas(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = set(v) - set(DEFAULT_QUOTAS)
+        if unknown:
+            raise ValueError(f"unknown quota(s) {sorted(unknown)}; known: {sorted(DEFAULT_QUOTAS)}")
+        if bad := [k for k, n in v.items() if n < -1]:
+            raise ValueError(f"quota(s) {bad} below -1")
+        return DEFAULT_QUOTAS | v
+
+    @model_validator(mode="after")
+    def _paths(self) -> Settings:
+        if not isinstance(self.state_dir, Path):
+            object.__setattr__(self, "state_dir", Path(self.state_dir))
+        return self
+
+    @property
+    def vni_min(self) -> int:
+        return int(self.vni_range.split("..")[0])
+
+    @property
+    def vni_max(self) -> int:
+        return int(self.vni_range.split("..")[1])
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
-        s = cls()
-        if v := os.environ.get("TIANJI_DATABASE_URL"):
-            s.database_url = v
-        if v := os.environ.get("TIANJI_VNI_RANGE"):
-            lo, _, hi = v.partition("..")
-            s.vni_min, s.vni_max = int(lo), int(hi)
-        if v := os.environ.get("TIANJI_HOST_DOWN_AFTER"):
-            s.host_down_after = float(v)
-        if v := os.environ.get("TIANJI_GATEWAY_DOWN_AFTER"):
-            s.gateway_down_after = float(v)
-        for k, v in overrides.items():
-            if v is not None:
-                setattr(s, k, v)
-        s.state_dir = Path(s.state_dir)
-        return s
+    def from_env(cls, **overrides: Any) -> Settings:
+        """The environment (TIANJI_*), then the overrides that are not None. A bad value: SettingsError naming
+        the variable."""
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as e:
+            lines = [f"  TIANJI_{'_'.join(str(x) for x in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
+            raise SettingsError("tianji: invalid settings:\n" + "\n".join(lines)) from None
 
     @property
     def url(self) -> str:

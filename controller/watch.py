@@ -8,11 +8,13 @@ PostgreSQL LISTEN/NOTIFY, or, on SQLite, by polling the revision counter; those 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from controller.db import ChangeSet, Database
@@ -64,6 +66,12 @@ class Broadcaster:
         """Writes are arriving in a burst: at least `count` wakes in the last `window` seconds."""
         return len(self.recent) >= count and time.monotonic() - self.recent[-count] < window
 
+    async def settle(self, coalesce: float) -> None:
+        """In a burst of writes, let more land before compiling (one answer instead of one per write); a lone
+        write is answered at once."""
+        if coalesce > 0 and self.busy():
+            await asyncio.sleep(coalesce)
+
     def _deliver(self, w: Wake) -> None:
         if not w.unknown:
             # a write made here is published at its commit and comes back through NOTIFY: one wake per write
@@ -89,7 +97,7 @@ class Broadcaster:
         while not self._stop.wait(0.1):
             try:
                 rev = self.db.revision()
-            except Exception as e:  # noqa: BLE001 - keep watching through transient DB errors
+            except Exception as e:  # keep watching through transient DB errors
                 log.warning("revision poll failed: %s", e)
                 continue
             if rev > max(seen, self.latest):
@@ -109,7 +117,7 @@ class Broadcaster:
                     while not self._stop.is_set():
                         for n in conn.notifies(timeout=1.0):
                             self.publish(parse_notify(n.payload))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.warning("LISTEN connection lost (%s); reconnecting", e)
                 self._stop.wait(1.0)
 
@@ -127,3 +135,22 @@ def parse_notify(payload: str) -> Wake:
         return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]))
     except (ValueError, KeyError, TypeError):
         return Wake(0, unknown=True)
+
+
+async def next_wake(q: asyncio.Queue, deadline: float,
+                    relevant: Callable[[Wake], bool | Awaitable[bool]]) -> Wake | None:
+    """The long-poll wait every watch shares: the first wake `relevant` accepts, or None at `deadline`
+    (monotonic), when the watch answers 304."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            w = await asyncio.wait_for(q.get(), remaining)
+        except TimeoutError:
+            continue
+        ok = relevant(w)
+        if inspect.isawaitable(ok):
+            ok = await ok
+        if ok:
+            return w

@@ -23,6 +23,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         fastpath: str = typer.Option("auto", help="auto|dpdk|xdp|packet|c|python: auto takes the best that starts"),
         state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
         config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
+        beat_interval: float = typer.Option(0.1, help="seconds between heartbeats (the controller's "
+                                                          "TIANJI_GATEWAY_DOWN_AFTER should be several of them)"),
         log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
     if role != "nat":
@@ -36,7 +38,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
 
     Gateway(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
                            vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir,
-                           metrics_port=metrics_port, config_file=config_file)).run()
+                           metrics_port=metrics_port, config_file=config_file,
+                           beat_interval=beat_interval)).run()
 
 
 @gateway_app.command("status")

@@ -43,8 +43,8 @@ def build(force: bool = False) -> Path:
     if cc is None:
         raise FastPathUnavailable("no C compiler: apt-get install gcc (or run `make setup`)")
     tmp = LIB.with_suffix(".tmp.so")
-    r = subprocess.run([cc, "-O2", "-fPIC", "-shared", "-Wall", "-o", str(tmp), str(SRC)], capture_output=True,
-                       text=True)
+    r = subprocess.run([cc, "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o", str(tmp), str(SRC)],
+                       capture_output=True, text=True)
     if r.returncode:
         raise FastPathUnavailable(f"building {SRC.name} failed: {r.stderr.strip()}")
     tmp.replace(LIB)
@@ -62,6 +62,7 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.nat_create.argtypes = [u32]
     lib.nat_destroy.argtypes = [ptr]
     lib.nat_set_served.argtypes = [ptr, ctypes.POINTER(u32), u32]
+    lib.nat_set_mtu.argtypes = [ptr, u32]
     p32, p16, p8 = ctypes.POINTER(u32), ctypes.POINTER(u16), ctypes.POINTER(u8)
     lib.nat_set_rules.argtypes = [ptr, p32, p32, p32, u32, p32, p16, p8, p32, p32, p16, u32]
     lib.nat_put.argtypes = [ptr, u32, u32, u16, u8, u32, u16, u8, u8, ctypes.POINTER(u32), ctypes.POINTER(u16), u8,
@@ -108,6 +109,7 @@ class FastNat:
     def _push_config(self) -> None:
         served = sorted(self.ref.served)
         self.lib.nat_set_served(self.h, carray(ctypes.c_uint32, served), len(served))
+        self.lib.nat_set_mtu(self.h, self.ref.config.mtu)
         st = self.ref.config.static
         dn = self.ref.config.dnat  # (eip, proto, ext port, vni, ip, port)
         u32, u16, u8 = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8
@@ -119,12 +121,12 @@ class FastNat:
         if r != 0:
             raise FastPathUnavailable("nat_set_rules failed (out of memory)")
 
-    def update_config(self, config: NatConfig) -> None:
-        before = set(self.ref.by_inside)
-        self.ref.update_config(config)
-        for key in before - set(self.ref.by_inside):
+    def update_config(self, config: NatConfig) -> list[tuple[int, int, int, int]]:
+        gone = self.ref.update_config(config)
+        for key in gone:
             self.lib.nat_del(self.h, *key)
         self._push_config()
+        return gone
 
     def _push(self, key: tuple[int, int, int, int]) -> None:
         m = self.ref.by_inside.get(key)
@@ -151,7 +153,9 @@ class FastNat:
 
     def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
         raw = (ctypes.c_char * len(buf)).from_buffer(buf)
-        if self.lib.nat_outbound(self.h, vni, raw, len(buf), now) == OUT:
+        done = self.lib.nat_outbound(self.h, vni, raw, len(buf), now) == OUT
+        del raw  # the reference may replace the packet (time exceeded): no view of it may outlive the call
+        if done:
             return Verdict("out")
         key = _inside_key(vni, buf)
         self.sync_one(key)
@@ -163,7 +167,9 @@ class FastNat:
     def inbound(self, buf: bytearray, now: float) -> Verdict | None:
         raw = (ctypes.c_char * len(buf)).from_buffer(buf)
         vni, ip = ctypes.c_uint32(), ctypes.c_uint32()
-        if self.lib.nat_inbound(self.h, raw, len(buf), now, ctypes.byref(vni), ctypes.byref(ip)) == IN:
+        done = self.lib.nat_inbound(self.h, raw, len(buf), now, ctypes.byref(vni), ctypes.byref(ip)) == IN
+        del raw
+        if done:
             return Verdict("in", vni.value, ip.value)
         key = _outside_key(buf)
         m = self.ref.by_outside.get(key) if key else None

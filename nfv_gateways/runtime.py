@@ -17,7 +17,6 @@ router MAC, and on the external side the instance answers ARP for the EIPs it se
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -26,17 +25,31 @@ import socket
 import struct
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections import Counter, defaultdict
+from array import array
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.hostconfig import GatewayConfig
-from controller.statusfile import write_atomic
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
+from nfv_gateways.nat import NatConfig, NatTable, SnatRule, Verdict, ip2int
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, csum
+from tianji.southbound import (
+    DnatInfo,
+    Endpoint,
+    GatewayConfig,
+    GatewayConfigDelta,
+    GatewayHeld,
+    GatewayVpc,
+    StaticEip,
+    apply_gateway_delta,
+    vtep_interface,
+)
+from tianji.southbound_client import Southbound
+from tianji.statusfile import write_atomic
 
 log = logging.getLogger("tianji.gateway")
 ETH_P_ALL, ETH_IP, ETH_ARP = 0x0003, 0x0800, 0x0806
@@ -45,6 +58,9 @@ VXLAN_PORT = 4789
 PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "c", "python")
 BCAST = b"\xff" * 6
+
+
+GARP_REPEAT_S = 1.2  # an announcement is repeated once (RFC 5227 sends two): one lost frame does not strand an EIP
 
 
 def mac_bytes(mac: str) -> bytes:
@@ -73,12 +89,57 @@ def vxlan_ip_udp(src: int, dst: int, inner_ip: bytes, vxlan: bytes) -> bytes:
     return bytes(hdr) + udp + vxlan
 
 
-def nat_config(cfg: GatewayConfig) -> NatConfig:
-    snat = tuple(SnatRule(v.vni, r.cidr, tuple(ip2int(e) for e in r.eips)) for v in cfg.vpcs for r in v.snat if r.eips)
-    static = tuple((x.vni, ip2int(x.ip), ip2int(x.eip)) for x in cfg.static)
-    dnat = tuple((ip2int(d.eip), PROTO[d.protocol], d.external_port, d.vni, ip2int(d.ip), d.internal_port)
-                 for d in cfg.dnat)
-    return NatConfig(snat=snat, static=static, dnat=dnat)
+@dataclass(frozen=True)
+class VpcParts:
+    """What one VPC's section contributes, in the forms the NAT table and the data plane take: built once per
+    section received, so that an apply costs the sections that changed, not the 1,000 others."""
+
+    vni: int
+    router_mac: bytes
+    snat: tuple[SnatRule, ...]
+    static: tuple[tuple[int, int, int], ...]
+    dnat: tuple[tuple[int, int, int, int, int, int], ...]
+    endpoints: tuple[tuple[tuple[int, int], tuple[str, bytes, int]], ...]  # (VNI, IP) -> (VTEP, MAC, VTEP as int)
+    packed: tuple[bytes, bytes, bytes, bytes]  # the endpoints as the data plane takes them (set_config)
+
+    def nat(self) -> tuple:
+        """What the NAT table takes from this VPC."""
+        return self.snat, self.static, self.dnat
+
+    def wire(self) -> tuple:
+        """What the data plane takes from this VPC (the packed endpoints follow from `endpoints`)."""
+        return self.endpoints, self.router_mac
+
+
+def parts_of(vpc: GatewayVpc, static: list[StaticEip], dnat: list[DnatInfo], endpoints: list[Endpoint]) -> VpcParts:
+    eps = tuple(((e.vni, ip2int(e.ip)), (e.vtep_ip, mac_bytes(e.mac), ip2int(e.vtep_ip))) for e in endpoints)
+    packed = (array("I", [k[0] for k, _ in eps]).tobytes(), array("I", [k[1] for k, _ in eps]).tobytes(),
+              array("I", [v[2] for _, v in eps]).tobytes(), b"".join(v[1] for _, v in eps))
+    return VpcParts(
+        vpc.vni, mac_bytes(vpc.router_mac),
+        tuple(SnatRule(vpc.vni, r.cidr, tuple(ip2int(e) for e in r.eips)) for r in vpc.snat if r.eips),
+        tuple((x.vni, ip2int(x.ip), ip2int(x.eip)) for x in static),
+        tuple((ip2int(d.eip), PROTO[d.protocol], d.external_port, d.vni, ip2int(d.ip), d.internal_port)
+              for d in dnat),
+        eps, packed)
+
+
+def parts_by_vpc(cfg: GatewayConfig) -> dict[str, VpcParts]:
+    """A whole config's parts, grouped by VPC (a VNI names one VPC)."""
+    static, dnat, eps = defaultdict(list), defaultdict(list), defaultdict(list)
+    for x in cfg.static:
+        static[x.vni].append(x)
+    for d in cfg.dnat:
+        dnat[d.vni].append(d)
+    for e in cfg.endpoints:
+        eps[e.vni].append(e)
+    return {v.id: parts_of(v, static[v.vni], dnat[v.vni], eps[v.vni]) for v in cfg.vpcs}
+
+
+def nat_config(parts: dict[str, VpcParts]) -> NatConfig:
+    ordered = [parts[v] for v in sorted(parts)]
+    return NatConfig(snat=tuple(r for p in ordered for r in p.snat), static=tuple(x for p in ordered for x in p.static),
+                     dnat=tuple(d for p in ordered for d in p.dnat))
 
 
 @dataclass
@@ -94,15 +155,25 @@ class GatewayOptions:
     metrics_port: int = 9477  # Prometheus text on 127.0.0.1 (in the gateway host's namespace)
     config_file: Path | None = None  # standalone: a fixed GatewayConfig instead of the controller (benchmarks, labs)
     macs: tuple[str, str] | None = None  # (underlay, external) instead of reading the interfaces (tests)
+    # a beat this often: the controller moves an instance's EIPs after TIANJI_GATEWAY_DOWN_AFTER of silence
+    # (2 s by default, 0.5 s on the emulated cluster), so failover takes that, a liveness tick, and the propagation
+    beat_interval: float = 0.1
 
 
 class Gateway:
     def __init__(self, o: GatewayOptions, dataplane: object = None) -> None:
         self.o = o
-        self.vtep = str(ipaddress.IPv4Interface(o.vtep_ip if "/" in o.vtep_ip else f"{o.vtep_ip}/24").ip)
-        self.cfg: GatewayConfig | None = None
+        self.api = Southbound(o.controller, o.token)
+        self.vtep = str(vtep_interface(o.vtep_ip).ip)
+        self.revision: int | None = None  # of the config applied
+        self.eips: list[str] = []  # homed here (answered ARP for)
         self.counters: Counter[str] = Counter()
-        self.endpoints: dict[tuple[int, int], tuple[str, bytes]] = {}
+        self.natc: NatConfig | None = None  # the NAT rules applied
+        self.parts: dict[str, VpcParts] = {}  # VPC id -> what its section contributes (applied)
+        self.apply_ms: deque[float] = deque(maxlen=32)  # the last answers: received -> applied
+        self.compile_ms: deque[float] = deque(maxlen=32)  # ... and the controller's time to make them
+        self.garp_again: list[tuple[float, list[str]]] = []  # (when, EIPs) to announce once more (status_loop)
+        self.endpoints: dict[tuple[int, int], tuple[str, bytes, int]] = {}  # (VNI, IP) -> (VTEP, MAC, VTEP)
         self.router_mac: dict[int, bytes] = {}
         self.vteps: set[str] = set()
         self.served: set[int] = set()
@@ -119,7 +190,7 @@ class Gateway:
         else:
             self.table, self.fastpath = self._make_table(NatConfig())
 
-    def _make_table(self, config: NatConfig):  # noqa: ANN202
+    def _make_table(self, config: NatConfig):
         fp = self.o.fastpath
         if fp not in FASTPATHS:
             raise SystemExit(f"--fastpath {fp}: choose one of {', '.join(FASTPATHS)}")
@@ -130,7 +201,7 @@ class Gateway:
                 self.dp = NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if,
                                           self.mac[UL], self.mac[EXT], self.vtep_int, config)
                 return self.dp.nat, f"{backend} (packet I/O and established flows in C, new flows in Python)"
-            except Exception as e:  # noqa: BLE001 - auto goes on to the next backend, and says why
+            except Exception as e:  # auto goes on to the next backend, and says why
                 if fp != "auto":
                     raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e
                 log.warning("fast path %s unavailable: %s", backend, e)
@@ -139,57 +210,116 @@ class Gateway:
                 from nfv_gateways.fastpath import FastNat
 
                 return FastNat(config), "c (sockets; established flows in C, new flows in Python)"
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 if fp == "c":
                     raise
                 log.warning("native fast path unavailable (%s): using the Python path", e)
         return NatTable(config), "python"
 
     # --- controller --------------------------------------------------------------------------------------------
-    def api(self, method: str, path: str, body: object = None, timeout: float = 10) -> tuple[int, object]:
-        req = urllib.request.Request(self.o.controller.rstrip("/") + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": f"Bearer {self.o.token}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                raw = r.read()
-                return r.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as e:
-            if e.code == 304:
-                return 304, None
-            raise
-
     def apply(self, cfg: GatewayConfig) -> None:
+        """Apply a whole config (a config file, tests): what differs from what is held, as apply_parts does."""
+        self.apply_parts(cfg.revision, cfg.eips, cfg.vteps, parts_by_vpc(cfg), whole=True)
+
+    def apply_sections(self, held: GatewayHeld, changed: set[str]) -> None:
+        """Apply a delta's outcome: the sections of `changed` (a VPC whose section went is gone)."""
+        parts = {v: parts_of(x.vpc, x.static, x.dnat, x.endpoints) if (x := held.sections.get(v)) else None
+                 for v in changed}
+        eips = sorted({a for x in held.sections.values() for a in x.eips})
+        self.apply_parts(held.revision, eips, held.vteps, parts, whole=False)
+
+    def apply_parts(self, revision: int, eips: list[str], vteps_cfg: list, new: dict[str, VpcParts | None],
+                    whole: bool) -> None:
+        """Apply what differs from what is held. `new`: VPC id -> its parts (None: gone); `whole`: `new` is every
+        VPC (the others go). The NAT rules are replaced only if a VPC's rules differ (and then only the mappings
+        of the VPCs whose SNAT rules changed are looked at), the data plane's endpoints only if a VPC's endpoints
+        or the VTEPs differ, and a gratuitous ARP goes for each EIP newly homed here, not for every EIP on every
+        change."""
+        first = self.revision is None
+        parts = {} if whole else dict(self.parts)
+        for vid, p in new.items():
+            if p is None:
+                parts.pop(vid, None)
+            else:
+                parts[vid] = p
+        touched = {v for v in parts.keys() | self.parts.keys()
+                   if parts.get(v) is not self.parts.get(v) and parts.get(v) != self.parts.get(v)}
+        def differ(side: Callable[[VpcParts], tuple]) -> bool:
+            return any((side(p) if p else None) != (side(q) if q else None)
+                       for p, q in ((parts.get(v), self.parts.get(v)) for v in touched))
+
+        vteps = {v.ip for v in vteps_cfg}
+        nat_moved = first or differ(VpcParts.nat)
+        moved = first or vteps != self.vteps or differ(VpcParts.wire)
+        old_eips = set(self.eips)
         with self.lock:
-            self.cfg = cfg
-            self.table.update_config(nat_config(cfg))
-            self.endpoints = {(e.vni, ip2int(e.ip)): (e.vtep_ip, mac_bytes(e.mac)) for e in cfg.endpoints}
-            self.router_mac = {v.vni: mac_bytes(v.router_mac) for v in cfg.vpcs}
-            self.vteps = {v.ip for v in cfg.vteps}
-            self.served = {ip2int(e) for e in cfg.eips}
-            if self.dp is not None:
-                self.dp.set_config([ip2int(v) for v in self.vteps], self.router_mac,
-                                   {k: (ip2int(v[0]), v[1]) for k, v in self.endpoints.items()})
+            self.revision, self.eips = revision, eips
+            if nat_moved:
+                self.natc = nat_config(parts)
+                self.table.update_config(self.natc)
+                self.counters["config_nat_applies"] += 1
+            for v in touched:
+                if (q := self.parts.get(v)) is not None:
+                    for k, _ in q.endpoints:
+                        self.endpoints.pop(k, None)
+                    self.router_mac.pop(q.vni, None)
+            for v in touched:
+                if (p := parts.get(v)) is not None:
+                    self.endpoints.update(p.endpoints)
+                    self.router_mac[p.vni] = p.router_mac
+            self.parts, self.vteps = parts, vteps
+            self.served = {ip2int(e) for e in eips}
+            if self.dp is not None and moved:
+                self.dp.set_config([ip2int(v) for v in self.vteps], self.router_mac, [p.packed for p in parts.values()])
+                self.counters["config_endpoint_applies"] += 1
+        self.counters["config_applies"] += 1
         if self.dp is not None:  # resolve the hypervisors' VTEPs before their first packet needs them
             for v in self.vteps - {self.vtep}:
                 if ip2int(v) not in self.arp[UL]:
                     self.send_arp(UL, 1, self.vtep_int, ip2int(v), b"\0" * 6)
-        log.info("config revision %d: %d VPCs, %d EIPs, %d endpoints", cfg.revision, len(cfg.vpcs), len(cfg.eips),
-                 len(cfg.endpoints))
-        for eip in cfg.eips:  # gratuitous ARP: the external segment learns where the EIPs live now
-            self.send_arp(EXT, 2, ip2int(eip), ip2int(eip), BCAST)
+        new_eips = sorted(set(eips) - old_eips)
+        log.info("config revision %d: %d VPCs (%d changed), %d EIPs (%d newly homed here), %d endpoints", revision,
+                 len(parts), len(touched), len(eips), len(new_eips), len(self.endpoints))
+        self.announce(new_eips)
+        if new_eips:
+            self.garp_again.append((time.monotonic() + GARP_REPEAT_S, new_eips))
+
+    def announce(self, eips: list[str], repeat: bool = False) -> None:
+        """Gratuitous ARP for EIPs this instance homes: the external segment learns that they live here now. The
+        request form (RFC 5227 announcement, as `arping -U` sends): Linux overrides an entry with it at once, while
+        a broadcast reply whose target MAC is not the sender's counts as gratuitous only after the locktime."""
+        for eip in eips:
+            if repeat and ip2int(eip) not in self.served:
+                continue  # moved on again meanwhile
+            self.send_arp(EXT, 1, ip2int(eip), ip2int(eip), b"\0" * 6)
+            self.counters["gratuitous_arps"] += 1
 
     def watch_loop(self) -> None:
-        after = -1
+        """Long-poll the controller for the sections (one per VPC) that changed, with the revision and the digest
+        of the config held: the controller answers only when this instance's config differs, so a write
+        elsewhere costs it nothing, and a write in one tenant sends that tenant's section."""
+        held, digest = GatewayHeld(), ""
         while True:
             try:
-                code, body = self.api("GET", f"/v1/gateways/{self.o.name}/config?after={after}&timeout=25", timeout=40)
-                if code == 200:
-                    cfg = GatewayConfig.model_validate(body)
-                    after = cfg.revision
-                    self.apply(cfg)
-            except Exception as e:  # noqa: BLE001 - keep serving with the last config through controller outages
+                r = self.api.poll(f"/v1/gateways/{self.o.name}/config/delta?after={held.revision}&timeout=25"
+                                  + (f"&digest={digest}" if digest else ""))
+                if r.status == 304:
+                    continue
+                got_digest, timing = r.headers.get("X-Tianji-Config-Digest", ""), r.headers.get("Server-Timing", "")
+                t_got = time.perf_counter()
+                d = GatewayConfigDelta.model_validate_json(r.body)
+                self.counters["config_downloads"] += 1
+                out = apply_gateway_delta(held, d)
+                if out is None:  # not on what is held: ask for every section
+                    held, digest = GatewayHeld(), ""
+                    continue
+                held, changed = out
+                digest = got_digest
+                self.apply_sections(held, changed)
+                self.apply_ms.append(round((time.perf_counter() - t_got) * 1000, 2))
+                if "dur=" in timing:
+                    self.compile_ms.append(float(timing.split("dur=")[1].split(";")[0].split(",")[0]))
+            except Exception as e:  # keep serving with the last config through controller outages
                 self.counters["watch_errors"] += 1
                 log.warning("watch: %s", e)
                 time.sleep(1)
@@ -198,18 +328,23 @@ class Gateway:
         while True:
             try:
                 if not self.counters["registered"]:
-                    self.api("POST", "/v1/hosts", {"name": self.o.name, "vtep_ip": self.vtep, "kind": "gateway"})
+                    self.api.register(self.o.name, self.vtep, "gateway")
                     self.counters["registered"] = 1
-                self.api("POST", f"/v1/hosts/{self.o.name}/status", {"ports": {}})
-            except Exception as e:  # noqa: BLE001
+                self.api.beat(self.o.name, {"ports": {}})
+            except Exception as e:
                 self.counters["registered"] = 0
                 log.warning("heartbeat: %s", e)
             self.write_status()
-            time.sleep(0.5)  # the controller moves this instance's EIPs after 2 s of silence
+            time.sleep(self.o.beat_interval)
 
     def status_loop(self) -> None:
         while True:
             self.write_status()
+            now = time.monotonic()
+            due = [eips for at, eips in self.garp_again if at <= now]
+            self.garp_again = [(at, eips) for at, eips in self.garp_again if at > now]
+            for eips in due:
+                self.announce(eips, repeat=True)
             time.sleep(0.5)
 
     def expiry_loop(self) -> None:
@@ -251,7 +386,7 @@ class Gateway:
                 self.from_external(frame)
             elif port == PUNT_TRANSLATED:  # translated by the data plane, VNI and inside IP in the MAC fields
                 self.to_tenant(int.from_bytes(frame[0:4], "big"), int.from_bytes(frame[4:8], "big"), frame[14:])
-        except Exception as e:  # noqa: BLE001 - a malformed packet never takes the gateway down
+        except Exception as e:  # a malformed packet never takes the gateway down
             self.counters["drop_error"] += 1
             log.debug("punted packet: %s", e)
 
@@ -287,7 +422,7 @@ class Gateway:
             data, (src, _port) = self.vx.recvfrom(65535)
             try:
                 self.from_tenant(data, src)
-            except Exception as e:  # noqa: BLE001 - a malformed packet never takes the gateway down
+            except Exception as e:  # a malformed packet never takes the gateway down
                 self.counters["drop_error"] += 1
                 log.debug("tenant packet: %s", e)
 
@@ -310,10 +445,8 @@ class Gateway:
             v = self.table.outbound(vni, buf, time.time())
         if v is None:
             self.counters["drop_nat"] += 1
-        elif v.direction == "out":
-            self.to_external(bytes(buf))
         else:
-            self.to_tenant(v.vni, v.ip, bytes(buf))
+            self.deliver(v, buf)
 
     def ext_loop(self) -> None:
         while True:
@@ -322,7 +455,7 @@ class Gateway:
                 continue
             try:
                 self.from_external(frame)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 self.counters["drop_error"] += 1
                 log.debug("external packet: %s", e)
 
@@ -336,7 +469,16 @@ class Gateway:
         if v is None:
             self.counters["drop_nat_in"] += 1
             return
-        self.to_tenant(v.vni, v.ip, bytes(buf))
+        self.deliver(v, buf)
+
+    def deliver(self, v: Verdict, buf: bytearray) -> None:
+        """Where the NAT said: out to the internet (a translated packet, or an ICMP error the gateway answers with),
+        or into a VPC, whole or as the fragments that fit the VPC's MTU."""
+        if v.direction == "out":
+            self.to_external(bytes(buf))
+            return
+        for pkt in v.fragments or (bytes(buf),):
+            self.to_tenant(v.vni, v.ip, pkt)
 
     def on_arp(self, port: int, frame: bytes) -> None:
         """Learn the sender, release what waited for it, answer for our addresses (EIPs outside, the VTEP inside)."""
@@ -385,48 +527,33 @@ class Gateway:
         if ep is None or vni not in self.router_mac:
             self.counters["drop_no_endpoint"] += 1
             return
-        vtep, mac = ep
+        vtep, mac, vtep_int = ep
         inner = mac + self.router_mac[vni] + struct.pack("!H", ETH_IP) + pkt
         vx = b"\x08\0\0\0" + vni.to_bytes(3, "big") + b"\0" + inner
         if self.dp is None:
             self.vx.sendto(vx, (vtep, VXLAN_PORT))
             self.counters["tx_tenant"] += 1
             return
-        self.resolve_and_send(UL, ip2int(vtep), vxlan_ip_udp(self.vtep_int, ip2int(vtep), pkt, vx), self.vtep_int)
+        self.resolve_and_send(UL, vtep_int, vxlan_ip_udp(self.vtep_int, vtep_int, pkt, vx), self.vtep_int)
 
     # --- status ------------------------------------------------------------------------------------------------
     def status(self) -> dict:
         nat = self.table.counters
-        return {"name": self.o.name, "fastpath": self.fastpath, "revision": self.cfg.revision if self.cfg else None,
-                "eips": self.cfg.eips if self.cfg else [], "mappings": len(getattr(self.table, "ref", self.table)
+        return {"name": self.o.name, "fastpath": self.fastpath, "revision": self.revision,
+                "eips": self.eips, "mappings": len(getattr(self.table, "ref", self.table)
                                                                               .by_inside),
                 "counters": dict(self.counters), "nat": dict(nat), "pid": os.getpid(), "updated": time.time(),
-                "dataplane": self.dp.stats() if self.dp is not None else {}}
+                "dataplane": self.dp.stats() if self.dp is not None else {},
+                "last_applies_ms": list(self.apply_ms), "last_compiles_ms": list(self.compile_ms)}
 
     def write_status(self) -> None:
         write_atomic(self.o.state_dir / f"gateway-{self.o.name}.json", json.dumps(self.status(), indent=1))
 
-    def metrics(self) -> str:
-        """Prometheus text exposition of the counters and table sizes."""
-        st = self.status()
-        lines = ["# TYPE tianji_gateway_mappings gauge", f'tianji_gateway_mappings{{gateway="{self.o.name}"}} '
-                 f'{st["mappings"]}', "# TYPE tianji_gateway_eips gauge",
-                 f'tianji_gateway_eips{{gateway="{self.o.name}"}} {len(st["eips"])}',
-                 "# TYPE tianji_gateway_packets_total counter"]
-        for k, v in sorted(st["counters"].items()):
-            lines.append(f'tianji_gateway_packets_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
-        lines.append("# TYPE tianji_gateway_nat_total counter")
-        for k, v in sorted(st["nat"].items()):
-            lines.append(f'tianji_gateway_nat_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
-        if hasattr(self.table, "stats"):
-            lines.append("# TYPE tianji_gateway_fastpath_total counter")
-            for k, v in self.table.stats().items():
-                lines.append(f'tianji_gateway_fastpath_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
-        if st["dataplane"]:
-            lines.append("# TYPE tianji_gateway_dataplane_total counter")
-            for k, v in st["dataplane"].items():
-                lines.append(f'tianji_gateway_dataplane_total{{gateway="{self.o.name}",counter="{k}"}} {v}')
-        return "\n".join(lines) + "\n"
+    def metrics(self) -> bytes:
+        """Prometheus exposition (prometheus_client: HELP and TYPE lines, escaped labels) of the status."""
+        registry = CollectorRegistry()
+        registry.register(_StatusCollector(self))
+        return generate_latest(registry)
 
     def serve_metrics(self) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -434,10 +561,10 @@ class Gateway:
         gw = self
 
         class Metrics(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's API
-                body = gw.metrics().encode()
+            def do_GET(self) -> None:  # http.server's API
+                body = gw.metrics()
                 self.send_response(200 if self.path in ("/metrics", "/") else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -469,3 +596,30 @@ class Gateway:
             if self.dp is not None:
                 self.dp.close()
             log.info("gateway %s stopped", self.o.name)
+
+
+class _StatusCollector:
+    """The instance's status as metric families, read at each scrape (one source: `Gateway.status`)."""
+
+    COUNTERS = (("tianji_gateway_packets", "the instance's packet and control counters", "counters"),
+                ("tianji_gateway_nat", "the NAT table's counters (the Python reference)", "nat"),
+                ("tianji_gateway_dataplane", "the native data plane's counters", "dataplane"))
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        st, name = self.gw.status(), self.gw.o.name
+        for metric, help_, value in (("tianji_gateway_mappings", "NAT mappings held", st["mappings"]),
+                                     ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
+            g = GaugeMetricFamily(metric, help_, labels=["gateway"])
+            g.add_metric([name], value)
+            yield g
+        sources = [(m, h, st.get(k) or {}) for m, h, k in self.COUNTERS]
+        if hasattr(self.gw.table, "stats"):
+            sources.append(("tianji_gateway_fastpath", "the C NAT fast path's counters", self.gw.table.stats()))
+        for metric, help_, values in sources:
+            c = CounterMetricFamily(metric, help_, labels=["gateway", "counter"])
+            for k, v in sorted(values.items()):
+                c.add_metric([name, k], v)
+            yield c

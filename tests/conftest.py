@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
-import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
-from sqlalchemy import create_engine, func, select, text
+from hypothesis import settings as hypothesis_settings
 
-from controller import models as m
-from controller.app import create_app
-from controller.client import Client
 from controller.db import Database
-from controller.settings import Settings
+from tests.support.controller import Controller, PgDatabase, free_port
 
-PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+__all__ = ["Controller", "PgDatabase", "free_port", "backends", "pg_wanted", "served"]
+
+# Property tests assert behaviour, not speed: with the emulated cluster busy on two cores an example can take
+# longer than hypothesis's 200 ms deadline, which failed test_ipam once.
+hypothesis_settings.register_profile("tianji", deadline=None)
+hypothesis_settings.load_profile("tianji")
 
 
 def pg_wanted() -> bool:
@@ -34,96 +31,28 @@ def pg_wanted() -> bool:
     return False
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PgDatabase:
-    """A throwaway PostgreSQL database for one test."""
-
-    def __init__(self) -> None:
-        self.name = f"tianji_test_{uuid.uuid4().hex[:10]}"
-        self.admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        try:
-            with self.admin.connect() as c:
-                c.execute(text(f'CREATE DATABASE "{self.name}"'))
-        except Exception as e:  # noqa: BLE001
-            pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is needed for this test and is not usable: {e}. "
-                        "Start PostgreSQL with trust auth on 127.0.0.1:5432, or run with TIANJI_TEST_PG=0 "
-                        "outside CI to run the SQLite half only.")
-        self.url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + self.name
-
-    def drop(self) -> None:
-        with self.admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
-        self.admin.dispose()
-
-
-class Controller:
-    """A controller process-equivalent: the real app served by uvicorn on a free port, in a thread."""
-
-    def __init__(self, state_dir: Path, database_url: str | None, host_down_after: float = 15.0,
-                 listen: str = "127.0.0.1", port: int | None = None) -> None:
-        self.settings = Settings.from_env(state_dir=state_dir, database_url=database_url,
-                                          host_down_after=host_down_after)
-        self.app = create_app(self.settings, announce_token=False)
-        self.db = self.app.state.db
-        self.admin_token = self.app.state.admin_token
-        self.port = port or free_port()
-        self.listen = listen
-        self.url = f"http://{'127.0.0.1' if listen == '0.0.0.0' else listen}:{self.port}"
-        cfg = uvicorn.Config(self.app, host=listen, port=self.port, log_level="warning", lifespan="on",
-                             timeout_graceful_shutdown=1)
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 15
-        while not self.server.started:
-            if time.time() > deadline or not self.thread.is_alive():
-                raise RuntimeError("controller did not start")
-            time.sleep(0.02)
-        self.admin = Client(self.url, self.admin_token)
-
-    def tenant(self, name: str | None = None) -> Client:
-        t = self.admin.post("/v1/tenants", {"name": name or f"t-{uuid.uuid4().hex[:8]}"})
-        c = Client(self.url, t["token"])
-        c.tenant_id = t["id"]  # type: ignore[attr-defined]
-        return c
-
-    def raw(self, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
-
-    def snapshot(self) -> dict[str, int]:
-        """Row counts of every table and the revision: equal before and after a refused request."""
-        with self.db.read() as s:
-            counts = {t.name: s.execute(select(func.count()).select_from(t)).scalar()
-                      for t in m.Base.metadata.sorted_tables}
-            counts["revision"] = s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar()
-            return counts
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.db.engine.dispose()
-
 
 def backends() -> list[str]:
     return ["sqlite", "postgres"] if pg_wanted() else ["sqlite"]
 
 
-@pytest.fixture(params=backends())
-def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Controller]:
-    pg = PgDatabase() if request.param == "postgres" else None
-    c = Controller(tmp_path / "state", pg.url if pg else None)
+@contextmanager
+def served(backend: str, tmp_path: Path, **settings: object) -> Iterator[Controller]:
+    """A controller with these settings on `backend` (a throwaway PostgreSQL database, or SQLite in tmp_path)."""
+    pg = PgDatabase() if backend == "postgres" else None
+    c = Controller(tmp_path / "state", pg.url if pg else None, **settings)
     try:
         yield c
     finally:
         c.stop()
         if pg:
             pg.drop()
+
+
+@pytest.fixture(params=backends())
+def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Controller]:
+    with served(request.param, tmp_path) as c:
+        yield c
 
 
 @pytest.fixture(params=backends())
@@ -144,10 +73,5 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 def pg_controller(tmp_path: Path) -> Iterator[Controller]:
     if not pg_wanted():  # fails under CI=true
         pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0): see the warning printed by make test")
-    pg = PgDatabase()
-    c = Controller(tmp_path / "state", pg.url)
-    try:
+    with served("postgres", tmp_path) as c:
         yield c
-    finally:
-        c.stop()
-        pg.drop()

@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controller.client import ApiFailure, Client
-from controller.statusfile import write_atomic
+from tianji.statusfile import write_atomic
 from topologies.hosts import dhclient_pid, read_status
 
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
-CONTROLLER_ENV = os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": "1.5"}  # NAT instances fail over fast
+def controller_env() -> dict[str, str]:
+    """NAT instances fail over fast here: five beats (TIANJI_GATEWAY_BEAT, 0.1 s) of silence (overridable)."""
+    return os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": os.environ.get("TIANJI_GATEWAY_DOWN_AFTER", "0.5")}
 EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
 DEFAULT_STATE = Path("/run/tianji-cluster")
 _SAVE_LOCK = threading.Lock()
@@ -53,7 +55,8 @@ class State:
     controller_url: str = ""
     controller_port: int = 0
     admin_token: str = ""
-    host_token: str = ""
+    host_tokens: dict[str, str] = field(default_factory=dict)  # one credential per host, bound to it
+    orchestrator_token: str = ""  # binds ports to hypervisors, as Nova or a CNI plugin would
     netns: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # root-namespace bridges and interfaces
     pids: list[int] = field(default_factory=list)
@@ -101,7 +104,7 @@ class Cluster:
     # --- bring-up ------------------------------------------------------------------------------------------
     @classmethod
     def up(cls, topology: str = "small", *, name: str = "tj", state_dir: Path = DEFAULT_STATE,
-           database_url: str | None = None, progress=print) -> Cluster:  # noqa: ANN001
+           database_url: str | None = None, progress=print) -> Cluster:
         from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
@@ -133,7 +136,7 @@ class Cluster:
             cdir.mkdir(parents=True, exist_ok=True)
             with open(sdir / "controller.log", "ab") as log:
                 p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=CONTROLLER_ENV)
+                                     env=controller_env())
             st.pids.append(p.pid)
             st.controller_port, st.controller_url = port, f"http://127.0.0.1:{port}"
             st.save()
@@ -207,14 +210,19 @@ class Cluster:
             # OVS and agents on every hypervisor, then wait until every agent has reported in
             admin = c._admin(wait=True)
             st.admin_token = admin.http.headers["Authorization"].split()[1]
-            st.host_token = admin.post("/v1/host-tokens", {"name": f"{name}-agents"})["token"]
+            st.orchestrator_token = admin.post("/v1/orchestrator-tokens", {"name": "orchestrator"})["token"]
+            for hv_name in hvs:
+                st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
+            for n, i in st.nodes.items():
+                if i["role"] == "gateway":
+                    st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway"})["token"]
             st.save()
             for hv_name, hv in hvs.items():
                 info = st.hypervisors[hv_name]
                 st.pids += hv.start_ovs(Path(info["rundir"]))
                 st.save()
                 url = f"http://{MGMT_NET.network_address + 1}:{port}"
-                info["agent_pid"] = hv.start_agent(TIANJI, url, st.host_token, info["vtep"], "ul0",
+                info["agent_pid"] = hv.start_agent(TIANJI, url, st.host_tokens[hv_name], info["vtep"], "ul0",
                                                    sdir / "agents", sdir / f"agent-{hv_name}.log")
                 st.pids.append(info["agent_pid"])
                 st.save()
@@ -253,6 +261,11 @@ class Cluster:
     def admin(self) -> Client:
         return Client(self.state.controller_url, self.state.admin_token)
 
+    @property
+    def orchestrator(self) -> Client:
+        """Binds ports to hypervisors (`PATCH /v1/ports/{id} {"host": ...}`), as Nova or a CNI plugin would."""
+        return Client(self.state.controller_url, self.state.orchestrator_token)
+
     def agent_status(self, hv: str) -> dict:
         return read_status(Path(self.state.dir) / "agents" / f"agent-{hv}.json")
 
@@ -279,7 +292,7 @@ class Cluster:
                 time.sleep(0.02)
 
     # --- nodes ---------------------------------------------------------------------------------------------
-    def hypervisor(self, name: str):  # noqa: ANN201
+    def hypervisor(self, name: str):
         from topologies.nodes import HypervisorNode
 
         info = self.state.hypervisors[name]
@@ -361,8 +374,9 @@ class Cluster:
         info = st.nodes[name]
         cmd = ["ip", "netns", "exec", info["ns"], TIANJI, "gateway", "run", "--role", "nat", "--name", name,
                "--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
-               st.host_token, "--underlay-if", "ul0", "--vtep-ip", info["underlay_ip"], "--external-if", "ext0",
-               "--state-dir", str(Path(st.dir) / "gateways")]
+               st.host_tokens[name], "--underlay-if", "ul0", "--vtep-ip", info["underlay_ip"], "--external-if", "ext0",
+               "--state-dir", str(Path(st.dir) / "gateways"), "--beat-interval",
+               os.environ.get("TIANJI_GATEWAY_BEAT", "0.1")]
         with open(Path(st.dir) / f"gateway-{name}.log", "ab") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         info["pid"] = p.pid
@@ -409,7 +423,7 @@ class Cluster:
         info = st.hypervisors[hv]
         node = self.hypervisor(hv)
         url = f"http://{MGMT_NET.network_address + 1}:{st.controller_port}"
-        pid = node.start_agent(TIANJI, url, st.host_token, info["vtep"], "ul0", Path(st.dir) / "agents",
+        pid = node.start_agent(TIANJI, url, st.host_tokens[hv], info["vtep"], "ul0", Path(st.dir) / "agents",
                                Path(st.dir) / f"agent-{hv}.log")
         node.terminate()
         info["agent_pid"] = pid
@@ -429,7 +443,7 @@ class Cluster:
                str(Path(st.dir) / "controller"), "--host-down-after", "6", "--log-level", "warning"]
         with open(Path(st.dir) / "controller.log", "ab") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env=CONTROLLER_ENV)
+                                 env=controller_env())
         st.pids[0] = p.pid
         st.save()
         self._admin(wait=True)

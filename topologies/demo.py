@@ -61,6 +61,7 @@ def main() -> None:
         acme = tj(env, "tenant", "create", "acme", show=False)
         globex = tj(env, "tenant", "create", "globex", show=False)
         ea, eg = env | {"TIANJI_TOKEN": acme["token"]}, env | {"TIANJI_TOKEN": globex["token"]}
+        eo = env | {"TIANJI_TOKEN": c.state.orchestrator_token}
         nets = {}
         for label, e in (("acme", ea), ("globex", eg)):
             vpc = tj(e, "vpc", "create", "prod", "--cidr", "10.0.0.0/16", show=False)
@@ -96,8 +97,9 @@ def main() -> None:
         vms = {}
         for tenant, name, sn, host, ip, sg in plan:
             e = ea if tenant == "acme" else eg
-            args = ["port", "create", name, "--subnet", sn["id"], "--host", host, "--ip", ip]
+            args = ["port", "create", name, "--subnet", sn["id"], "--ip", ip]
             port = tj(e, *args + (["--sg", sg] if sg else []), show=False)
+            tj(eo, "port", "bind", port["id"], host, show=False)  # the orchestrator places the VM, as Nova would
             vm = c.vm_add(port["id"], f"{tenant[0]}{name}", dhcp=True)
             vms[f"{tenant}/{name}"] = vm
             console.print(f"  {tenant}/{name:5} on {host}: {vm['ip']} (DHCP)")

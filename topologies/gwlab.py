@@ -40,10 +40,44 @@ class GatewayLab:
         self.proc: subprocess.Popen | None = None
         self.dir = Path(f"/run/tianji-lab/{prefix}")
         self.kind = ""
+        self.name = "lab"
 
     # --- plumbing ----------------------------------------------------------------------------------------------
     def up(self, kind: str, fastpath: str = "auto") -> GatewayLab:
         """kind: 'kernel' (the nftables baseline) or 'tianji' (a gateway instance with `fastpath`)."""
+        self.plumb(kind)
+        if kind == "kernel":
+            self._kernel_gateway()
+        else:
+            self._tianji_gateway(fastpath)
+        return self
+
+    def up_with_controller(self, url_port: int, token: str, fastpath: str = "auto", name: str = "gw1",
+                           eips: str = "203.0.113.0/24") -> GatewayLab:
+        """A gateway instance watching a controller that listens on every address at `url_port` of the root
+        namespace (reached over a management veth, 10.250.0.1), EIPs from `eips` on-link at the server."""
+        self.plumb("tianji")
+        sh("ip", "link", "add", f"{self.gw}m", "type", "veth", "peer", "name", "mgmt0", "netns", self.gw)
+        sh("ip", "addr", "add", "10.250.0.1/30", "dev", f"{self.gw}m")
+        sh("ip", "link", "set", f"{self.gw}m", "up")
+        sh("ip", "-n", self.gw, "addr", "add", "10.250.0.2/30", "dev", "mgmt0")
+        sh("ip", "-n", self.gw, "link", "set", "mgmt0", "up")
+        sh("ip", "-n", self.server, "route", "add", eips, "dev", "eth0")
+        self.name = name
+        self._start(fastpath, "--controller", f"http://10.250.0.1:{url_port}", "--token", token)
+        return self
+
+    def _start(self, fastpath: str, *source: str) -> None:
+        """A tianji gateway instance on the lab's interfaces; `source`: where its config comes from."""
+        self.log = self.dir / "gateway.log"
+        cmd = ["ip", "netns", "exec", self.gw, TIANJI, "gateway", "run", "--role", "nat", "--name", self.name,
+               "--underlay-if", "ul0", "--vtep-ip", f"{GW_VTEP}/24", "--external-if", "ext0", "--fastpath", fastpath,
+               *source, "--state-dir", str(self.dir)]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def plumb(self, kind: str) -> None:
+        """The three namespaces, their links and the client's kernel VXLAN device."""
         self.kind = kind
         self.down()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -69,11 +103,6 @@ class GatewayLab:
            "permanent")
         sh("ip", "-n", self.client, "route", "add", "default", "via", ROUTER_IP)
         sh("ip", "-n", self.server, "route", "add", "203.0.113.0/24", "dev", "eth0")  # EIPs are on-link
-        if kind == "kernel":
-            self._kernel_gateway()
-        else:
-            self._tianji_gateway(fastpath)
-        return self
 
     def _kernel_gateway(self) -> None:
         g = self.gw
@@ -103,12 +132,7 @@ class GatewayLab:
     def _tianji_gateway(self, fastpath: str) -> None:
         cfg = self.dir / "config.json"
         cfg.write_text(json.dumps(self.config()))
-        self.log = self.dir / "gateway.log"
-        cmd = ["ip", "netns", "exec", self.gw, TIANJI, "gateway", "run", "--name", "lab", "--underlay-if", "ul0",
-               "--vtep-ip", f"{GW_VTEP}/24", "--external-if", "ext0", "--fastpath", fastpath, "--config-file",
-               str(cfg), "--state-dir", str(self.dir)]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._start(fastpath, "--config-file", str(cfg))
         deadline = time.time() + 30
         while time.time() < deadline:
             st = self.status()
@@ -120,7 +144,7 @@ class GatewayLab:
         raise RuntimeError(f"lab gateway did not start; log:\n{self.log.read_text()[-2000:]}")
 
     def status(self) -> dict:
-        return read_status(self.dir / "gateway-lab.json")
+        return read_status(self.dir / f"gateway-{self.name}.json")
 
     def down(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -131,7 +155,8 @@ class GatewayLab:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(5)
         self.proc = None
-        (self.dir / "gateway-lab.json").unlink(missing_ok=True)
+        (self.dir / f"gateway-{self.name}.json").unlink(missing_ok=True)
+        sh("ip", "link", "del", f"{self.gw}m", check=False)
         for n in (self.client, self.gw, self.server):
             sh("ip", "netns", "del", n, check=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -64,20 +65,40 @@ def start_private_ovs(ns: str, rundir: Path) -> list[int]:
     """A private ovsdb-server + ovs-vswitchd (userspace datapath) inside namespace `ns`, with its own run
     directory: one per emulated hypervisor (only one userspace ovs-vswitchd can run per namespace)."""
     rundir.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
     db = rundir / "conf.db"
     if not db.exists():
         sh("ovsdb-tool", "create", str(db), "/usr/share/openvswitch/vswitch.ovsschema")
-    sh("ovsdb-server", str(db), f"--remote=punix:{rundir}/db.sock", "--detach", "--no-chdir",
-       f"--pidfile={rundir}/ovsdb-server.pid", f"--log-file={rundir}/ovsdb-server.log", "-vconsole:off", ns=ns, env=env)
-    sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init", ns=ns, env=env)
-    sh("ovs-vswitchd", f"unix:{rundir}/db.sock", "--detach", "--no-chdir", f"--pidfile={rundir}/ovs-vswitchd.pid",
-       f"--log-file={rundir}/ovs-vswitchd.log", "-vconsole:off", ns=ns, env=env)
+    start_ovs_daemon("ovsdb-server", ns, rundir)
+    sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init", ns=ns, env=ovs_env(rundir))
+    start_ovs_daemon("ovs-vswitchd", ns, rundir)
     return ovs_pids(rundir)
+
+
+def start_ovs_daemon(which: str, ns: str, rundir: Path) -> None:
+    """ovsdb-server or ovs-vswitchd of a private OVS instance, detached, its pid in RUNDIR/WHICH.pid."""
+    first = [str(rundir / "conf.db"), f"--remote=punix:{rundir}/db.sock"] if which == "ovsdb-server" \
+        else [f"unix:{rundir}/db.sock"]
+    sh(which, *first, "--detach", "--no-chdir", f"--pidfile={rundir}/{which}.pid", f"--log-file={rundir}/{which}.log",
+       "-vconsole:off", ns=ns, env=ovs_env(rundir))
+
+
+def ovs_env(rundir: Path) -> dict[str, str]:
+    return os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
 
 
 def ovs_pids(rundir: Path) -> list[int]:
     return [int((rundir / p).read_text()) for p in ("ovsdb-server.pid", "ovs-vswitchd.pid") if (rundir / p).exists()]
+
+
+def wait_gone(pid: int, deadline: float) -> bool:
+    """Wait until process `pid` has exited or `deadline` (time.time()) has passed; whether it is gone."""
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 @dataclass
@@ -108,13 +129,7 @@ class Record:
                 pass
         deadline = time.time() + 3
         for pid in self.pids:
-            while time.time() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            else:
+            if not wait_gone(pid, deadline):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -145,6 +160,21 @@ class Hypervisor:
     def ofctl(self, *args: str) -> str:
         return sh("ovs-ofctl", "-O", "OpenFlow13", *args, ns=self.ns,
                   env=os.environ | {"OVS_RUNDIR": str(self.rundir)}).stdout
+
+    def against_computed(self, config: dict, zones_file: Path) -> tuple[set[int], set[int], dict[str, int]]:
+        """(cookies computed from scratch, cookies on the switch, plugged ports): the flows `compute_flows` gives
+        for the controller's config (`config`: its JSON) and the switch's interfaces, which the incremental agent
+        must have arrived at, next to what br-int holds."""
+        from tianji.southbound import HostConfig
+        from vswitch_agent.flows import compute_flows
+        from vswitch_agent.ovsdb import Ovsdb
+
+        ofports, tunnel = Ovsdb(str(self.rundir)).interfaces()
+        zones = json.loads(zones_file.read_text())
+        want = {f.cookie for f in compute_flows(HostConfig.model_validate(config), ofports, tunnel, zones)}
+        have = {int(c, 16) for c in re.findall(r"cookie=(0x[0-9a-f]+)", self.ofctl("dump-flows", "br-int",
+                                                                                   "--no-stats"))}
+        return want, have, ofports
 
 
 @dataclass
@@ -244,6 +274,22 @@ class Fabric:
             except ChildProcessError:
                 pass
             hv.agent_pid = None
+
+    def restart_ovs(self, hv: Hypervisor, which: str = "ovs-vswitchd", sig: int = signal.SIGKILL) -> None:
+        """Kill one of a hypervisor's OVS daemons (by its pid file) and start it again, as a crash and a restart
+        by systemd would. ovs-vswitchd comes back with no flows; ovsdb-server with the database as it was."""
+        pidfile = hv.rundir / f"{which}.pid"
+        old = int(pidfile.read_text())
+        try:
+            os.kill(old, sig)
+        except ProcessLookupError:
+            pass
+        wait_gone(old, time.time() + 5)
+        pidfile.unlink(missing_ok=True)
+        start_ovs_daemon(which, hv.ns, hv.rundir)
+        new = int(pidfile.read_text())
+        self.rec.pids = [new if p == old else p for p in self.rec.pids]
+        self.rec.save()
 
     def agent_status(self, hv: Hypervisor) -> dict:
         return read_status(self.base / "agents" / f"agent-{hv.name}.json")

@@ -34,7 +34,7 @@ class NamespaceNode(Host):
         self.nsname = nsname or name
         super().__init__(name, inNamespace=True, **params)
 
-    def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's API
+    def startShell(self, mnopts: str | None = None) -> None:  # Mininet's API
         if not netns_exists(self.nsname):
             subprocess.run(["ip", "netns", "add", self.nsname], check=True)
             subprocess.run(["ip", "-n", self.nsname, "link", "set", "lo", "up"], check=True)
@@ -130,6 +130,6 @@ class Segment(Switch):
             if intf.name != "lo":
                 subprocess.run(["ip", "link", "set", intf.name, "master", self.name, "up"], check=True)
 
-    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's API
+    def stop(self, deleteIntfs: bool = True) -> None:  # Mininet's API
         subprocess.run(["ip", "link", "del", self.name], check=False)
         super().stop(deleteIntfs)

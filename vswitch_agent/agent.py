@@ -1,17 +1,22 @@
-"""The agent: register, heartbeat, watch the controller, and reconcile br-int, over and over.
+"""The agent: register, heartbeat, watch the controller and the switch's interfaces, and keep br-int programmed.
 
-Level-triggered: every pass computes the full desired flow set from the latest HostConfig and the plugged
-interfaces, reads the installed flows back, and applies only the difference. Nothing is flushed on start,
-on a controller outage or on a switch reconnect, so traffic keeps flowing while the agent catches up.
-Runs inside os-ken (eventlet): the switch connects to the embedded OpenFlow controller on 127.0.0.1.
+Incremental and level-triggered at once. A change (a config delta naming the VPCs it touched, a VIF plugged or
+unplugged, seen through an OVSDB monitor) rebuilds the flows of those objects only (`engine.FlowEngine`), and the
+difference goes to the switch as one atomic bundle. Nothing is read back for a change: the agent knows what it
+installed. Reading back is the audit's job, in the background (`switch.Session`): chunk by chunk, rate-limited,
+and at full speed right after every (re)connect, so whatever happened to the switch meanwhile (an ovs-vswitchd
+restart that lost every flow, flows deleted or edited by hand) is put right. Nothing is flushed on start, on a
+controller outage or on a switch reconnect, so traffic keeps flowing while the agent catches up.
+Runs inside os-ken, on its native-thread hub: the switch connects to the embedded OpenFlow controller on 127.0.0.1.
+Each loop (watch, OVSDB monitor, program, heartbeat) is a thread; os-ken's event thread runs the OpenFlow handlers.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,11 +30,14 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta
-from controller.statusfile import write_atomic
-from vswitch_agent import dhcp, openflow
-from vswitch_agent.flows import Flow, compute_flows
-from vswitch_agent.ovsdb import Ovsdb
+from tianji.southbound import HostConfig, HostConfigDelta, apply_delta, vtep_interface
+from tianji.southbound_client import Southbound
+from tianji.statusfile import write_atomic
+from vswitch_agent import dhcp, icmp, openflow
+from vswitch_agent.engine import FlowEngine
+from vswitch_agent.osken_compat import wake_sender_when_receive_ends
+from vswitch_agent.ovsdb import InterfaceTable, Ovsdb, monitor_command
+from vswitch_agent.switch import VERIFY_MAX, Session, SwitchGone, audit_chunk, n_chunks, take_baselines
 
 log = logging.getLogger("tianji.agent")
 
@@ -45,12 +53,17 @@ class AgentOptions:
     datapath: str = "netdev"
     of_port: int = 6653
     state_dir: Path = field(default_factory=lambda: Path("/run/tianji"))
-    audit_interval: float = 2.0
+    audit_interval: float = 2.0  # shortest time for a whole audit sweep (small hosts)
+    # the audit yields to changes: no chunk (a walk of every flow in the switch, which a change would queue behind)
+    # within audit_quiet seconds of a change, but it never waits more than audit_max_defer seconds
+    audit_quiet: float = 0.5
+    audit_max_defer: float = 5.0
+    audit_rate: float = 500_000.0  # flows the switch walks per second for the audit, after a connection's first sweep
     heartbeat_interval: float = 2.0
 
     @property
     def vtep_addr(self) -> str:
-        return str(ipaddress.IPv4Interface(self.vtep_ip).ip)
+        return str(vtep_interface(self.vtep_ip).ip)
 
 
 def status_path(state_dir: Path, host: str) -> Path:
@@ -68,8 +81,12 @@ class ZoneMap:
         except (OSError, ValueError):
             self.zones = {}
         self.saved = dict(self.zones)  # what the file holds: written only when the map changes
+        self._last: tuple[frozenset, dict[str, int]] | None = None
 
     def assign(self, vpc_ids: set[str], vnis: dict[str, int]) -> dict[str, int]:
+        key = frozenset(vpc_ids)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
         result: dict[str, int] = {}
         for vid in sorted(vpc_ids):  # keep what was assigned before
             z = self.zones.get(vid)
@@ -86,48 +103,8 @@ class ZoneMap:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.zones))
             self.saved = dict(self.zones)
+        self._last = (key, result)
         return result
-
-
-class Flag:
-    """A wake-up flag polled on the hub. (os-ken's hub.Event.wait(timeout) never returns with the eventlet
-    release this project pins, so timeouts are done by sleeping in small steps.)"""
-
-    def __init__(self) -> None:
-        self.value = False
-
-    def set(self) -> None:
-        self.value = True
-
-    def clear(self) -> None:
-        self.value = False
-
-    def wait(self, timeout: float, step: float = 0.005) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.value and time.monotonic() < deadline:
-            hub.sleep(step)
-        return self.value
-
-
-class ControllerApi:
-    """urllib (green under eventlet) rather than httpx: the agent's whole I/O runs on os-ken's hub."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url, self.token = url.rstrip("/"), token
-
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {self.token}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                raw = r.read()
-                return r.status, (json.loads(raw) if raw else None)
-        except urllib.error.HTTPError as e:
-            if e.code == 304:
-                return 304, None
-            raise
 
 
 class AgentApp(app_manager.OSKenApp):
@@ -137,28 +114,32 @@ class AgentApp(app_manager.OSKenApp):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         o = self.opts = AgentApp.options
-        self.api = ControllerApi(o.controller, o.token)
-        self.ovsdb = Ovsdb(o.ovs_rundir)
+        self.api = Southbound(o.controller, o.token)
         self.zones = ZoneMap(o.state_dir / f"zones-{o.host}.json")
-        self.dp: Any = None
+        self.engine = FlowEngine()
+        self.session: Session | None = None  # the current OpenFlow connection
         self.cfg: HostConfig | None = None
+        self.hints: set[str] | None = None  # VPCs to rebuild at the next pass; None: everything
         self.ofports: dict[str, int] = {}
         self.tunnel_ofport: int | None = None
         self.ifaces_known = False
-        self.installed: dict[int, str] = {}  # cookie -> fingerprint, from the last read-back
-        self.baseline: dict[int, str] = {}  # cookie -> fingerprint as first seen after we installed it
-        self.stats_acc: list = []
-        self.stats_done = Flag()
-        self.wake = Flag()
+        self.baseline: dict[int, int] = {}  # cookie -> hash of its bytes as first read back (audit)
+        self.audit_pos = 0
+        self.audit_next = 0.0
+        self.last_change = self.last_chunk = 0.0  # monotonic: when a change was programmed, a chunk read back
+        self.verify: set[int] = set()  # cookies just installed, read back at once to take their baseline
+        self.wake = threading.Event()
+        self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
+        self.hints_lock = threading.Lock()  # the watch and OVSDB threads add hints; the program thread takes them
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
-                                      "started": time.time(), "reconciles": 0, "flow_adds": 0, "flow_deletes": 0,
-                                      "drops": {}, "ports": {}}
-        self.by_cookie: dict[int, Flow] = {}
+                                      "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
+                                      "audit_repairs": 0, "audit_sweeps": 0, "connects": 0, "drops": {},
+                                      "ports": {}, "last_change_ms": None}
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> Any:
         t = super().start()
-        for fn in (self._watch_loop, self._ovsdb_loop, self._reconcile_loop, self._heartbeat_loop):
+        for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop):
             self.threads.append(hub.spawn(self._forever, fn))
         return t
 
@@ -166,7 +147,7 @@ class AgentApp(app_manager.OSKenApp):
         while True:
             try:
                 fn()
-            except Exception as e:  # noqa: BLE001 - a loop must survive anything and retry
+            except Exception as e:  # a loop must survive anything and retry
                 self._error(f"{fn.__name__}: {e}")
                 hub.sleep(1.0)
 
@@ -174,10 +155,22 @@ class AgentApp(app_manager.OSKenApp):
         log.warning(msg)
         self.state["last_error"] = {"at": time.time(), "message": msg}
 
+    def _hint(self, vpcs: set[str] | None) -> None:
+        with self.hints_lock:
+            if vpcs is None or self.hints is None:
+                self.hints = None
+            else:
+                self.hints |= vpcs
+        self.wake.set()
+
+    def _take_hints(self) -> set[str] | None:
+        with self.hints_lock:
+            hints, self.hints = self.hints, set()
+        return hints
+
     # --- controller ----------------------------------------------------------------------------------------
     def _register(self) -> None:
-        self.api.call("POST", "/v1/hosts", {"name": self.opts.host, "vtep_ip": self.opts.vtep_addr,
-                                            "kind": "hypervisor"})
+        self.api.register(self.opts.host, self.opts.vtep_addr, "hypervisor")
         log.info("registered host %s (VTEP %s) with %s", self.opts.host, self.opts.vtep_addr, self.opts.controller)
 
     def _watch_loop(self) -> None:
@@ -185,10 +178,11 @@ class AgentApp(app_manager.OSKenApp):
         after = -1
         while True:
             # the delta form: a change in one VPC sends that VPC's sections, not the host's whole config
-            code, body = self.api.call("GET", f"/v1/hosts/{self.opts.host}/config/delta?after={after}&timeout=25",
-                                       timeout=40)
-            if code == 200 and body is not None:
-                delta = HostConfigDelta.model_validate(body)
+            got = self.api.poll(f"/v1/hosts/{self.opts.host}/config/delta?after={after}&timeout=25")
+            code, body = got.status, got.body
+            if code == 200 and body:
+                # parsed straight from the bytes: no intermediate dicts (a whole config at 20,000 ports is 10 MB)
+                delta = HostConfigDelta.model_validate_json(body)
                 cfg = apply_delta(self.cfg if after >= 0 else None, delta)
                 if cfg is None:  # the delta does not fit what we hold: start again from a whole config
                     log.warning("config delta %d -> %d does not apply; asking for the whole config", delta.base,
@@ -200,18 +194,17 @@ class AgentApp(app_manager.OSKenApp):
                 log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,
                          "whole" if delta.base < 0 else f"{len(delta.changed_vpcs)} VPC(s) changed", len(cfg.ports),
                          len(cfg.vpcs), len(cfg.endpoints))
-                self.wake.set()
+                self._hint(None if delta.base < 0 else set(delta.changed_vpcs))
 
     def _heartbeat_loop(self) -> None:
         while True:
             ports = {}
             if self.cfg is not None and self.ifaces_known:
-                ports = {p.id: ("UP" if p.id in self.ofports and self.dp is not None else "DOWN")
-                         for p in self.cfg.ports}
+                up = self.session is not None and self.session.swept
+                ports = {p.id: ("UP" if up and p.id in self.ofports else "DOWN") for p in self.cfg.ports}
             self.state["ports"] = ports
             try:
-                self.api.call("POST", f"/v1/hosts/{self.opts.host}/status",
-                              {"ports": ports, "revision_applied": self.state["revision"]})
+                self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]})
             except urllib.error.HTTPError as e:
                 if e.code == 404:  # the controller forgot us (fresh database): register again
                     self._register()
@@ -220,136 +213,226 @@ class AgentApp(app_manager.OSKenApp):
             self._write_status()
             hub.sleep(self.opts.heartbeat_interval)
 
-    # --- OVSDB ---------------------------------------------------------------------------------------------
+    # --- OVSDB: interfaces, pushed by a monitor ------------------------------------------------------------
     def _ovsdb_loop(self) -> None:
-        while True:
-            ports, tunnel = self.ovsdb.interfaces()
-            if (ports, tunnel) != (self.ofports, self.tunnel_ofport) or not self.ifaces_known:
-                added = set(ports) - set(self.ofports)
-                removed = set(self.ofports) - set(ports)
-                if added or removed:
-                    log.info("interfaces: plugged %s, unplugged %s", sorted(added), sorted(removed))
-                self.ofports, self.tunnel_ofport, self.ifaces_known = ports, tunnel, True
-                self.wake.set()
-            hub.sleep(0.1)
+        import subprocess
 
-    # --- OpenFlow ------------------------------------------------------------------------------------------
+        table = InterfaceTable()
+        proc = subprocess.Popen(monitor_command(self.opts.ovs_rundir), stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        fd = proc.stdout.fileno()
+        pending = b""
+        try:
+            while True:
+                data = os.read(fd, 1 << 20)  # this thread waits for the monitor's output
+                if not data:
+                    break
+                *lines, pending = (pending + data).split(b"\n")
+                if any([table.feed(line.decode()) for line in lines]):
+                    self._interfaces(*table.interfaces())
+        finally:
+            proc.kill()
+            proc.wait()
+        self._error("OVSDB monitor ended (ovsdb-server restarted?); starting it again")
+        hub.sleep(0.5)
+
+    def _interfaces(self, ports: dict[str, int], tunnel: int | None) -> None:
+        if (ports, tunnel) == (self.ofports, self.tunnel_ofport) and self.ifaces_known:
+            return
+        changed = {p for p in set(ports) | set(self.ofports) if ports.get(p) != self.ofports.get(p)}
+        plugged = sorted(set(ports) - set(self.ofports))
+        unplugged = sorted(set(self.ofports) - set(ports))
+        if plugged or unplugged:
+            log.info("interfaces: plugged %s, unplugged %s", plugged[:20], unplugged[:20])
+        self.ofports, self.tunnel_ofport, first = ports, tunnel, not self.ifaces_known
+        self.ifaces_known = True
+        cfg = self.cfg
+        vpcs = {p.vpc_id for p in cfg.ports if p.id in changed} if cfg is not None and changed else set()
+        self._hint(None if first else vpcs)  # a tunnel port change is seen by the engine itself
+
+    # --- OpenFlow events -----------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _features(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        dp.send_msg(dp.ofproto_parser.OFPSetConfig(dp, dp.ofproto.OFPC_FRAG_NORMAL, 0xFFFF))
-        self.dp = dp
-        self.baseline.clear()
-        log.info("switch connected (dpid %016x)", dp.id)
+        dp.send_msg(openflow.set_config(dp))
+        dp.send_msg(openflow.set_async(dp))
+        if self.session is not None:
+            self.session.end()
+        self.session = Session(dp)
+        self.state["connects"] += 1
+        self.audit_pos, self.audit_next = 0, 0.0
+        log.info("switch connected (dpid %016x): reading its flows back", dp.id)
         self.wake.set()
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _disconnected(self, ev: Any) -> None:
-        if self.dp is not None and ev.datapath.id == self.dp.id:
+        s = self.session
+        if s is not None and s.dp is ev.datapath:  # an older connection's death must not end a newer one
             log.warning("switch disconnected; its flows stay in place (fail mode secure)")
-            self.dp = None
+            s.end()
+            self.session = None
+            self._write_status()
+
+    def _session_of(self, dp: Any) -> Session | None:
+        s = self.session
+        return s if s is not None and s.dp is dp else None
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev: Any) -> None:
-        self.stats_acc.extend(ev.msg.body)
-        if not ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
-            self.stats_done.set()
+        if (s := self._session_of(ev.msg.datapath)) is not None:
+            s.on_stats(ev.msg.xid, ev.msg.body, bool(ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _barrier(self, ev: Any) -> None:
+        if (s := self._session_of(ev.msg.datapath)) is not None:
+            s.on_barrier(ev.msg.xid)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _of_error(self, ev: Any) -> None:
         msg = ev.msg
-        self._error(f"switch refused a message: type={msg.type} code={msg.code} data={bytes(msg.data)[:64].hex()}")
+        text = f"switch refused a message: type={msg.type} code={msg.code} data={bytes(msg.data)[:64].hex()}"
+        if (s := self._session_of(msg.datapath)) is not None:
+            s.on_error(msg.xid, text)
+        self._error(text)
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev: Any) -> None:
+        """DHCP (a controller action in port security), and a TTL that ran out at the distributed router (OVS's
+        dec_ttl sends the packet here): answered from the sender's subnet gateway, rate-limited."""
         msg = ev.msg
         try:
             in_port = msg.match["in_port"]
             cfg = self.cfg
             port_id = next((pid for pid, of in self.ofports.items() if of == in_port), None)
             if cfg is None or port_id is None:
-                return
+                return  # from the tunnel: the routing hop was the sender's host
             port = next(p for p in cfg.ports if p.id == port_id)
             vpc = next(v for v in cfg.vpcs if v.id == port.vpc_id)
             subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
+            if msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL:
+                if self.icmp_limit.allow() and (out := icmp.time_exceeded(bytes(msg.data), vpc.router_mac,
+                                                                          subnet.gateway_ip)) is not None:
+                    msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
+                    self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
+                return
             out = dhcp.reply(bytes(msg.data), ip=port.ip, cidr=subnet.cidr, gateway_ip=subnet.gateway_ip,
                              router_mac=vpc.router_mac, mtu=cfg.mtu)
             if out is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
                 log.info("DHCP: %s gets %s/%s via %s", port_id, port.ip, subnet.cidr.split("/")[1],
                          subnet.gateway_ip)
-        except Exception as e:  # noqa: BLE001 - malformed packet-ins never take the agent down
+        except Exception as e:  # malformed packet-ins never take the agent down
             self._error(f"packet-in: {e}")
 
-    def _dump_flows(self, dp: Any) -> list | None:
-        self.stats_acc = []
-        self.stats_done.clear()
-        dp.send_msg(openflow.flow_stats_request(dp))
-        if not self.stats_done.wait(timeout=10):
-            self._error("flow stats request timed out")
-            return None
-        return self.stats_acc
-
-    # --- reconcile -----------------------------------------------------------------------------------------
-    def _reconcile_loop(self) -> None:
+    # --- programming ---------------------------------------------------------------------------------------
+    def _program_loop(self) -> None:
+        """One thread does every write to the switch, so changes and audit chunks never interleave:
+        a chunk read back reflects every change sent before it, and nothing is sent while it is read."""
         while True:
-            self.wake.wait(timeout=self.opts.audit_interval)
+            self.wake.wait(timeout=0.05)
             self.wake.clear()
-            self.reconcile()
+            try:
+                self.program()
+                self.audit_step()
+            except SwitchGone:
+                pass  # the connection went away mid-pass: the next one starts with a full read-back
+            except TimeoutError as e:
+                self._error(f"switch did not answer: {e}")
 
-    def reconcile(self) -> None:
-        dp, cfg = self.dp, self.cfg
-        if dp is None or cfg is None or not self.ifaces_known:
+    def program(self) -> None:
+        cfg = self.cfg
+        if cfg is None or not self.ifaces_known:
             return  # never act on partial knowledge: what is installed keeps forwarding
+        hints = self._take_hints()
+        t0 = time.monotonic()
         local_vpcs = {p.vpc_id for p in cfg.ports}
-        zones = self.zones.assign(local_vpcs, {v.id: v.vni for v in cfg.vpcs})
-        desired = {f.cookie: f for f in compute_flows(cfg, self.ofports, self.tunnel_ofport, zones)}
-        stats = self._dump_flows(dp)
-        if stats is None:
-            return
-        installed: dict[int, str] = {}
-        drops: dict[str, int] = {}
-        for s in stats:
-            installed[s.cookie] = openflow.fingerprint(s)
-            if s.priority == 0 and not s.instructions:
-                drops[str(s.table_id)] = s.packet_count
-        tampered = [c for c in desired if c in installed and c in self.baseline and self.baseline[c] != installed[c]]
-        to_add = [f for c, f in desired.items() if c not in installed] + [desired[c] for c in tampered]
-        added = {f.cookie for f in to_add}
-        to_delete = [c for c in installed if c not in desired]
-        for f in to_add:  # adds first: a changed flow replaces its predecessor without a gap
-            dp.send_msg(openflow.flow_add(dp, f))
-        for c in to_delete:
-            dp.send_msg(openflow.flow_delete_cookie(dp, c))
-        if to_add or to_delete:
-            dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
-            log.info("revision %d: +%d -%d flows (%d edited by hand restored), %d desired", cfg.revision,
-                     len(to_add), len(to_delete), len(tampered), len(desired))
-            for c in added:
-                self.baseline.pop(c, None)
-        for c, fp in installed.items():
-            if c in desired and c not in self.baseline and c not in added:
-                self.baseline[c] = fp
-        for c in list(self.baseline):
-            if c not in desired:
-                del self.baseline[c]
-        self.by_cookie = desired
+        zones = self.zones.assign(local_vpcs, {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs})
+        diff = self.engine.update(cfg, self.ofports, self.tunnel_ofport, zones, hints)
         st = self.state
-        st["revision"] = cfg.revision if not to_add and not to_delete else st["revision"]
-        if not to_add and not to_delete and st.get("converged_revision") != cfg.revision:
+        st["passes"] += 1
+        st["flows"] = len(self.engine.desired)
+        s = self.session
+        if s is None:
+            return  # what the switch lacks is found by the read-back after it connects
+        if diff:
+            problems = s.apply(diff.add, [f.cookie for f in diff.delete])
+            for p in problems[:5]:
+                self._error(p)
+            self._installed(diff.add)
+            st["flow_adds"] += len(diff.add)
+            st["flow_deletes"] += len(diff.delete)
+            self.last_change = time.monotonic()
+            st["last_change_ms"] = round((self.last_change - t0) * 1000, 1)
+            log.info("revision %d: +%d -%d flows in %.1f ms, %d desired", cfg.revision, len(diff.add),
+                     len(diff.delete), st["last_change_ms"], len(self.engine.desired))
+        if s.swept and st["revision"] != cfg.revision:
+            st["revision"] = cfg.revision
             st["converged_at"], st["converged_revision"] = time.time(), cfg.revision
             self._write_status()
-        st["flows"], st["reconciles"] = len(desired), st["reconciles"] + 1
-        st["flow_adds"] += len(to_add)
-        st["flow_deletes"] += len(to_delete)
-        st["drops"] = drops
-        if to_add or to_delete:
-            self.wake.set()  # verify on the next pass: a revision counts as applied once read back
+
+    def _installed(self, flows: list) -> None:
+        """Flows just sent: their bytes as the switch holds them are read back soon (the baseline against which
+        an edit by hand is seen), not a whole sweep later, when an edit could already have happened."""
+        for f in flows:
+            self.baseline.pop(f.cookie, None)
+        if len(flows) <= VERIFY_MAX:  # a bulk change is left to the sweep: reading it back would delay the next
+            self.verify.update(f.cookie for f in flows)
+            self.wake.set()
+
+    def audit_step(self) -> None:
+        """One chunk of the read-back, when it is due: at full speed until a connection's first sweep is done,
+        then paced by what a chunk costs the switch (a walk of all its flows: at most `audit_rate` flows walked a
+        second), a sweep taking at least `audit_interval`. Chunks holding flows just installed go first, unpaced."""
+        s = self.session
+        if s is None or self.cfg is None or not self.ifaces_known:
+            return
+        if self.verify and s.swept:
+            self.verify.intersection_update(self.engine.desired)  # flows replaced meanwhile need no baseline
+            cookies = list(self.verify)[:VERIFY_MAX]
+            self.verify.difference_update(cookies)
+            take_baselines(s.read_cookies(cookies), self.engine.desired, self.baseline)
+            return
+        now = time.monotonic()
+        if now < self.audit_next:
+            return
+        if s.swept and now - self.last_change < self.opts.audit_quiet \
+                and now - self.last_chunk < self.opts.audit_max_defer:
+            return  # tenants' changes go first; the read-back goes on when they pause
+        self.last_chunk = now
+        total = len(self.engine.desired)
+        n = n_chunks(total)
+        i = self.audit_pos % n
+        self._audit_chunk(s, i, n)
+        self.audit_pos = i + 1
+        if self.audit_pos >= n:
+            self.audit_pos = 0
+            self.state["audit_sweeps"] += 1
+            if not s.swept:
+                s.swept = True
+                log.info("switch read back: %d flows desired, %d repaired", total, self.state["audit_repairs"])
+                self.wake.set()
+        if s.swept:  # paced by what a chunk costs the switch: a walk of all its flows
+            per_chunk = max(self.opts.audit_interval / n, total / self.opts.audit_rate)
+            self.audit_next = time.monotonic() + per_chunk
+
+    def _audit_chunk(self, s: Session, i: int, n: int) -> None:
+        stats = s.read(i, n)
+        r = audit_chunk(stats, self.engine.desired, self.engine.chunk(i, n), self.baseline)
+        if r.add or r.delete:
+            s.apply(r.add, r.delete)
+            self._installed(r.add)
+            self.state["audit_repairs"] += len(r.add) + len(r.delete)
+            if s.swept:
+                log.info("audit: restored %d flows (%d edited by hand), removed %d not desired", len(r.add),
+                         r.edited, len(r.delete))
+        self.state["drops"].update(r.drops)
 
     def _write_status(self) -> None:
+        s = self.session
         write_atomic(status_path(self.opts.state_dir, self.opts.host),
                      json.dumps(self.state | {"controller": self.opts.controller, "pid": os.getpid(),
-                                              "switch_connected": self.dp is not None,
+                                              "switch_connected": s is not None and s.alive,
+                                              "switch_synced": s is not None and s.swept,
                                               "desired_revision": self.cfg.revision if self.cfg else None,
                                               "updated": time.time()}, indent=1))
 
@@ -360,7 +443,7 @@ def setup_host(o: AgentOptions) -> None:
 
     ovsdb = Ovsdb(o.ovs_rundir)
     ovsdb.ensure_bridges(datapath=o.datapath, of_port=o.of_port, underlay_if=o.underlay_if, vtep_ip=o.vtep_addr)
-    iface = ipaddress.IPv4Interface(o.vtep_ip if "/" in o.vtep_ip else f"{o.vtep_ip}/24")
+    iface = vtep_interface(o.vtep_ip)
     with IPRoute() as ipr:
         for name in (o.underlay_if,):  # the VTEP address lives on br-phy, not on the NIC
             idx = ipr.link_lookup(ifname=name)
@@ -381,13 +464,14 @@ def setup_host(o: AgentOptions) -> None:
 
 
 def run(o: AgentOptions) -> None:
-    """Start the agent and block. os-ken's hub (eventlet) runs everything."""
-    hub.patch(thread=True)
+    """Start the agent and block."""
+    wake_sender_when_receive_ends()
     from os_ken import cfg as oscfg
     from os_ken.controller import controller  # noqa: F401 - registers the --ofp-* options
 
     o.state_dir.mkdir(parents=True, exist_ok=True)
     setup_host(o)
+    openflow.use_raw_flow_stats()
     oscfg.CONF(args=[f"--ofp-tcp-listen-port={o.of_port}", "--ofp-listen-host=127.0.0.1"], project="os_ken")
     AgentApp.options = o
     mgr = app_manager.AppManager.get_instance()

@@ -70,7 +70,8 @@ def status(host: str = typer.Option(None, help="agent host name (default: every 
         up = sum(1 for v in r.get("ports", {}).values() if v == "UP")
         err = r.get("last_error") or {}
         t.add_row(r["host"], str(r.get("revision")), str(r.get("desired_revision")),
-                  "connected" if r.get("switch_connected") else "DISCONNECTED", str(r.get("flows")),
+                  ("synced" if r.get("switch_synced") else "reading back") if r.get("switch_connected")
+                  else "DISCONNECTED", str(r.get("flows")),
                   f"{r.get('flow_adds')}/{r.get('flow_deletes')}", f"{up}/{len(r.get('ports', {}))}",
                   " ".join(f"{k}:{v}" for k, v in sorted(r.get("drops", {}).items(), key=lambda x: int(x[0])) if v),
                   err.get("message", ""), f"{time.time() - r.get('updated', 0):.0f}s")

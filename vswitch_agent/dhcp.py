@@ -22,7 +22,7 @@ def reply(frame: bytes, *, ip: str, cidr: str, gateway_ip: str, router_mac: str,
         pkt = packet.Packet(frame)
         eth = pkt.get_protocol(ethernet.ethernet)
         req = pkt.get_protocol(dhcp.dhcp)
-    except Exception as e:  # noqa: BLE001 - a malformed packet must never crash the agent
+    except Exception as e:  # a malformed packet must never crash the agent
         log.debug("unparsable DHCP packet-in: %s", e)
         return None
     if eth is None or req is None or req.op != dhcp.DHCP_BOOT_REQUEST:

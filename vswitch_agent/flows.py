@@ -1,55 +1,111 @@
-"""Flows as data, computed by a pure function of the host's config.
+"""Flows as data, built per object by pure functions, one per pipeline stage.
 
-`compute_flows(cfg, ofports, tunnel_ofport, zones)` returns the complete set of flows br-int must hold.
-A Flow is hashable and carries a cookie derived from its content and the object it came from, so the
-reconciler can diff desired against installed by cookie alone.
+Each builder takes one object of the host's config (a VTEP, a local VPC, an endpoint, a local port, a security
+group) with exactly what its flows depend on, and returns those flows. `engine.FlowEngine` calls them for the
+objects a change touched; `compute_flows` calls them all (the reference the engine is tested against).
+A Flow's cookie names its object kind and hashes its content, so a changed flow gets a new cookie.
+
+Security groups use conjunctive matches (as OVN's address sets do): a rule allows (local port of its group) x
+(remote address, protocol, ports), expressed as one flow per local port plus one per remote address, not their
+product. Clause flows with the same match in one table are merged into one flow carrying every conjunction.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from controller.hostconfig import HostConfig, SecurityGroupRuleInfo, VpcInfo
+from tianji.southbound import Endpoint, HostConfig, PortInfo, SecurityGroupInfo, SecurityGroupRuleInfo, VpcInfo
 from vswitch_agent import pipeline as P
 
 ETH_IP, ETH_ARP = 0x0800, 0x0806
 ROUTE_PRIORITY = 1000  # + 10 x prefix length: longest prefix first, with room for a port's own default (+5)
+ACL_PRIORITY = 100  # rule clauses and their conj_id flows share one priority, as conjunctions require
 PROTO = {"tcp": 6, "udp": 17, "icmp": 1}
 ALL32 = 0xFFFFFFFF
+CT_NEW_TRK = (P.CT_NEW | P.CT_TRK, P.CT_NEW | P.CT_TRK)
 
 Action = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
 class Flow:
-    table: int
-    priority: int
-    match: tuple[tuple[str, Any], ...]
-    actions: tuple[Action, ...]  # empty: drop
-    kind: str = field(default="base", compare=False)
-    obj: str = field(default="", compare=False)
+    """One OpenFlow entry. Immutable; equal flows have equal cookies. Compact (`__slots__`, shared tuples): a host
+    holds 100,000s. The object a flow comes from is kept only as the cookie's middle bits."""
+
+    __slots__ = ("table", "priority", "match", "actions", "cookie", "_hash")
+
+    def __init__(self, table: int, priority: int, match: tuple[tuple[str, Any], ...], actions: tuple[Action, ...],
+                 kind: str = "base", obj: str | int = "") -> None:
+        set_ = object.__setattr__
+        set_(self, "table", table)
+        set_(self, "priority", priority)
+        set_(self, "match", match)
+        set_(self, "actions", actions)  # empty: drop
+        key = (table, priority, match, actions)
+        h = hashlib.blake2b(repr(key).encode(), digest_size=4).digest()
+        o = obj if isinstance(obj, int) else object_hash(obj)
+        set_(self, "cookie", (P.COOKIE_KINDS[kind] << 56) | (o << 32) | int.from_bytes(h))
+        set_(self, "_hash", hash(key))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Flow is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Flow) and self.cookie == other.cookie and self.key == other.key
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
-    def cookie(self) -> int:
-        h = hashlib.blake2b(repr((self.table, self.priority, self.match, self.actions)).encode(), digest_size=4)
-        o = hashlib.blake2b(self.obj.encode(), digest_size=3)
-        return (P.COOKIE_KINDS[self.kind] << 56) | (int.from_bytes(o.digest()) << 32) | int.from_bytes(h.digest())
+    def key(self) -> tuple:
+        return (self.table, self.priority, self.match, self.actions)
+
+    @property
+    def kind(self) -> str:
+        return KIND_NAMES[self.cookie >> 56]
+
+    @property
+    def obj_hash(self) -> int:
+        return (self.cookie >> 32) & 0xFFFFFF
+
+    @property
+    def conjunctive(self) -> bool:
+        """A clause of a conjunction: actions are conjunctions only, merged with equal matches of other objects."""
+        return bool(self.actions) and all(a[0] == "conj" for a in self.actions)
 
     def m(self) -> dict[str, Any]:
         return dict(self.match)
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         match = ",".join(f"{k}={v}" for k, v in self.match)
         return f"table={self.table} priority={self.priority} {match} actions={list(self.actions) or 'drop'}"
+
+    __str__ = __repr__
+
+
+KIND_NAMES = {v: k for k, v in P.COOKIE_KINDS.items()}
+
+
+def object_hash(obj: str) -> int:
+    """The cookie's middle 24 bits: which object a flow comes from."""
+    return int.from_bytes(hashlib.blake2b(obj.encode(), digest_size=3).digest())
+
+
+_shared: dict[Any, Any] = {}
+
+
+def shared(x: Any) -> Any:
+    """One copy of an equal match pair or action for every flow that uses it (the same VNI, router MAC or ARP
+    rewrite appears in thousands of flows)."""
+    return _shared.setdefault(x, x)
 
 
 def flow(table: P.Table, priority: int, match: Mapping[str, Any], actions: Iterable[Action] = (),
          kind: str = "base", obj: str = "") -> Flow:
-    return Flow(table.id, priority, tuple(sorted(match.items())), tuple(actions), kind, obj)
+    return Flow(table.id, priority, tuple(shared(kv) for kv in sorted(match.items())),
+                tuple(shared(a) for a in actions), kind, obj)
 
 
 def goto(t: P.Table) -> Action:
@@ -109,166 +165,235 @@ def arp_reply(mac: str, ip: str) -> tuple[Action, ...]:
     )
 
 
-def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: int | None,
-                  zones: Mapping[str, int]) -> set[Flow]:
-    """Every flow br-int needs for `cfg`. `ofports` maps plugged port ids to OpenFlow ports; ports not
-    plugged yet get no flows. `zones` maps VPC ids with local ports to their conntrack zone."""
-    flows: set[Flow] = set()
-    add = flows.add
-    vpcs: dict[str, VpcInfo] = {v.id: v for v in cfg.vpcs}
-    groups = {g.id: g for g in cfg.security_groups}
-    local_vpcs = {p.vpc_id for p in cfg.ports}
+# --- stage builders: one object each ------------------------------------------------------------------------
 
-    # Default drops: every table ends in an explicit, counted drop.
-    for t in P.TABLES:
-        if t is not P.DELIVER:
-            add(flow(t, 0, {}))
-    add(flow(P.DELIVER, 0, {}, [("output_reg", P.REG_DST_PORT)]))
+def base_flows() -> list[Flow]:
+    """Every table ends in an explicit, counted drop; DELIVER outputs to reg7. Established/related traffic passes
+    while the rules that admitted it live (rule ids with ct_mark 0 / ct_label 0: admitted by no rule here)."""
+    out = [flow(t, 0, {}) for t in P.TABLES if t is not P.DELIVER]
+    out.append(flow(P.DELIVER, 0, {}, [("output_reg", P.REG_DST_PORT)]))
+    # a VM never speaks as a DHCP server (to anyone, broadcast or unicast): only the agent answers DHCP
+    out.append(flow(P.PORT_SECURITY, 120, {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 67}))
+    inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}
+    out += [flow(P.EGRESS_ACL, 200, inv), flow(P.INGRESS_ACL, 200, inv)]
+    for state in (P.CT_EST, P.CT_REL):
+        st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW)}
+        for table, nxt in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
+            out.append(flow(table, 150, st | {"ct_mark": 0}, [goto(nxt)]))
+    for table, nxt in ((P.EGRESS_ACL_LABEL, P.ROUTING), (P.INGRESS_ACL_LABEL, P.DELIVER)):
+        out.append(flow(table, 100, {"ct_label": (0, ALL32)}, [goto(nxt)]))
+    return out
 
-    # Tunnel: accepted only from registered VTEPs (never from ourselves), only for VPCs with local ports.
+
+def vtep_flows(host: str, ip: str, tunnel_ofport: int | None) -> list[Flow]:
+    """Tunnel traffic is accepted only from registered VTEPs."""
+    if tunnel_ofport is None:
+        return []
+    return [flow(P.CLASSIFY, 100, {"in_port": tunnel_ofport, "tun_ipv4_src": ip}, [goto(P.TUNNEL_VNI)], "vtep", host)]
+
+
+def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofport: int | None) -> list[Flow]:
+    """A VPC with local ports: its VNI from the tunnel, conntrack zones, the gateways' ARP, and its routes.
+    `peers`: the VPCs its peering routes enter."""
+    vid, md = vpc.id, {"metadata": vpc.vni}
+    out: list[Flow] = []
     if tunnel_ofport is not None:
-        for v in cfg.vteps:
-            if v.ip != cfg.vtep_ip:
-                add(flow(P.CLASSIFY, 100, {"in_port": tunnel_ofport, "tun_ipv4_src": v.ip}, [goto(P.TUNNEL_VNI)],
-                         "vtep", v.host))
-        for vid in local_vpcs:
-            vni = vpcs[vid].vni
-            add(flow(P.TUNNEL_VNI, 100, {"tunnel_id": vni},
-                     [("set", "metadata", vni), ("load", P.REG_FROM_TUNNEL, 0, 1, 1), goto(P.FORWARD)], "vpc", vid))
-
-    # Per VPC with local ports: conntrack zones, routing, ARP for gateways and reachable IPs.
-    for vid in local_vpcs:
-        vpc = vpcs[vid]
-        zone = zones[vid]
-        md = {"metadata": vpc.vni}
-        add(flow(P.EGRESS_CT, 100, md | {"eth_type": ETH_IP},
-                 [("ct", False, zone, P.EGRESS_ACL.id, ())], "vpc", vid))
-        for sn in vpc.subnets:
-            add(flow(P.ARP_RESPONDER, 100, md | {"eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": sn.gateway_ip},
-                     arp_reply(vpc.router_mac, sn.gateway_ip), "vpc", vid))
-        # Routing: longest prefix first; only frames addressed to the router MAC are routed.
-        router = md | {"eth_dst": vpc.router_mac}
-        add(flow(P.ROUTING, 1, md, [goto(P.FORWARD)], "vpc", vid))  # same-subnet (L2) traffic
-        add(flow(P.ROUTING, 2, router, [], "vpc", vid))  # routed, but no route: drop
-        for r in vpc.routes:
-            plen = ipaddress.IPv4Network(r.destination).prefixlen
-            match = router | {"eth_type": ETH_IP}
-            if plen:
-                match["ipv4_dst"] = prefix(r.destination)
-            prio = ROUTE_PRIORITY + 10 * plen
-            obj = f"{vid}:{r.destination}"
-            if r.target_type == "local":
-                add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
-                                                  goto(P.FORWARD)], "route", obj))
-            elif r.target_type == "peering" and r.peer_vpc_id in vpcs:
-                peer = vpcs[r.peer_vpc_id]
-                add(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", peer.router_mac),
-                                                  ("set", "metadata", peer.vni), goto(P.FORWARD)], "route", obj))
-            elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
-                # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI). With
-                # several instances, the VM's source address picks one (its low bits: the bucket), so every flow
-                # of a VM meets the same instance and keeps its EIP. A select group would hash per flow and
-                # scatter one VM over instances holding different EIPs.
-                buckets = r.gateway_buckets or r.gateway_vteps[:1]
-                if len(set(buckets)) == 1:
-                    splits = [(match, buckets[0])]
-                else:
-                    mask = str(ipaddress.IPv4Address(len(buckets) - 1))
-                    splits = [(match | {"ipv4_src": (str(ipaddress.IPv4Address(b)), mask)}, vtep)
-                              for b, vtep in enumerate(buckets)]
-                for m, vtep in splits:
-                    add(flow(P.ROUTING, prio, m, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
-                                                  ("set", "tunnel_id", vpc.vni), ("set", "tun_ipv4_dst", vtep),
-                                                  ("output", tunnel_ofport)], "route", obj))
+        out.append(flow(P.TUNNEL_VNI, 100, {"tunnel_id": vpc.vni},
+                        [("set", "metadata", vpc.vni), ("load", P.REG_FROM_TUNNEL, 0, 1, 1), goto(P.FORWARD)],
+                        "vpc", vid))
+    out.append(flow(P.EGRESS_CT, 100, md | {"eth_type": ETH_IP}, [("ct", False, zone, P.EGRESS_ACL.id, ())],
+                    "vpc", vid))
+    out.append(flow(P.INGRESS_CT, 100, md | {"eth_type": ETH_IP}, [("ct", False, zone, P.INGRESS_ACL.id, ())],
+                    "vpc", vid))
+    for sn in vpc.subnets:
+        out.append(flow(P.ARP_RESPONDER, 100, md | {"eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": sn.gateway_ip},
+                        arp_reply(vpc.router_mac, sn.gateway_ip), "vpc", vid))
+    # Routing: longest prefix first; only frames addressed to the router MAC are routed.
+    router = md | {"eth_dst": vpc.router_mac}
+    out.append(flow(P.ROUTING, 1, md, [goto(P.FORWARD)], "vpc", vid))  # same-subnet (L2) traffic
+    out.append(flow(P.ROUTING, 2, router, [], "vpc", vid))  # routed, but no route: drop
+    for r in vpc.routes:
+        plen = ipaddress.IPv4Network(r.destination).prefixlen
+        match = router | {"eth_type": ETH_IP}
+        if plen:
+            match["ipv4_dst"] = prefix(r.destination)
+        prio = ROUTE_PRIORITY + 10 * plen
+        obj = f"{vid}:{r.destination}"
+        if r.target_type == "local":
+            out.append(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
+                                                     goto(P.FORWARD)], "route", obj))
+        elif r.target_type == "peering" and r.peer_vpc_id in peers:
+            peer = peers[r.peer_vpc_id]
+            out.append(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", peer.router_mac),
+                                                     ("set", "metadata", peer.vni), goto(P.FORWARD)], "route", obj))
+        elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
+            # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI). With
+            # several instances, the VM's source address picks one (its low bits: the bucket), so every flow
+            # of a VM meets the same instance and keeps its EIP; a select group would scatter a VM's flows.
+            buckets = r.gateway_buckets or r.gateway_vteps[:1]
+            if len(set(buckets)) == 1:
+                splits = [(match, buckets[0])]
             else:
-                add(flow(P.ROUTING, prio, match, [], "route", obj))
+                mask = str(ipaddress.IPv4Address(len(buckets) - 1))
+                splits = [(match | {"ipv4_src": (str(ipaddress.IPv4Address(b)), mask)}, vtep)
+                          for b, vtep in enumerate(buckets)]
+            for m, vtep in splits:
+                out.append(flow(P.ROUTING, prio, m, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
+                                                     ("set", "tunnel_id", vpc.vni), ("set", "tun_ipv4_dst", vtep),
+                                                     ("output", tunnel_ofport)], "route", obj))
+        else:
+            out.append(flow(P.ROUTING, prio, match, [], "route", obj))
+    return out
 
-    # Endpoints: ARP answers for the VPCs that can reach them, and where to deliver them.
-    reach: dict[str, set[str]] = {}  # endpoint VPC -> local VPCs that reach it (itself, or peered)
+
+def endpoint_flows(e: Endpoint, reach: Sequence[tuple[str, int, str]], host: str, ofport: int | None,
+                   tunnel_ofport: int | None) -> list[Flow]:
+    """A port this host's ports may reach: ARP answers in each local VPC that reaches it (`reach`: (VPC id, VNI,
+    router MAC), its own VPC or a peered one) and where to deliver it."""
+    out = []
+    for src_vid, src_vni, src_mac in reach:
+        mac = e.mac if src_vid == e.vpc_id else src_mac
+        match = {"metadata": src_vni, "eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": e.ip}
+        out.append(flow(P.ARP_RESPONDER, 100, match, arp_reply(mac, e.ip), "arp", f"{src_vid}:{e.port_id}"))
+    dst = {"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}
+    if e.host == host:
+        if ofport is not None:
+            out.append(flow(P.FORWARD, 100, dst, [("set", "eth_dst", e.mac), ("load", P.REG_DST_PORT, 0, 32, ofport),
+                                                  goto(P.INGRESS_CT)], "endpoint", e.port_id))
+    elif tunnel_ofport is not None and reach:
+        out.append(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0},
+                        [("set", "eth_dst", e.mac), ("set", "tunnel_id", e.vni), ("set", "tun_ipv4_dst", e.vtep_ip),
+                         ("output", tunnel_ofport)], "endpoint", e.port_id))
+    return out
+
+
+def rule_ids(groups: Iterable[SecurityGroupInfo]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(egress, ingress) rule ids of a port's groups: the conjunctions its port clause joins."""
+    eg, ing = set(), set()
+    for g in groups:
+        for r in g.rules:
+            (eg if r.direction == "egress" else ing).add(r.id)
+    return tuple(sorted(eg)), tuple(sorted(ing))
+
+
+def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...], tuple[int, ...]],
+               tunnel_ofport: int | None) -> list[Flow]:
+    """A plugged local VM port: classification, port security, DHCP, its own EIP, and its clause of every
+    security group rule of its groups (`rules`: egress and ingress rule ids)."""
+    out = [flow(P.CLASSIFY, 100, {"in_port": of}, [("set", "metadata", vpc.vni), goto(P.PORT_SECURITY)],
+                "port", p.id)]
+    if p.eip_home_vtep and tunnel_ofport is not None:
+        # its own EIP: off-VPC traffic goes to the instance homing that EIP (above the VPC's default route,
+        # below every more specific one)
+        out.append(flow(P.ROUTING, ROUTE_PRIORITY + 5, {"metadata": vpc.vni, "eth_dst": vpc.router_mac,
+                                                        "eth_type": ETH_IP, "ipv4_src": p.ip},
+                        [("dec_ttl",), ("set", "eth_src", vpc.router_mac), ("set", "tunnel_id", vpc.vni),
+                         ("set", "tun_ipv4_dst", p.eip_home_vtep), ("output", tunnel_ofport)], "port", p.id))
+    src = {"in_port": of, "eth_src": p.mac}
+    out.append(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_IP, "ipv4_src": p.ip}, [goto(P.EGRESS_CT)],
+                    "port", p.id))
+    out.append(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_ARP, "arp_spa": p.ip, "arp_sha": p.mac},
+                    [goto(P.ARP_RESPONDER)], "port", p.id))
+    out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 68, "udp_dst": 67},
+                    [("controller",)], "port", p.id))
+    egress, ingress = rules
+    if egress:
+        out.append(flow(P.EGRESS_ACL, ACL_PRIORITY, {"in_port": of, "ct_state": CT_NEW_TRK},
+                        [("conj", rid, 1, 2) for rid in egress], "port", p.id))
+    if ingress:
+        out.append(flow(P.INGRESS_ACL, ACL_PRIORITY, {P.REG_DST_PORT: of, "ct_state": CT_NEW_TRK},
+                        [("conj", rid, 1, 2) for rid in ingress], "port", p.id))
+    return out
+
+
+def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
+    """A security group's rules: the remote clause of each (address, protocol, ports), the conj_id flow that
+    commits an allowed connection stamped with the rule's id, and the flows that keep the rule's established
+    connections passing (ct_mark: egress rule id; ct_label: ingress rule id)."""
+    out = []
+    md = {"metadata": vni}
+    for rule in g.rules:
+        obj = str(rule.id)
+        if rule.direction == "egress":
+            table, remote, stamp, nxt = P.EGRESS_ACL, "ipv4_dst", "ct_mark", P.ROUTING
+        else:
+            table, remote, stamp, nxt = P.INGRESS_ACL, "ipv4_src", "ct_label", P.DELIVER
+        for mt in rule_matches(rule, remote):
+            out.append(flow(table, ACL_PRIORITY, md | mt, [("conj", rule.id, 2, 2)], "rule", obj))
+        out.append(flow(table, ACL_PRIORITY, {"conj_id": rule.id, "eth_type": ETH_IP, "ct_state": CT_NEW_TRK},
+                        [("ct", True, zone, None, (("load", stamp, 0, 32, rule.id),)), goto(nxt)], "rule", obj))
+        if rule.direction == "egress":
+            for state in (P.CT_EST, P.CT_REL):
+                st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW), "ct_mark": rule.id}
+                for t, label_table in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
+                    out.append(flow(t, 150, st, [goto(label_table)], "rule", obj))
+        else:
+            for t, after in ((P.EGRESS_ACL_LABEL, P.ROUTING), (P.INGRESS_ACL_LABEL, P.DELIVER)):
+                out.append(flow(t, 100, {"ct_label": (rule.id, ALL32)}, [goto(after)], "rule", obj))
+    return out
+
+
+def merge_conjunctive(flows: Iterable[Flow]) -> Flow:
+    """Clause flows of several objects with one (table, priority, match): one flow carrying all their
+    conjunctions (OpenFlow keeps one flow per match, so they cannot be installed apart)."""
+    flows = list(flows)
+    if len(flows) == 1:
+        return flows[0]
+    first = min(flows, key=lambda f: f.cookie >> 32)
+    actions = tuple(sorted({a for f in flows for a in f.actions}))
+    return Flow(first.table, first.priority, first.match, actions, first.kind, first.obj_hash)
+
+
+# --- the whole host, from scratch ---------------------------------------------------------------------------
+
+def reach_of(local_vpcs: Iterable[str], vpcs: Mapping[str, VpcInfo]) -> dict[str, list]:
+    """Endpoint VPC -> (VPC id, VNI, router MAC) of the local VPCs that reach it: itself, or through a peering."""
+    reach: dict[str, set[str]] = {}
     for vid in local_vpcs:
         reach.setdefault(vid, set()).add(vid)
         for r in vpcs[vid].routes:
             if r.target_type == "peering" and r.peer_vpc_id:
                 reach.setdefault(r.peer_vpc_id, set()).add(vid)
-    for e in cfg.endpoints:
-        for src_vid in reach.get(e.vpc_id, ()):
-            src = vpcs[src_vid]
-            mac = e.mac if src_vid == e.vpc_id else src.router_mac
-            add(flow(P.ARP_RESPONDER, 100, {"metadata": src.vni, "eth_type": ETH_ARP, "arp_op": 1,
-                                             "arp_tpa": e.ip}, arp_reply(mac, e.ip), "arp", f"{src_vid}:{e.port_id}"))
-        dst = {"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}
-        if e.host == cfg.host:
-            if e.port_id in ofports:
-                add(flow(P.FORWARD, 100, dst, [("set", "eth_dst", e.mac),
-                                               ("load", P.REG_DST_PORT, 0, 32, ofports[e.port_id]),
-                                               goto(P.INGRESS_CT)], "endpoint", e.port_id))
-        elif tunnel_ofport is not None and e.vpc_id in reach:
-            add(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0},
-                     [("set", "eth_dst", e.mac), ("set", "tunnel_id", e.vni), ("set", "tun_ipv4_dst", e.vtep_ip),
-                      ("output", tunnel_ofport)], "endpoint", e.port_id))
+    return {u: [(v, vpcs[v].vni, vpcs[v].router_mac) for v in sorted(src)] for u, src in reach.items()}
 
-    # Per local VM port: classification, port security, DHCP, security group rules.
-    live_egress: set[int] = set()
-    live_ingress: set[int] = set()
-    for p in cfg.ports:
-        of = ofports.get(p.id)
-        if of is None:
-            continue
-        vpc = vpcs[p.vpc_id]
-        zone = zones[p.vpc_id]
-        add(flow(P.CLASSIFY, 100, {"in_port": of}, [("set", "metadata", vpc.vni), goto(P.PORT_SECURITY)],
-                 "port", p.id))
-        if p.eip_home_vtep and tunnel_ofport is not None:
-            # its own EIP: off-VPC traffic goes to the instance homing that EIP (above the VPC's default route,
-            # below every more specific one)
-            add(flow(P.ROUTING, ROUTE_PRIORITY + 5, {"metadata": vpc.vni, "eth_dst": vpc.router_mac, "eth_type": ETH_IP,
-                                                     "ipv4_src": p.ip},
-                     [("dec_ttl",), ("set", "eth_src", vpc.router_mac), ("set", "tunnel_id", vpc.vni),
-                      ("set", "tun_ipv4_dst", p.eip_home_vtep), ("output", tunnel_ofport)], "port", p.id))
-        src = {"in_port": of, "eth_src": p.mac}
-        add(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_IP, "ipv4_src": p.ip}, [goto(P.EGRESS_CT)],
-                 "port", p.id))
-        add(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_ARP, "arp_spa": p.ip, "arp_sha": p.mac},
-                 [goto(P.ARP_RESPONDER)], "port", p.id))
-        add(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 68, "udp_dst": 67},
-                 [("controller",)], "port", p.id))
-        for gid in p.security_group_ids:
-            g = groups.get(gid)
-            if g is None:
-                continue
-            for rule in g.rules:
-                if rule.direction == "egress":
-                    live_egress.add(rule.id)
-                    for mt in rule_matches(rule, "ipv4_dst"):
-                        add(flow(P.EGRESS_ACL, 100, mt | {"in_port": of, "ct_state": (P.CT_NEW | P.CT_TRK,
-                                                                                      P.CT_NEW | P.CT_TRK)},
-                                 [("ct", True, zone, None, (("load", "ct_mark", 0, 32, rule.id),)),
-                                  goto(P.ROUTING)], "rule", f"{p.id}:{rule.id}"))
-                else:
-                    live_ingress.add(rule.id)
-                    for mt in rule_matches(rule, "ipv4_src"):
-                        add(flow(P.INGRESS_ACL, 100, mt | {P.REG_DST_PORT: of, "ct_state": (P.CT_NEW | P.CT_TRK,
-                                                                                           P.CT_NEW | P.CT_TRK)},
-                                 [("ct", True, zone, None, (("load", "ct_label", 0, 32, rule.id),)),
-                                  goto(P.DELIVER)], "rule", f"{p.id}:{rule.id}"))
 
+def peers_of(vpc: VpcInfo, vpcs: Mapping[str, VpcInfo]) -> dict[str, VpcInfo]:
+    return {r.peer_vpc_id: vpcs[r.peer_vpc_id] for r in vpc.routes
+            if r.target_type == "peering" and r.peer_vpc_id in vpcs}
+
+
+def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: int | None,
+                  zones: Mapping[str, int]) -> set[Flow]:
+    """Every flow br-int needs for `cfg`. `ofports` maps plugged port ids to OpenFlow ports; ports not
+    plugged yet get no flows. `zones` maps VPC ids with local ports to their conntrack zone."""
+    vpcs = {v.id: v for v in cfg.vpcs}
+    groups = {g.id: g for g in cfg.security_groups}
+    local_vpcs = sorted({p.vpc_id for p in cfg.ports})
+    out: list[Flow] = base_flows()
+    for v in cfg.vteps:
+        if v.ip != cfg.vtep_ip:
+            out += vtep_flows(v.host, v.ip, tunnel_ofport)
     for vid in local_vpcs:
-        vpc = vpcs[vid]
-        add(flow(P.INGRESS_CT, 100, {"metadata": vpc.vni, "eth_type": ETH_IP},
-                 [("ct", False, zones[vid], P.INGRESS_ACL.id, ())], "vpc", vid))
+        out += vpc_flows(vpcs[vid], peers_of(vpcs[vid], vpcs), zones[vid], tunnel_ofport)
+    reach = reach_of(local_vpcs, vpcs)
+    for e in cfg.endpoints:
+        out += endpoint_flows(e, reach.get(e.vpc_id, []), cfg.host, ofports.get(e.port_id), tunnel_ofport)
+    for p in cfg.ports:
+        if (of := ofports.get(p.id)) is not None:
+            out += port_flows(p, of, vpcs[p.vpc_id], rule_ids(groups[g] for g in p.security_group_ids
+                                                              if g in groups), tunnel_ofport)
+    for g in cfg.security_groups:
+        if g.vpc_id in zones:
+            out += group_flows(g, vpcs[g.vpc_id].vni, zones[g.vpc_id])
+    return merge_all(out)
 
-    # Established/related traffic passes while the rules that admitted it live.
-    inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}
-    add(flow(P.EGRESS_ACL, 200, inv))
-    add(flow(P.INGRESS_ACL, 200, inv))
-    for state in (P.CT_EST, P.CT_REL):
-        st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW)}
-        for table, nxt in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
-            add(flow(table, 150, st | {"ct_mark": 0}, [goto(nxt)]))
-            for rid in live_egress:
-                add(flow(table, 150, st | {"ct_mark": rid}, [goto(nxt)], "rule", str(rid)))
-    for table, nxt in ((P.EGRESS_ACL_LABEL, P.ROUTING), (P.INGRESS_ACL_LABEL, P.DELIVER)):
-        add(flow(table, 100, {"ct_label": (0, ALL32)}, [goto(nxt)]))
-        for rid in live_ingress:
-            add(flow(table, 100, {"ct_label": (rid, ALL32)}, [goto(nxt)], "rule", str(rid)))
-    return flows
+
+def merge_all(flows: Iterable[Flow]) -> set[Flow]:
+    plain: set[Flow] = set()
+    clauses: dict[tuple, list[Flow]] = {}
+    for f in flows:
+        if f.conjunctive:
+            clauses.setdefault((f.table, f.priority, f.match), []).append(f)
+        else:
+            plain.add(f)
+    return plain | {merge_conjunctive(fs) for fs in clauses.values()}

@@ -10,6 +10,7 @@ import json
 import logging
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 TUNNEL_PORT = "vxlan0"
@@ -50,18 +51,7 @@ class Ovsdb:
     def interfaces(self) -> tuple[dict[str, int], int | None]:
         """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port)."""
         out = self.vsctl("--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
-        data = json.loads(out)["data"]
-        ports: dict[str, int] = {}
-        tunnel = None
-        for name, ofport, ext in data:
-            ofport = ofport if isinstance(ofport, int) else -1
-            if name == TUNNEL_PORT and ofport > 0:
-                tunnel = ofport
-                continue
-            ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
-            if "iface-id" in ids and ofport > 0:
-                ports[ids["iface-id"]] = ofport
-        return ports, tunnel
+        return _interfaces(json.loads(out)["data"])
 
     def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None) -> None:
         """Plug a VM interface the way Nova/OVN do: the iface-id names the logical port."""
@@ -71,3 +61,60 @@ class Ovsdb:
 
     def unplug(self, bridge: str, ifname: str) -> None:
         self.vsctl("--if-exists", "del-port", bridge, ifname)
+
+
+class InterfaceTable:
+    """The Interface rows an `ovsdb-client monitor --format=json` stream describes, kept up to date line by line.
+    Each line is one update: rows inserted, deleted, or modified (an "old" row with the changed columns, then a
+    "new" row with all of them and an empty uuid)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, Any, Any]] = {}  # uuid -> (name, ofport, external_ids)
+        self._modified: str | None = None
+
+    def feed(self, line: str) -> bool:
+        """Apply one line; False if it is not an update (the monitor's other output)."""
+        try:
+            msg = json.loads(line)
+            heads = msg["headings"]
+            data = msg["data"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        col = {h: i for i, h in enumerate(heads)}
+        for row in data:
+            uuid, action = row[col["row"]], row[col["action"]]
+            values = (row[col["name"]], row[col["ofport"]], row[col["external_ids"]])
+            if action in ("initial", "insert"):
+                self.rows[uuid] = values
+            elif action == "delete":
+                self.rows.pop(uuid, None)
+            elif action == "old":
+                self._modified = uuid
+            elif action == "new" and self._modified is not None:
+                self.rows[uuid or self._modified] = values
+                self._modified = None
+        return True
+
+    def interfaces(self) -> tuple[dict[str, int], int | None]:
+        """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port), as `Ovsdb.interfaces`."""
+        return _interfaces(self.rows.values())
+
+
+def _interfaces(rows: Any) -> tuple[dict[str, int], int | None]:
+    ports: dict[str, int] = {}
+    tunnel = None
+    for name, ofport, ext in rows:
+        ofport = ofport if isinstance(ofport, int) else -1
+        if name == TUNNEL_PORT and ofport > 0:
+            tunnel = ofport
+            continue
+        ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+        if "iface-id" in ids and ofport > 0:
+            ports[ids["iface-id"]] = ofport
+    return ports, tunnel
+
+
+def monitor_command(rundir: str | None) -> list[str]:
+    """Stream every change of the Interface table (initial rows first): how a VIF plug is seen without polling."""
+    db = f"unix:{rundir}/db.sock" if rundir else "unix:/var/run/openvswitch/db.sock"
+    return ["ovsdb-client", "monitor", db, "Open_vSwitch", "Interface", "name,ofport,external_ids", "--format=json"]

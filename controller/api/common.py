@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from fastapi import Request
-from sqlalchemy import select
+from fastapi import Query, Request, Response
+from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -26,7 +27,7 @@ def db_of(request: Request) -> Database:
 
 
 def visible(p: Principal, tenant_id: str) -> bool:
-    return p.is_admin or p.tenant_id == tenant_id
+    return p.sees_all or p.tenant_id == tenant_id
 
 
 def owned(s: Session, model: type[T], ident: str, p: Principal, kind: str, field: str | None = None) -> T:
@@ -38,8 +39,8 @@ def owned(s: Session, model: type[T], ident: str, p: Principal, kind: str, field
     return obj
 
 
-def scoped(stmt, model, p: Principal):  # noqa: ANN001, ANN201
-    return stmt if p.is_admin else stmt.where(model.tenant_id == p.tenant_id)
+def scoped(stmt, model, p: Principal):
+    return stmt if p.sees_all else stmt.where(model.tenant_id == p.tenant_id)
 
 
 def with_retries(fn: Callable[[], T], what: str) -> T:
@@ -62,3 +63,39 @@ def default_group_id(s: Session, vpc_id: str) -> str | None:
     return s.execute(
         select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == vpc_id, m.SecurityGroup.is_default.is_(True))
     ).scalar_one_or_none()
+
+
+# --- pagination (Neutron style: `limit`, and `marker`, the id of the last item of the previous page) -------------
+PAGE_DEFAULT, PAGE_MAX = 1000, 10_000
+
+
+@dataclass
+class Page:
+    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="items per page")
+    marker: str | None = Query(None, max_length=64, description="the id of the last item of the previous page")
+
+
+def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Principal, request: Request,
+          response: Response) -> list:
+    """One page of `stmt` (already scoped to what the caller may see), in the order of `keys` then id. When more
+    follow, the response says where the next page starts: `Link: <...>; rel="next"` and `X-Next-Marker`."""
+    id_col = model.id
+    if page.marker is not None:
+        marker: Any = page.marker
+        if id_col.type.python_type is int:
+            if not marker.isdigit():
+                raise ApiError(404, f"marker {page.marker} not found", "marker")
+            marker = int(marker)
+        after = s.get(model, marker)
+        tenant = getattr(after, "tenant_id", None)
+        if after is None or (tenant is not None and not visible(p, tenant)):
+            raise ApiError(404, f"marker {page.marker} not found", "marker")
+        stmt = stmt.where(tuple_(*keys, id_col) > tuple_(*[getattr(after, k.key) for k in keys], after.id))
+    rows = list(s.execute(stmt.order_by(*keys, id_col).limit(page.limit + 1)).scalars())
+    if len(rows) > page.limit:
+        rows = rows[:page.limit]
+        nxt = str(rows[-1].id)
+        url = request.url.include_query_params(limit=page.limit, marker=nxt)
+        response.headers["Link"] = f'<{url}>; rel="next"'
+        response.headers["X-Next-Marker"] = nxt
+    return rows

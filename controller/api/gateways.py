@@ -1,51 +1,89 @@
-"""The gateway instances' watch: like the hosts' config watch, keyed by the global revision."""
+"""The gateway instances' watch: like the hosts' config watch, keyed by the global revision, answered only when
+the instance's own config differs from the one it holds (its digest)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
 
 from controller.api.common import db_of
-from controller.auth import Principal, require_infra
-from controller.compiler import compile_gateway
+from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
-from controller.hostconfig import GatewayConfig
+from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections, may_serve
+from controller.watch import Wake, next_wake
+from tianji.southbound import GatewayConfig, GatewayConfigDelta
 
 router = APIRouter(tags=["gateways"])
+DIGEST = Query(None, max_length=64, pattern="^[0-9a-f]*$",
+               description="the X-Tianji-Config-Digest of the config the instance holds (at `after`)")
 
 
 @router.get("/gateways/{name}/config", response_model=GatewayConfig,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
 async def gateway_config(name: str, request: Request, after: int = Query(-1, ge=-1),
-                         timeout: float = Query(0, ge=0, le=300), _: Principal = Depends(require_infra)) -> Response:
-    """Long-poll for a gateway instance's config (NAT rules, EIPs, endpoints). Gateways are few: they follow
-    the global revision and recompile on any write."""
+                         timeout: float = Query(0, ge=0, le=300), digest: str | None = DIGEST,
+                         p: Principal = Depends(require_infra)) -> Response:
+    """Long-poll for a gateway instance's whole config (NAT rules, EIPs, endpoints). With `digest`, a write that
+    leaves this instance's config as it is goes unanswered (no download, no apply, no ARP on the instance), as
+    if it had not happened. Stateless: any worker or replica can tell."""
+    own_host(p, name, "gateway")
+    return await _watch(request, name, after, timeout, digest, lambda c: c.config())
+
+
+@router.get("/gateways/{name}/config/delta", response_model=GatewayConfigDelta,
+            responses={304: {"description": "no change after `after` within `timeout` seconds"}})
+async def gateway_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1),
+                               timeout: float = Query(0, ge=0, le=300), digest: str | None = DIGEST,
+                               p: Principal = Depends(require_infra)) -> Response:
+    """The same long-poll, answered with the sections (one per VPC) that changed after `after`
+    (GatewayConfigDelta), not the whole config; `after=-1` answers every section. Gateway instances watch this
+    way: a write in one of 1,000 tenants sends that tenant's section."""
+    own_host(p, name, "gateway")
+    return await _watch(request, name, after, timeout, digest, lambda c: c.delta(after))
+
+
+async def _watch(request: Request, name: str, after: int, timeout: float, digest: str | None,
+                 answer: Callable[[GatewayCompiled], BaseModel]) -> Response:
     db = db_of(request)
     bc = request.app.state.broadcaster
+    deadline = time.monotonic() + min(timeout, request.app.state.settings.max_watch_timeout)
+
+    def compile_now() -> GatewayCompiled | None:
+        with db.snapshot() as s:
+            return compile_gateway_sections(s, name)
+
+    def concerns(vpcs: set[str]) -> bool:
+        with db.snapshot() as s:
+            return may_serve(s, vpcs)
+
     q = bc.subscribe()
     try:
-        rev = await run_in_threadpool(db.revision)
-        deadline = time.monotonic() + min(timeout, request.app.state.settings.max_watch_timeout)
-        while rev <= after:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return Response(status_code=304, headers={"X-Tianji-Revision": str(rev)})
-            try:
-                await asyncio.wait_for(q.get(), remaining)
-            except TimeoutError:
-                continue
-            rev = await run_in_threadpool(db.revision)
+        while True:
+            t0 = time.perf_counter()
+            out = await run_in_threadpool(compile_now)
+            if out is None:
+                raise not_found("gateway", name)
+            now = out.digest
+            if out.at > after and (after < 0 or digest != now):
+                body = answer(out).model_dump_json()
+                took = (time.perf_counter() - t0) * 1000  # compile and serialise, for the instance's status
+                return Response(body, media_type="application/json",
+                                headers={"X-Tianji-Revision": str(out.at), "X-Tianji-Config-Digest": now,
+                                         "Server-Timing": f"compile;dur={took:.1f}"})
+            # the same config for this instance: wait for a write that may change it
+            async def may_change(w: Wake, held: GatewayCompiled = out) -> bool:
+                if w.revision and w.revision <= held.at and not w.unknown:
+                    return False  # compiled already
+                if w.unknown or w.topology or not held.universe.isdisjoint(w.vpcs):
+                    return True
+                return bool(w.vpcs) and await run_in_threadpool(concerns, set(w.vpcs))  # a new NAT gateway or EIP
+
+            if await next_wake(q, deadline, may_change) is None:
+                return Response(status_code=304, headers={"X-Tianji-Revision": str(out.at)})
+            await bc.settle(request.app.state.settings.watch_coalesce)
     finally:
         bc.unsubscribe(q)
-
-    def build() -> GatewayConfig | None:
-        with db.snapshot() as s:
-            return compile_gateway(s, name, rev)
-
-    cfg = await run_in_threadpool(build)
-    if cfg is None:
-        raise not_found("gateway", name)
-    return Response(cfg.model_dump_json(), media_type="application/json", headers={"X-Tianji-Revision": str(rev)})

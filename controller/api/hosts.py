@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,33 +13,45 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.api.common import db_of
-from controller.api.schemas import HostOut, HostRegister
-from controller.auth import Principal, require_admin, require_infra
+from controller.api.schemas import HostOut, HostRegister, HostUpdate
+from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.compiler import compile_host, compile_host_delta, host_revision
 from controller.db import Database
-from controller.errors import conflict, not_found
-from controller.hostconfig import HostConfig, HostConfigDelta, PortStatusReport
+from controller.errors import ApiError, conflict, not_found
 from controller.models import now
+from controller.watch import next_wake
+from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 
 router = APIRouter(tags=["hosts"])
 
 
-def host_out(s, h: m.Host) -> HostOut:  # noqa: ANN001
-    n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.host == h.name)).scalar()
+def host_out(s, h: m.Host, n: int | None = None) -> HostOut:
+    if n is None:
+        n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.host == h.name)).scalar()
     return HostOut(name=h.name, vtep_ip=h.vtep_ip, kind=h.kind, status=h.status,
                    last_seen=h.last_seen.isoformat(), ports=n)
 
 
 @router.post("/hosts", response_model=HostOut)
-def register_host(body: HostRegister, request: Request, _: Principal = Depends(require_infra)) -> HostOut:
-    """Idempotent: an agent registers on every start; a changed VTEP IP is updated."""
+def register_host(body: HostRegister, request: Request, p: Principal = Depends(require_infra)) -> HostOut:
+    """Idempotent: an agent registers on every start. A host token registers its own host only, as the kind its
+    token names; it cannot move an existing host's VTEP (every hypervisor would tunnel that host's traffic to the
+    new address): the admin does that (`PATCH /v1/hosts/{name}`), or registers it."""
+    own_host(p, body.name, body.kind)
     with db_of(request).write() as t:
         s = t.session
+        h = s.get(m.Host, body.name)
+        if h is not None and h.kind != body.kind:
+            raise conflict("kind", f"host {body.name} is registered as a {h.kind}; delete it first to register it "
+                                   f"as a {body.kind}")
+        if h is not None and h.vtep_ip != body.vtep_ip and not p.is_admin:
+            raise ApiError(403, f"host {body.name} is registered with VTEP {h.vtep_ip}; a host token cannot move it "
+                                f"to {body.vtep_ip}: the operator allows it with PATCH /v1/hosts/{body.name} "
+                                '{"vtep_ip": ...}', "vtep_ip")
         clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
                                                     m.Host.name != body.name)).scalar_one_or_none()
         if clash:
             raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
-        h = s.get(m.Host, body.name)
         if h is None:
             h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, status="up", last_seen=now())
             s.add(h)
@@ -55,17 +66,45 @@ def register_host(body: HostRegister, request: Request, _: Principal = Depends(r
 
 
 @router.get("/hosts", response_model=list[HostOut])
-def list_hosts(request: Request, _: Principal = Depends(require_infra)) -> list[HostOut]:
+def list_hosts(request: Request, p: Principal = Depends(require_infra)) -> list[HostOut]:
+    """Every host for the admin and orchestrators (they place VMs); a host token sees its own host."""
     with db_of(request).read() as s:
-        return [host_out(s, h) for h in s.execute(select(m.Host).order_by(m.Host.name)).scalars()]
+        stmt = select(m.Host).order_by(m.Host.name)
+        if p.kind == "host":
+            stmt = stmt.where(m.Host.name == p.host)
+        counts = dict(s.execute(select(m.Port.host, func.count()).where(m.Port.host.is_not(None))
+                                .group_by(m.Port.host)).all())
+        return [host_out(s, h, counts.get(h.name, 0)) for h in s.execute(stmt).scalars()]
 
 
 @router.get("/hosts/{name}", response_model=HostOut)
-def get_host(name: str, request: Request, _: Principal = Depends(require_infra)) -> HostOut:
+def get_host(name: str, request: Request, p: Principal = Depends(require_infra)) -> HostOut:
+    if p.kind == "host":
+        own_host(p, name)
     with db_of(request).read() as s:
         h = s.get(m.Host, name)
         if h is None:
             raise not_found("host", name)
+        return host_out(s, h)
+
+
+@router.patch("/hosts/{name}", response_model=HostOut)
+def update_host(name: str, body: HostUpdate, request: Request, _: Principal = Depends(require_admin)) -> HostOut:
+    """The operator moves a host's VTEP (a re-addressed underlay); its agent then registers with the new one."""
+    with db_of(request).write() as t:
+        s = t.session
+        h = s.get(m.Host, name)
+        if h is None:
+            raise not_found("host", name)
+        clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
+                                                    m.Host.name != name)).scalar_one_or_none()
+        if clash:
+            raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
+        if h.vtep_ip != body.vtep_ip:
+            h.vtep_ip = body.vtep_ip
+            t.touch_topology()
+            t.touch_hosts(name)
+        s.flush()
         return host_out(s, h)
 
 
@@ -89,11 +128,12 @@ Q_PORT_STATUS = select(_PORTS.c.id, _PORTS.c.status).where(_PORTS.c.host == bind
 
 @router.post("/hosts/{name}/status")
 def host_status(name: str, body: PortStatusReport, request: Request,
-                _: Principal = Depends(require_infra)) -> dict:
+                p: Principal = Depends(require_infra)) -> dict:
     """Heartbeat plus port UP/DOWN reports. Only a change of state is a write that bumps the revision.
 
     Every agent beats every 2 s, so a beat that changes nothing must cost little: one read, and `last_seen`
     written only when it is a fifth of the way to the host being declared down (not on every beat)."""
+    own_host(p, name)
     db = db_of(request)
     settings = request.app.state.settings
     with db.read(single=True) as s:  # no snapshot needed: a status that changes meanwhile is seen next beat
@@ -125,9 +165,10 @@ def host_status(name: str, body: PortStatusReport, request: Request,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
 async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1),
                        timeout: float = Query(0, ge=0, le=300),
-                       _: Principal = Depends(require_infra)) -> Response:
+                       p: Principal = Depends(require_infra)) -> Response:
     """Long-poll: the host's compiled config as soon as its revision is newer than `after`, or 304 after
     `timeout` seconds. Agents loop on this with `after` = the revision they last applied."""
+    own_host(p, name, "hypervisor")
     return await _watch(request, name, after, timeout, compile_host)
 
 
@@ -135,10 +176,11 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
 async def watch_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1),
                              timeout: float = Query(0, ge=0, le=300),
-                             _: Principal = Depends(require_infra)) -> Response:
+                             p: Principal = Depends(require_infra)) -> Response:
     """The same long-poll, answered with what changed after `after` (HostConfigDelta): the sections of the VPCs
     that changed, not the whole config. `after=-1` answers a whole config in this form. The vSwitch agent
     watches this way."""
+    own_host(p, name, "hypervisor")
     return await _watch(request, name, after, timeout, lambda s, host: compile_host_delta(s, host, after))
 
 
@@ -164,15 +206,9 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
         deadline = time.monotonic() + timeout
         changed = state[0] > after
         while not changed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            wake = await next_wake(q, deadline, lambda w: w.concerns(name, state[1]))  # noqa: B023
+            if wake is None:
                 return Response(status_code=304, headers={"X-Tianji-Revision": str(state[0])})
-            try:
-                wake = await asyncio.wait_for(q.get(), remaining)
-            except TimeoutError:
-                continue
-            if not wake.concerns(name, state[1]):
-                continue
             if wake.unknown:  # no detail (another process, or a huge change): ask the database
                 state = await run_in_threadpool(check)
                 if state is None:
@@ -180,11 +216,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
                 changed = state[0] > after
             else:  # the write stamped this host or one of its VPCs: its config changed, unless we sent it already
                 changed = wake.revision > after
-        # in a burst of writes, let more land before compiling: one config instead of one per write (a lone
-        # write is answered at once)
-        coalesce = request.app.state.settings.watch_coalesce
-        if coalesce > 0 and bc.busy():
-            await asyncio.sleep(coalesce)
+        await bc.settle(request.app.state.settings.watch_coalesce)
     finally:
         bc.unsubscribe(q)
     cfg = await run_in_threadpool(compile_now)
@@ -215,7 +247,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
     return [n for n, _ in stale]
 
 
-def _aware(t):  # noqa: ANN001, ANN202 - SQLite hands back naive datetimes (stored as UTC)
+def _aware(t):  # SQLite hands back naive datetimes (stored as UTC)
     from datetime import UTC
 
     return t if t.tzinfo else t.replace(tzinfo=UTC)

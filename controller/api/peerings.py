@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import or_, select
 
 from controller import models as m
-from controller.api.common import db_of, owned, visible
+from controller import quotas
+from controller.api.common import Page, db_of, owned, paged, visible
 from controller.api.schemas import PeeringCreate, PeeringOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
@@ -15,7 +16,7 @@ from controller.ipam import overlaps
 router = APIRouter(tags=["peerings"])
 
 
-def _visible_peering(s, peering_id: str, p: Principal) -> m.Peering:  # noqa: ANN001
+def _visible_peering(s, peering_id: str, p: Principal) -> m.Peering:
     pc = s.get(m.Peering, peering_id)
     if pc is None or not (visible(p, pc.requester_tenant_id) or visible(p, pc.accepter_tenant_id)):
         raise not_found("peering", peering_id)
@@ -32,12 +33,13 @@ def create_peering(body: PeeringCreate, request: Request, p: Principal = Depends
         acc = s.get(m.Vpc, body.accepter_vpc_id)  # may belong to another tenant: peering is how tenants meet
         if acc is None:
             raise not_found("VPC", body.accepter_vpc_id, "accepter_vpc_id")
-        if overlaps(req.cidr, acc.cidr):
-            raise conflict("accepter_vpc_id", f"CIDRs overlap ({req.cidr} and {acc.cidr}); peered VPCs need "
+        if overlaps(req.cidr, acc.cidr):  # the other VPC's CIDR is not said: it may be another tenant's
+            raise conflict("accepter_vpc_id", f"the accepter VPC's CIDR overlaps {req.cidr}; peered VPCs need "
                                               "disjoint address space")
         low, high = sorted((req.id, acc.id))
         if s.execute(select(m.Peering.id).where(m.Peering.vpc_low == low, m.Peering.vpc_high == high)).first():
             raise conflict("accepter_vpc_id", "these VPCs already have a peering")
+        quotas.check(s, request.app.state.settings.quotas, req.tenant_id, "peerings")
         status = "active" if req.tenant_id == acc.tenant_id else "pending-acceptance"
         pc = m.Peering(requester_vpc_id=req.id, accepter_vpc_id=acc.id, requester_tenant_id=req.tenant_id,
                        accepter_tenant_id=acc.tenant_id, vpc_low=low, vpc_high=high, status=status)
@@ -48,13 +50,14 @@ def create_peering(body: PeeringCreate, request: Request, p: Principal = Depends
 
 
 @router.get("/peerings", response_model=list[PeeringOut])
-def list_peerings(request: Request, p: Principal = Depends(require_tenant_api)) -> list[m.Peering]:
+def list_peerings(request: Request, response: Response, page: Page = Depends(),
+                  p: Principal = Depends(require_tenant_api)) -> list[m.Peering]:
     with db_of(request).read() as s:
-        stmt = select(m.Peering).order_by(m.Peering.created_at)
+        stmt = select(m.Peering)
         if not p.is_admin:
             stmt = stmt.where(or_(m.Peering.requester_tenant_id == p.tenant_id,
                                   m.Peering.accepter_tenant_id == p.tenant_id))
-        return list(s.execute(stmt).scalars())
+        return paged(s, stmt, m.Peering, [m.Peering.created_at], page, p, request, response)
 
 
 @router.get("/peerings/{peering_id}", response_model=PeeringOut)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import BigInteger, bindparam, cast, func, insert, null, select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
-from controller.api.common import db_of, default_group_id, owned, scoped, visible, with_retries
+from controller import quotas
+from controller.api.common import Page, db_of, default_group_id, owned, paged, scoped, visible, with_retries
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
-from controller.auth import Principal, require_tenant_api
+from controller.auth import Principal, may_bind, require_port_api
 from controller.db import WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
@@ -74,13 +77,12 @@ Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
 Q_HIGHEST_AND_HOSTS = Q_HIGHEST.union_all(select(_HOSTS.c.name, cast(null(), BigInteger))
                                           .where(in_ids(_HOSTS.c.name, "hosts")))
 Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindparam("subnet"))
-Q_TAKEN_MACS = select(_PORTS.c.mac).where(in_ids(_PORTS.c.mac, "macs"))
 # every column bound by name: these run through the driver directly at the commit (WriteTxn.defer)
 INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key) for c in _PORTS.c})
 INSERT_MEMBERSHIPS = insert(_PSG).values({c.key: bindparam(c.key) for c in _PSG.c})
 
 
-def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> list[PortOut]:
+def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool, quota: dict[str, int]) -> list[PortOut]:
     """Create ports inside the caller's transaction, set-based: a handful of statements whatever the number of
     ports (lock the subnets, read their allocation state, insert the ports, insert their group memberships), so
     a bulk create costs little more per port than building its row. Core statements, not the ORM's unit of
@@ -90,85 +92,24 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     def field(i: int, name: str = "") -> str:  # without a name: the item's prefix
         return f"ports.{i}.{name}" if bulk else name
 
-    # the subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock), then
-    # their allocation state and the named hosts, read after the locks (so it sees every allocation committed
-    # before ours): sent together, one round trip on PostgreSQL
-    sids = sorted({x.subnet_id for x in items})
-    named = sorted({x.host for x in items if x.host is not None})
-    locked, state = fetch_all(s, [(Q_LOCK_SUBNETS, {"subnets": sids}),
-                                  (Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else
-                                  (Q_HIGHEST, {"subnets": sids})])
-    sn = {r.id: r for r in locked}
     for i, x in enumerate(items):
-        r = sn.get(x.subnet_id)
-        if r is None or not visible(p, r.tenant_id):
-            raise not_found("subnet", x.subnet_id, field(i, "subnet_id"))
-    highest: dict[str, int | None] = {}
-    known_hosts = set()
-    for key, value in state:
-        if value is None:
-            known_hosts.add(key)
-        else:
-            highest[key] = value
+        if x.host is not None:
+            may_bind(p, field(i, "host"))
+    sn, highest, known_hosts = _lock_subnets(s, items, p, field)
+    for tenant, n in Counter(sn[x.subnet_id].tenant_id for x in items).items():
+        quotas.check(s, quota, tenant, "ports", n)
     nets = {sid: ipaddress.IPv4Network(r.cidr) for sid, r in sn.items()}
-    # fixed addresses: valid in their subnet, not repeated in the batch, not in use
-    fixed: dict[tuple[str, int], int] = {}  # (VPC, address) -> item
-    for i, x in enumerate(items):
-        if x.ip:
-            try:
-                ip = int(check_fixed_ip(nets[x.subnet_id], x.ip))
-            except IpamError as e:
-                raise invalid(field(i, "ip"), str(e)) from None
-            key = (sn[x.subnet_id].vpc_id, ip)
-            if key in fixed:
-                raise conflict(field(i, "ip"), f"{x.ip} is requested twice (ports.{fixed[key]}.ip)")
-            fixed[key] = i
-    fixed_ips = {i: ip for (_vpc, ip), i in fixed.items()}
-    if fixed:
-        used = set(s.execute(select(_PORTS.c.vpc_id, _PORTS.c.ip_int).where(
-            tuple_(_PORTS.c.vpc_id, _PORTS.c.ip_int).in_(list(fixed)))).all())
-        for key, i in sorted(fixed.items(), key=lambda kv: kv[1]):
-            if key in used:
-                raise conflict(field(i, "ip"), f"{items[i].ip} is already in use in subnet "
-                                               f"{sn[items[i].subnet_id].name}")
-    macs = {x.mac: i for i, x in reversed(list(enumerate(items))) if x.mac}
-    if macs:
-        for i, x in enumerate(items):
-            if x.mac and macs[x.mac] != i:
-                raise conflict(field(i, "mac"), f"MAC {x.mac} is requested twice (ports.{macs[x.mac]}.mac)")
-        taken = set(s.execute(Q_TAKEN_MACS, {"macs": list(macs)}).scalars())
-        for mac in sorted(taken, key=macs.__getitem__):
-            raise conflict(field(macs[mac], "mac"), f"MAC {mac} is already in use")
+    fixed_ips = _fixed_ips(s, items, sn, nets, field)
+    _check_macs(s, items, sn, field)
     for i, x in enumerate(items):
         if x.host is not None and x.host not in known_hosts:
             raise unknown_host(field(i, "host"), x.host)
     groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, field(i)) for i, x in enumerate(items)]
-    # allocate: above each subnet's highest address while there is room, else the lowest gaps
-    batch_ips: dict[str, set[int]] = defaultdict(set)  # what this create takes in each subnet
-    for i, ip in fixed_ips.items():
-        batch_ips[items[i].subnet_id].add(ip)
-    tops = {sid: max([highest.get(sid) or 0, *batch_ips[sid]]) or None for sid in sn}
-    scanned: dict[str, set[int]] = {}  # a subnet's addresses in use, read once if it comes to filling gaps
-
-    def in_use(sid: str) -> set[int]:
-        if sid not in scanned:
-            scanned[sid] = {*s.execute(Q_SUBNET_ADDRESSES, {"subnet": sid}).scalars(), *batch_ips[sid]}
-        return scanned[sid]
-
+    ips = _allocate(s, items, sn, nets, highest, fixed_ips, field)
     rows, memberships, out = [], [], []
     created = m.now()
     for i, x in enumerate(items):
-        r = sn[x.subnet_id]
-        if i in fixed_ips:
-            ip = fixed_ips[i]
-        else:
-            try:
-                ip = int(next_free(nets[r.id], lambda sid=r.id: in_use(sid), tops[r.id]))
-            except IpamError as e:
-                raise conflict(field(i, "subnet_id"), str(e)) from None
-            batch_ips[r.id].add(ip)
-            scanned.get(r.id, set()).add(ip)
-            tops[r.id] = max(tops[r.id] or 0, ip)
+        r, ip = sn[x.subnet_id], ips[i]
         addr = str(ipaddress.IPv4Address(ip))
         mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
         pid = m.new_id()
@@ -185,6 +126,96 @@ def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool) -> l
     return out
 
 
+def _lock_subnets(s: Session, items: list[PortCreate], p: Principal,
+                  field: Callable[..., str]) -> tuple[dict[str, Any], dict[str, int], set[str]]:
+    """The subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock), then
+    their allocation state and the named hosts, read after the locks (so it sees every allocation committed
+    before ours): sent together, one round trip on PostgreSQL. (subnets, highest address per subnet, hosts)"""
+    sids = sorted({x.subnet_id for x in items})
+    named = sorted({x.host for x in items if x.host is not None})
+    locked, state = fetch_all(s, [(Q_LOCK_SUBNETS, {"subnets": sids}),
+                                  (Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else
+                                  (Q_HIGHEST, {"subnets": sids})])
+    sn = {r.id: r for r in locked}
+    for i, x in enumerate(items):
+        r = sn.get(x.subnet_id)
+        if r is None or not visible(p, r.tenant_id):
+            raise not_found("subnet", x.subnet_id, field(i, "subnet_id"))
+    highest = {key: value for key, value in state if value is not None}
+    known_hosts = {key for key, value in state if value is None}
+    return sn, highest, known_hosts
+
+
+def _fixed_ips(s: Session, items: list[PortCreate], sn: dict[str, Any], nets: dict[str, ipaddress.IPv4Network],
+               field: Callable[..., str]) -> dict[int, int]:
+    """The fixed addresses asked for (item -> address): valid in their subnet, not repeated, not in use."""
+    fixed: dict[tuple[str, int], int] = {}  # (VPC, address) -> item
+    for i, x in enumerate(items):
+        if x.ip:
+            try:
+                ip = int(check_fixed_ip(nets[x.subnet_id], x.ip))
+            except IpamError as e:
+                raise invalid(field(i, "ip"), str(e)) from None
+            key = (sn[x.subnet_id].vpc_id, ip)
+            if key in fixed:
+                raise conflict(field(i, "ip"), f"{x.ip} is requested twice (ports.{fixed[key]}.ip)")
+            fixed[key] = i
+    if fixed:
+        used = set(s.execute(select(_PORTS.c.vpc_id, _PORTS.c.ip_int).where(
+            tuple_(_PORTS.c.vpc_id, _PORTS.c.ip_int).in_(list(fixed)))).all())
+        for key, i in sorted(fixed.items(), key=lambda kv: kv[1]):
+            if key in used:
+                raise conflict(field(i, "ip"), f"{items[i].ip} is already in use in subnet "
+                                               f"{sn[items[i].subnet_id].name}")
+    return {i: ip for (_vpc, ip), i in fixed.items()}
+
+
+def _check_macs(s: Session, items: list[PortCreate], sn: dict[str, Any], field: Callable[..., str]) -> None:
+    """A MAC is unique in its VPC (its L2 domain), so another tenant's MACs are neither visible nor in the way."""
+    macs = {(sn[x.subnet_id].vpc_id, x.mac): i for i, x in reversed(list(enumerate(items))) if x.mac}
+    if not macs:
+        return
+    for i, x in enumerate(items):
+        if x.mac and (j := macs[(sn[x.subnet_id].vpc_id, x.mac)]) != i:
+            raise conflict(field(i, "mac"), f"MAC {x.mac} is requested twice (ports.{j}.mac)")
+    taken = set(s.execute(select(_PORTS.c.vpc_id, _PORTS.c.mac)
+                          .where(tuple_(_PORTS.c.vpc_id, _PORTS.c.mac).in_(list(macs)))).all())
+    for key in sorted(taken, key=macs.__getitem__):
+        raise conflict(field(macs[key], "mac"), f"MAC {key[1]} is already in use in this VPC")
+
+
+def _allocate(s: Session, items: list[PortCreate], sn: dict[str, Any], nets: dict[str, ipaddress.IPv4Network],
+              highest: dict[str, int], fixed_ips: dict[int, int], field: Callable[..., str]) -> list[int]:
+    """Every item's address: its fixed one, else above its subnet's highest address while there is room, else
+    the lowest gaps (the subnet's addresses in use are read once, if it comes to that)."""
+    batch_ips: dict[str, set[int]] = defaultdict(set)  # what this create takes in each subnet
+    for i, ip in fixed_ips.items():
+        batch_ips[items[i].subnet_id].add(ip)
+    tops = {sid: max([highest.get(sid) or 0, *batch_ips[sid]]) or None for sid in sn}
+    scanned: dict[str, set[int]] = {}
+
+    def in_use(sid: str) -> set[int]:
+        if sid not in scanned:
+            scanned[sid] = {*s.execute(Q_SUBNET_ADDRESSES, {"subnet": sid}).scalars(), *batch_ips[sid]}
+        return scanned[sid]
+
+    out = []
+    for i, x in enumerate(items):
+        sid = x.subnet_id
+        if i in fixed_ips:
+            out.append(fixed_ips[i])
+            continue
+        try:
+            ip = int(next_free(nets[sid], lambda sid=sid: in_use(sid), tops[sid]))
+        except IpamError as e:
+            raise conflict(field(i, "subnet_id"), str(e)) from None
+        batch_ips[sid].add(ip)
+        scanned.get(sid, set()).add(ip)
+        tops[sid] = max(tops[sid] or 0, ip)
+        out.append(ip)
+    return out
+
+
 def _groups(s: Session, x: PortCreate, vpc_id: str, p: Principal, prefix: str) -> list[str]:
     if x.security_group_ids is None:
         return _default_groups(s, vpc_id)
@@ -192,22 +223,22 @@ def _groups(s: Session, x: PortCreate, vpc_id: str, p: Principal, prefix: str) -
 
 
 @router.post("/ports", status_code=201, response_model=PortOut)
-def create_port(body: PortCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> Response:
+def create_port(body: PortCreate, request: Request, p: Principal = Depends(require_port_api)) -> Response:
     def txn() -> PortOut:
         with db_of(request).write(concurrent=True) as t:
-            return _create(t, [body], p, bulk=False)[0]
+            return _create(t, [body], p, bulk=False, quota=request.app.state.settings.quotas)[0]
 
     out = with_retries(txn, "port creation")
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @router.post("/ports/bulk", status_code=201, response_model=list[PortOut])
-def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> Response:
+def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(require_port_api)) -> Response:
     """Several ports in one transaction (like Neutron's bulk create): all are created, or none (the error names
     the offending item, `ports.N.field`). One revision for the whole batch."""
     def txn() -> list[PortOut]:
         with db_of(request).write(concurrent=True) as t:
-            return _create(t, body.ports, p, bulk=True)
+            return _create(t, body.ports, p, bulk=True, quota=request.app.state.settings.quotas)
 
     out = with_retries(txn, "bulk port creation")
     return Response(b"[" + b",".join(o.model_dump_json().encode() for o in out) + b"]", status_code=201,
@@ -215,49 +246,54 @@ def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(
 
 
 @router.get("/ports", response_model=list[PortOut])
-def list_ports(request: Request, vpc_id: str | None = None, subnet_id: str | None = None, host: str | None = None,
-               p: Principal = Depends(require_tenant_api)) -> list[PortOut]:
+def list_ports(request: Request, response: Response, vpc_id: str | None = None, subnet_id: str | None = None,
+               host: str | None = None, page: Page = Depends(),
+               p: Principal = Depends(require_port_api)) -> list[PortOut]:
     with db_of(request).read() as s:
-        stmt = scoped(select(m.Port), m.Port, p).order_by(m.Port.vpc_id, m.Port.ip_int)
+        stmt = scoped(select(m.Port), m.Port, p).options(selectinload(m.Port.groups))  # groups: one more query
         if vpc_id:
             stmt = stmt.where(m.Port.vpc_id == vpc_id)
         if subnet_id:
             stmt = stmt.where(m.Port.subnet_id == subnet_id)
         if host:
             stmt = stmt.where(m.Port.host == host)
-        return [port_out(x) for x in s.execute(stmt).scalars()]
+        return [port_out(x) for x in paged(s, stmt, m.Port, [m.Port.vpc_id, m.Port.ip_int], page, p, request,
+                                           response)]
 
 
 @router.get("/ports/{port_id}", response_model=PortOut)
-def get_port(port_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> PortOut:
+def get_port(port_id: str, request: Request, p: Principal = Depends(require_port_api)) -> PortOut:
     with db_of(request).read() as s:
         return port_out(owned(s, m.Port, port_id, p, "port"))
 
 
 @router.patch("/ports/{port_id}", response_model=PortOut)
 def update_port(port_id: str, body: PortUpdate, request: Request,
-                p: Principal = Depends(require_tenant_api)) -> PortOut:
+                p: Principal = Depends(require_port_api)) -> PortOut:
     with db_of(request).write() as t:
         s = t.session
         port = owned(s, m.Port, port_id, p, "port")
         fields = body.model_fields_set
+        if p.kind == "orchestrator" and fields - {"host"}:
+            raise ApiError(403, "an orchestrator token may change a port's `host` only", sorted(fields - {"host"})[0])
         if "name" in fields and body.name:
             port.name = body.name
         if "host" in fields and body.host != port.host:
+            may_bind(p, "host")
             check_host(s, body.host)
             t.touch_hosts(port.host, body.host)
             port.host = body.host
             port.status = "DOWN"  # until the new host reports the VM plugged
         if "security_group_ids" in fields:
             port.groups = resolve_groups(s, body.security_group_ids or [], port.vpc_id, p)
-            t.touch_hosts(port.host)  # its host compiles the port's groups (see compiler.host_local)
+            t.touch_hosts(port.host)  # its host compiles its ports' groups (compiler._ports_fragments)
         t.touch_vpcs(port.vpc_id)
         s.flush()
         return port_out(port)
 
 
 @router.delete("/ports/{port_id}", status_code=204)
-def delete_port(port_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
+def delete_port(port_id: str, request: Request, p: Principal = Depends(require_port_api)) -> None:
     with db_of(request).write() as t:
         port = owned(t.session, m.Port, port_id, p, "port")
         rules = t.session.execute(select(m.DnatRule.id).where(m.DnatRule.port_id == port_id)).scalars().all()

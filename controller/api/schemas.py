@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -16,6 +17,15 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 class Req(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, v: object) -> object:
+        """No NUL in any text: PostgreSQL cannot store it, and both backends must answer alike."""
+        if isinstance(v, str) and "\x00" in v or isinstance(v, list) and any(isinstance(x, str) and "\x00" in x
+                                                                             for x in v):
+            raise ValueError("NUL characters are not allowed")
+        return v
 
 
 class Resp(BaseModel):
@@ -43,7 +53,66 @@ class TenantCreated(TenantOut):
 
 
 class HostTokenCreate(Req):
-    name: str = NAME
+    host: str = NAME
+    kind: Literal["hypervisor", "gateway"] = "hypervisor"
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                             description="the credential's own name (default: the host's); unique")
+
+
+class HostTokenOut(Resp):
+    id: str
+    name: str
+    host: str | None
+    kind: str
+    created_at: datetime
+
+
+class HostTokenCreated(HostTokenOut):
+    token: str
+
+
+class QuotaOut(BaseModel):
+    limit: int
+    used: int
+
+
+QUOTA = Field(None, ge=-1, description="the limit; -1 unlimited; null: the default")
+
+
+class QuotaUpdate(Req):
+    vpcs: int | None = QUOTA
+    subnets: int | None = QUOTA
+    ports: int | None = QUOTA
+    security_groups: int | None = QUOTA
+    security_group_rules: int | None = QUOTA
+    eips: int | None = QUOTA
+    nat_gateways: int | None = QUOTA
+    peerings: int | None = QUOTA
+
+
+class AuditOut(Resp):
+    id: int
+    at: datetime
+    actor_kind: str
+    actor: str
+    tenant_id: str | None
+    method: str
+    path: str
+    revision: int | None
+
+
+class TokenCreate(Req):
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class TokenOut(Resp):
+    id: str
+    name: str
+    created_at: datetime
+
+
+class TokenCreated(TokenOut):
+    token: str
 
 
 class VpcCreate(Req):
@@ -117,6 +186,8 @@ class PortCreate(Req):
         first = int(v[:2], 16)
         if first & 1:
             raise ValueError("a port MAC must be unicast (lowest bit of the first octet clear)")
+        if v == "00:00:00:00:00:00":
+            raise ValueError("00:00:00:00:00:00 is not a station's address")
         return v
 
 
@@ -155,6 +226,15 @@ class HostRegister(Req):
             return str(ipaddress.IPv4Address(v))
         except ValueError:
             raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+
+class HostUpdate(Req):
+    vtep_ip: str
+
+    @field_validator("vtep_ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        return HostRegister._ip(v)
 
 
 class HostOut(Resp):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
-from controller.api.common import db_of, owned, scoped
+from controller import quotas
+from controller.api.common import Page, db_of, owned, paged, scoped
 from controller.api.schemas import RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
@@ -16,7 +17,8 @@ from controller.errors import conflict, invalid, not_found
 router = APIRouter(tags=["security-groups"])
 
 
-def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, field: str) -> m.SecurityGroupRule:
+def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, field: str,
+             quota: dict[str, int]) -> m.SecurityGroupRule:
     s = t.session
     if r.remote_group_id and r.remote_group_id != sg.id:
         remote = owned(s, m.SecurityGroup, r.remote_group_id, p, "security group", f"{field}.remote_group_id")
@@ -26,8 +28,19 @@ def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, fiel
                                port_range_min=r.port_range_min, port_range_max=r.port_range_max,
                                remote_cidr=r.remote_cidr if r.remote_group_id else (r.remote_cidr or "0.0.0.0/0"),
                                remote_group_id=r.remote_group_id, description=r.description)
-    s.add(rule)
+    same = _what(rule)
+    for other in sg.rules:
+        if _what(other) == same:
+            raise conflict(field if field != "body" else None,
+                           f"security group {sg.name} already has this rule (id {other.id})")
+    quotas.check(s, quota, sg.tenant_id, "security_group_rules")
+    sg.rules.append(rule)
     return rule
+
+
+def _what(r: m.SecurityGroupRule) -> tuple:
+    """What a rule admits (its description aside): two rules admitting the same are one rule twice."""
+    return (r.direction, r.protocol, r.port_range_min, r.port_range_max, r.remote_cidr, r.remote_group_id)
 
 
 def sg_out(sg: m.SecurityGroup) -> SecurityGroupOut:
@@ -43,11 +56,12 @@ def create_sg(body: SecurityGroupCreate, request: Request,
         if s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == vpc.id,
                                                       m.SecurityGroup.name == body.name)).first():
             raise conflict("name", f"VPC {vpc.name} already has a security group named {body.name!r}")
+        quotas.check(s, request.app.state.settings.quotas, vpc.tenant_id, "security_groups")
         sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, description=body.description)
         s.add(sg)
         s.flush()
         for i, r in enumerate(body.rules):
-            add_rule(t, sg, r, p, f"rules.{i}")
+            add_rule(t, sg, r, p, f"rules.{i}", request.app.state.settings.quotas)
         t.touch_vpcs(vpc.id)
         s.flush()
         s.refresh(sg)
@@ -55,14 +69,14 @@ def create_sg(body: SecurityGroupCreate, request: Request,
 
 
 @router.get("/security-groups", response_model=list[SecurityGroupOut])
-def list_sgs(request: Request, vpc_id: str | None = None,
+def list_sgs(request: Request, response: Response, vpc_id: str | None = None, page: Page = Depends(),
              p: Principal = Depends(require_tenant_api)) -> list[SecurityGroupOut]:
     with db_of(request).read() as s:
-        stmt = scoped(select(m.SecurityGroup), m.SecurityGroup, p).order_by(m.SecurityGroup.vpc_id,
-                                                                            m.SecurityGroup.name)
+        stmt = scoped(select(m.SecurityGroup), m.SecurityGroup, p).options(selectinload(m.SecurityGroup.rules))
         if vpc_id:
             stmt = stmt.where(m.SecurityGroup.vpc_id == vpc_id)
-        return [sg_out(x) for x in s.execute(stmt).scalars()]
+        return [sg_out(x) for x in paged(s, stmt, m.SecurityGroup, [m.SecurityGroup.vpc_id, m.SecurityGroup.name],
+                                         page, p, request, response)]
 
 
 @router.get("/security-groups/{sg_id}", response_model=SecurityGroupOut)
@@ -100,7 +114,7 @@ def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenan
 def create_rule(sg_id: str, body: RuleCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> RuleOut:
     with db_of(request).write() as t:
         sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
-        rule = add_rule(t, sg, body, p, "body")
+        rule = add_rule(t, sg, body, p, "body", request.app.state.settings.quotas)
         t.touch_vpcs(sg.vpc_id)
         t.session.flush()
         return RuleOut.model_validate(rule)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of, owned, scoped
+from controller import quotas
+from controller.api.common import Page, db_of, owned, paged, scoped
 from controller.api.schemas import SubnetCreate, SubnetOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import conflict, invalid
@@ -18,10 +19,11 @@ from controller.ipam import gateway_ip, overlaps, usable_range
 router = APIRouter(tags=["subnets"])
 
 
-def subnet_out(s: Session, sn: m.Subnet) -> SubnetOut:
+def subnet_out(s: Session, sn: m.Subnet, used: int | None = None) -> SubnetOut:
     out = SubnetOut.model_validate(sn)
     lo, hi = usable_range(ipaddress.IPv4Network(sn.cidr))
-    used = s.execute(select(func.count()).select_from(m.Port).where(m.Port.subnet_id == sn.id)).scalar()
+    if used is None:
+        used = s.execute(select(func.count()).select_from(m.Port).where(m.Port.subnet_id == sn.id)).scalar()
     out.available_ips = max(hi - lo + 1, 0) - used
     return out
 
@@ -41,6 +43,7 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
                 raise conflict("cidr", f"{net} overlaps subnet {other.name} ({other.cidr})")
             if other.name == body.name:
                 raise conflict("name", f"VPC {vpc.name} already has a subnet named {body.name!r}")
+        quotas.check(s, request.app.state.settings.quotas, vpc.tenant_id, "subnets")
         sn = m.Subnet(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, cidr=str(net),
                       gateway_ip=str(gateway_ip(net)))
         s.add(sn)
@@ -50,13 +53,16 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
 
 
 @router.get("/subnets", response_model=list[SubnetOut])
-def list_subnets(request: Request, vpc_id: str | None = None,
+def list_subnets(request: Request, response: Response, vpc_id: str | None = None, page: Page = Depends(),
                  p: Principal = Depends(require_tenant_api)) -> list[SubnetOut]:
     with db_of(request).read() as s:
-        stmt = scoped(select(m.Subnet), m.Subnet, p).order_by(m.Subnet.vpc_id, m.Subnet.cidr)
+        stmt = scoped(select(m.Subnet), m.Subnet, p)
         if vpc_id:
             stmt = stmt.where(m.Subnet.vpc_id == vpc_id)
-        return [subnet_out(s, sn) for sn in s.execute(stmt).scalars()]
+        rows = paged(s, stmt, m.Subnet, [m.Subnet.vpc_id, m.Subnet.cidr], page, p, request, response)
+        used = dict(s.execute(select(m.Port.subnet_id, func.count()).where(m.Port.subnet_id.in_([r.id for r in rows]))
+                              .group_by(m.Port.subnet_id)).all()) if rows else {}
+        return [subnet_out(s, sn, used.get(sn.id, 0)) for sn in rows]
 
 
 @router.get("/subnets/{subnet_id}", response_model=SubnetOut)

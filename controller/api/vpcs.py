@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
+from datetime import timedelta
 
-from fastapi import APIRouter, Depends, Request
-from sqlalchemy import func, select
+from fastapi import APIRouter, Depends, Request, Response
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of, default_group_id, owned, scoped, with_retries
+from controller import quotas
+from controller.api.common import Page, db_of, default_group_id, owned, paged, scoped, with_retries
 from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.ipam import router_mac
+from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
+from controller.models import now
 
 router = APIRouter(tags=["vpcs"])
 
@@ -24,22 +27,32 @@ def vpc_out(s: Session, v: m.Vpc) -> VpcOut:
     return out
 
 
-def allocate_vni(s: Session, lo: int, hi: int) -> int:
-    highest = s.execute(select(func.max(m.Vpc.vni))).scalar()
-    if highest is None or highest < lo:
-        return lo
-    if highest < hi:
-        return highest + 1
-    used = set(s.execute(select(m.Vpc.vni).where(m.Vpc.vni.between(lo, hi))).scalars())
-    for vni in range(lo, hi + 1):
-        if vni not in used:
-            return vni
-    raise ApiError(409, f"the VNI pool {lo}..{hi} is exhausted; ask the operator to widen it")
+def allocate_vni(s: Session, lo: int, hi: int, quarantine_s: float) -> int:
+    """`ipam.next_vni` over the database: the VNIs of live VPCs and those freed less than `quarantine_s` ago are
+    taken. The caller holds the `vni` counter's lock; its value is the last VNI handed out."""
+    last = s.execute(select(m.Counter.value).where(m.Counter.name == "vni")).scalar() or 0
+    since = now() - timedelta(seconds=quarantine_s)
+
+    def taken(a: int, b: int) -> tuple[set[int], set[int]]:
+        used = set(s.execute(select(m.Vpc.vni).where(m.Vpc.vni.between(a, b))).scalars())
+        return used, set(s.execute(select(m.FreedVni.vni).where(m.FreedVni.vni.between(a, b),
+                                                                 m.FreedVni.freed_at > since)).scalars())
+
+    try:
+        vni = next_vni(last, lo, hi, taken)
+    except IpamError as e:
+        raise ApiError(409, f"{e} for up to {quarantine_s:.0f} s; ask the operator to widen it "
+                            "(TIANJI_VNI_RANGE)") from None
+    s.execute(update(m.Counter).where(m.Counter.name == "vni").values(value=vni))
+    return vni
 
 
 @router.post("/vpcs", status_code=201, response_model=VpcOut)
 def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
     settings = request.app.state.settings
+    if why := vpc_space_error(ipaddress.IPv4Network(body.cidr),
+                              [ipaddress.IPv4Network(c) for c in settings.vpc_public_cidrs]):
+        raise invalid("cidr", why)
     if p.is_admin:
         if not body.tenant_id:
             raise invalid("tenant_id", "the admin must name the tenant that owns the VPC")
@@ -54,11 +67,13 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
             s = t.session
             if s.get(m.Tenant, tenant_id) is None:
                 raise not_found("tenant", tenant_id, "tenant_id")
+            quotas.check(s, settings.quotas, tenant_id, "vpcs")
+            quotas.check(s, settings.quotas, tenant_id, "security_groups")  # its default group
             if s.execute(select(m.Vpc.id).where(m.Vpc.tenant_id == tenant_id, m.Vpc.name == body.name)).first():
                 raise conflict("name", f"you already have a VPC named {body.name!r}")
             # serialise VNI allocation (a row lock on PostgreSQL); the unique constraint stays the guarantee
             s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())
-            vni = allocate_vni(s, settings.vni_min, settings.vni_max)
+            vni = allocate_vni(s, settings.vni_min, settings.vni_max, settings.vni_quarantine_s)
             vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni))
             s.add(vpc)
             s.flush()
@@ -80,10 +95,20 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
 
 
 @router.get("/vpcs", response_model=list[VpcOut])
-def list_vpcs(request: Request, p: Principal = Depends(require_tenant_api)) -> list[VpcOut]:
+def list_vpcs(request: Request, response: Response, page: Page = Depends(),
+              p: Principal = Depends(require_tenant_api)) -> list[VpcOut]:
     with db_of(request).read() as s:
-        vpcs = s.execute(scoped(select(m.Vpc), m.Vpc, p).order_by(m.Vpc.created_at, m.Vpc.name)).scalars()
-        return [vpc_out(s, v) for v in vpcs]
+        vpcs = paged(s, scoped(select(m.Vpc), m.Vpc, p), m.Vpc, [m.Vpc.created_at, m.Vpc.name], page, p, request,
+                     response)
+        groups = dict(s.execute(select(m.SecurityGroup.vpc_id, m.SecurityGroup.id).where(
+            m.SecurityGroup.vpc_id.in_([v.id for v in vpcs]), m.SecurityGroup.is_default.is_(True))).all()) \
+            if vpcs else {}
+        out = []
+        for v in vpcs:
+            o = VpcOut.model_validate(v)
+            o.default_security_group_id = groups.get(v.id)
+            out.append(o)
+        return out
 
 
 @router.get("/vpcs/{vpc_id}", response_model=VpcOut)
@@ -111,6 +136,7 @@ def delete_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_ten
         for sg in s.execute(select(m.SecurityGroup).where(m.SecurityGroup.vpc_id == vpc_id)).scalars():
             s.delete(sg)  # rules go with their group (delete-orphan cascade)
         s.flush()
+        s.merge(m.FreedVni(vni=vpc.vni, freed_at=now()))  # quarantined: see allocate_vni
         s.delete(vpc)
 
 

@@ -609,8 +609,11 @@ dp_t *dp_create(nat_t *nat, const uint8_t *ul_mac, const uint8_t *ext_mac, uint3
     if (!dp) return NULL;
     dp->nat = nat; memcpy(dp->mac[UL], ul_mac, 6); memcpy(dp->mac[EXT], ext_mac, 6); dp->vtep_ip = vtep_ip;
     pthread_mutex_init(&dp->cfg, NULL);
-    if (ring_init(&dp->punt) || ring_init(&dp->inject)) return NULL;
-    dp->evfd = eventfd(0, EFD_NONBLOCK);
+    dp->evfd = -1;
+    if (ring_init(&dp->punt) || ring_init(&dp->inject) || (dp->evfd = eventfd(0, EFD_NONBLOCK)) < 0) {
+        free(dp->punt.slots); free(dp->inject.slots); free(dp);
+        return NULL;
+    }
     return dp;
 }
 
@@ -702,12 +705,14 @@ int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const uint32
     map_t *v = map_new(nvteps), *r = map_new(nvpcs), *e = map_new(nep);
     uint8_t (*macs)[6] = malloc(6 * (size_t)(nep ? nep : 1));
     if (!v || !r || !e || !macs || nep > 0xffff) { map_free(v); map_free(r); map_free(e); free(macs); return -1; }
-    for (uint32_t i = 0; i < nvteps; i++) map_put(v, vteps[i] | (1ULL << 32), 1);
-    for (uint32_t i = 0; i < nvpcs; i++) map_put(r, vnis[i] | (1ULL << 32), mac64(rmacs + 6 * i));
+    int full = 0;  /* a map sized for its entries cannot fill, but a config that did not fit is refused whole */
+    for (uint32_t i = 0; i < nvteps; i++) full |= map_put(v, vteps[i] | (1ULL << 32), 1);
+    for (uint32_t i = 0; i < nvpcs; i++) full |= map_put(r, vnis[i] | (1ULL << 32), mac64(rmacs + 6 * i));
     for (uint32_t i = 0; i < nep; i++) {
         memcpy(macs[i], ep_mac + 6 * i, 6);
-        map_put(e, ((uint64_t)ep_vni[i] << 32 | ep_ip[i]) + 1, (uint64_t)ep_vtep[i] << 16 | i);
+        full |= map_put(e, ((uint64_t)ep_vni[i] << 32 | ep_ip[i]) + 1, (uint64_t)ep_vtep[i] << 16 | i);
     }
+    if (full) { map_free(v); map_free(r); map_free(e); free(macs); return -1; }
     pthread_mutex_lock(&dp->cfg);
     map_t *ov = dp->vteps, *orr = dp->routers, *oe = dp->endpoints;
     uint8_t (*om)[6] = dp->ep_mac;

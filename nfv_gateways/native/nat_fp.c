@@ -36,6 +36,7 @@ typedef struct {
     uint32_t ndnat;
     uint32_t *served;
     uint32_t nserved;
+    uint32_t mtu;            /* the VPCs': a bigger packet in is Python's (it fragments or refuses it) */
     uint64_t hits_out, hits_in, misses;
     pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
 } nat_t;
@@ -57,11 +58,14 @@ nat_t *nat_create(uint32_t cap_pow2) {
     n->cap = cap_pow2;
     n->slots = calloc(cap_pow2, sizeof(mapping_t));
     n->out_index = malloc(sizeof(int32_t) * cap_pow2);
-    if (!n->slots || !n->out_index) return NULL;
+    if (!n->slots || !n->out_index) { free(n->slots); free(n->out_index); free(n); return NULL; }
     for (uint32_t i = 0; i < cap_pow2; i++) n->out_index[i] = -1;
+    n->mtu = 1450;
     pthread_mutex_init(&n->mu, NULL);
     return n;
 }
+
+void nat_set_mtu(nat_t *n, uint32_t mtu) { n->mtu = mtu; }
 
 void nat_destroy(nat_t *n) {
     if (!n) return;
@@ -309,6 +313,14 @@ static void rewrite_port(uint8_t *b, const ip4_t *ip, int is_src, uint16_t new_)
     wr16(b + ck_off, ck);
 }
 
+/* a gateway is a routing hop: TTL - 1 on everything it forwards; a TTL that would run out is Python's (it answers
+ * time exceeded), so the fast path only forwards packets with TTL >= 2 */
+static void dec_ttl(uint8_t *b) {
+    uint16_t old = rd16(b + 8);
+    b[8]--;
+    wr16(b + 10, upd16(rd16(b + 10), old, rd16(b + 8)));
+}
+
 static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
     for (uint8_t p = 0; p < s->npeers; p++) if (s->peer_ip[p] == ip && s->peer_port[p] == port) return 1;
     return 0;
@@ -316,11 +328,12 @@ static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
 
 static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
-    if (!parse(b, len, &ip) || ip.frag || !ports(b, &ip, &sp, &dp, &it)) goto miss;
+    if (!parse(b, len, &ip) || ip.frag || b[8] <= 1 || !ports(b, &ip, &sp, &dp, &it)) goto miss;
     if (in_list(n->served, n->nserved, ip.dst)) goto miss;                   /* hairpin */
     int64_t st = find_key(n->st_in, n->nstatic, (uint64_t)vni << 32 | ip.src);
     if (st >= 0) {                                                           /* a 1:1 EIP: the address only */
         rewrite_addr(b, &ip, 1, (uint32_t)n->st_in_val[st]);
+        dec_ttl(b);
         n->hits_out++;
         return NAT_OUT;
     }
@@ -333,6 +346,7 @@ static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double no
     if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) s->closing = 1;             /* FIN/RST */
     rewrite_addr(b, &ip, 1, s->eip);
     rewrite_port(b, &ip, 1, s->eport);
+    dec_ttl(b);
     n->hits_out++;
     return NAT_OUT;
 miss:
@@ -342,7 +356,7 @@ miss:
 
 static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
     ip4_t ip; uint16_t sp, dp; uint8_t it = 0;
-    if (!parse(b, len, &ip) || ip.frag) goto miss;
+    if (!parse(b, len, &ip) || ip.frag || b[8] <= 1 || ip.total > n->mtu) goto miss;
     if (!in_list(n->served, n->nserved, ip.dst)) goto miss;
     int has_ports = ports(b, &ip, &sp, &dp, &it);
     int64_t st = find_key(n->st_out, n->nstatic, ip.dst);
@@ -350,6 +364,7 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
         if ((ip.proto == 6 || ip.proto == 17) && !has_ports) goto miss;     /* truncated: Python decides */
         uint64_t v = n->st_out_val[st];
         rewrite_addr(b, &ip, 0, (uint32_t)v);
+        dec_ttl(b);
         *out_vni = (uint32_t)(v >> 32); *out_ip = (uint32_t)v;
         n->hits_in++;
         return NAT_IN;
@@ -369,6 +384,7 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
     }
     rewrite_addr(b, &ip, 0, s->ip);
     if (ip.proto == 1) rewrite_port(b, &ip, 1, s->port); else rewrite_port(b, &ip, 0, s->port);
+    dec_ttl(b);
     *out_vni = s->vni; *out_ip = s->ip;
     n->hits_in++;
     return NAT_IN;

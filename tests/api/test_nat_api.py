@@ -6,7 +6,7 @@ from tests.api.test_resources import expect, make_vpc
 from tests.conftest import Controller
 
 
-def setup(controller: Controller):  # noqa: ANN201
+def setup(controller: Controller):
     controller.admin.post("/v1/eip-pools", {"cidr": "203.0.113.0/29"})
     a = controller.tenant()
     vpc = make_vpc(a)
@@ -67,6 +67,9 @@ def test_nat_gateway_and_rules(controller: Controller) -> None:
                                                           "external_port": 1, "port_id": port["id"],
                                                           "internal_port": 1}, "protocol"),
         (409, "/v1/nat-gateways", {"vpc_id": vpc["id"], "name": "second", "eip_ids": [e1["id"]]}, "eip_ids.0"),
+        (409, f"/v1/nat-gateways/{gw['id']}/dnat-rules", {"eip_id": e1["id"], "protocol": "tcp",  # an SNAT EIP
+                                                          "external_port": 2222, "port_id": port["id"],
+                                                          "internal_port": 22}, "eip_id"),
         (422, "/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": []}, "eip_ids"),
     ]
     for status, path, body, field in bad:
@@ -91,7 +94,7 @@ def test_nat_gateway_spread_over_instances(controller: Controller) -> None:
     gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e["id"] for e in eips]})
     a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e["id"] for e in eips]})
     a.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
-    a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "host": "hv1"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "host": "hv1"})
     for i in range(3):  # last: instances that stop heartbeating go down after 2 s
         adm.post("/v1/hosts", {"name": f"gw{i}", "vtep_ip": f"172.31.0.10{i}", "kind": "gateway"})
     cfgs = {f"gw{i}": adm.get(f"/v1/gateways/gw{i}/config") for i in range(3)}
@@ -112,7 +115,7 @@ def test_host_config_follows_port_groups_and_eips(controller: Controller) -> Non
     a, vpc, sn, _ = setup(controller)
     adm = controller.admin
     adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.11"})
-    port = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm9", "host": "hv1"})
+    port = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm9", "host": "hv1"})
     cfg = adm.get("/v1/hosts/hv1/config")
     assert [p["security_group_ids"] for p in cfg["ports"]] == [[vpc["default_security_group_id"]]]
     sg = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "web"})
@@ -126,3 +129,97 @@ def test_host_config_follows_port_groups_and_eips(controller: Controller) -> Non
     assert adm.get("/v1/hosts/hv1/config")["ports"][0]["eip_home_vtep"] == "172.31.0.109"
     a.post(f"/v1/eips/{eip['id']}/disassociate", {})
     assert adm.get("/v1/hosts/hv1/config")["ports"][0]["eip_home_vtep"] is None
+
+
+def test_gateway_watch_answers_only_changes_of_its_own_config(controller: Controller) -> None:
+    """An instance long-polling with the digest of its config is not answered for writes that leave it as it is
+    (a port in a tenant without NAT), and is answered at once for one that changes it (an SNAT rule)."""
+    a, vpc, sn, port = setup(controller)
+    controller.admin.post("/v1/hosts", {"name": "gw1", "vtep_ip": "198.18.0.1", "kind": "gateway"})
+    e1 = a.post("/v1/eips", {})
+    gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e1["id"]]})
+    http = controller.raw(controller.admin_token)
+    r = http.get("/v1/gateways/gw1/config", params={"after": -1})
+    assert r.status_code == 200
+    rev, digest = r.json()["revision"], r.headers["X-Tianji-Config-Digest"]
+    # unrelated writes: another tenant's VPC and ports
+    b = controller.tenant()
+    other = make_vpc(b)
+    osn = b.post("/v1/subnets", {"vpc_id": other["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    b.post("/v1/ports", {"subnet_id": osn["id"], "name": "x"})
+    r = http.get("/v1/gateways/gw1/config", params={"after": rev, "digest": digest, "timeout": 1})
+    assert r.status_code == 304
+    # without the digest the old behaviour holds (any write answers)
+    assert http.get("/v1/gateways/gw1/config", params={"after": rev, "timeout": 1}).status_code == 200
+    # a write that concerns it
+    a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
+    r = http.get("/v1/gateways/gw1/config", params={"after": rev, "digest": digest, "timeout": 5})
+    assert r.status_code == 200 and r.headers["X-Tianji-Config-Digest"] != digest
+    assert [s["cidr"] for v in r.json()["vpcs"] for s in v["snat"]] == ["10.0.1.0/24"]
+    bad = http.get("/v1/gateways/gw1/config", params={"after": rev, "digest": "not-hex"})
+    assert bad.status_code == 422
+
+
+def test_gateway_delta_watch_sends_the_sections_that_changed(controller: Controller) -> None:
+    """The instances' watch form: every section at first, then only the section of the VPC written to; a VPC that
+    gets its first NAT gateway wakes a waiting watch; the deltas applied in turn equal the whole config."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tianji.southbound import GatewayConfig, GatewayConfigDelta, GatewayHeld, apply_gateway_delta
+
+    a, vpc, sn, port = setup(controller)
+    controller.admin.post("/v1/hosts", {"name": "gw1", "vtep_ip": "198.18.0.1", "kind": "gateway"})
+    e1 = a.post("/v1/eips", {})
+    gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e1["id"]]})
+    a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
+    http = controller.raw(controller.admin_token)
+    held = GatewayHeld()
+
+    def poll(timeout: float = 5) -> tuple[set[str], str]:
+        """Apply the next answer; (VPCs whose section it changed, the digest)."""
+        nonlocal held
+        r = http.get("/v1/gateways/gw1/config/delta", params={"after": held.revision, "digest": digest,
+                                                              "timeout": timeout})
+        assert r.status_code == 200, r.text
+        d = GatewayConfigDelta.model_validate(r.json())
+        out = apply_gateway_delta(held, d)
+        assert out is not None
+        held, changed = out
+        whole = GatewayConfig.model_validate(http.get("/v1/gateways/gw1/config").json())
+        assert held.config().model_copy(update={"name": "gw1"}) == whole
+        return changed, r.headers["X-Tianji-Config-Digest"]
+
+    digest = ""
+    changed, digest = poll()
+    assert changed == {vpc["id"]} and held.sections[vpc["id"]].vpc.snat[0].eips == [e1["address"]]
+    # another tenant with NAT: its first NAT gateway wakes the waiting watch, and only its section comes
+    b = controller.tenant()
+    other = make_vpc(b)
+    osn = b.post("/v1/subnets", {"vpc_id": other["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    b.post("/v1/ports", {"subnet_id": osn["id"], "name": "x"})
+    e2 = b.post("/v1/eips", {})
+    with ThreadPoolExecutor(1) as ex:
+        waiting = ex.submit(poll, 10)
+        time.sleep(0.5)
+        b.post("/v1/nat-gateways", {"vpc_id": other["id"], "eip_ids": [e2["id"]]})
+        changed, digest = waiting.result()
+    assert changed == {other["id"]}
+    r = http.get("/v1/gateways/gw1/config/delta", params={"after": held.revision, "digest": digest})
+    assert r.status_code == 304, r.text  # nothing more for it
+    # a port bound in the first VPC: its section alone, with the new endpoint (an unbound one is none)
+    a.post("/v1/ports", {"subnet_id": sn["id"], "name": "unbound"})
+    r = http.get("/v1/gateways/gw1/config/delta", params={"after": held.revision, "digest": digest, "timeout": 1})
+    assert r.status_code == 304, r.text
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "198.18.1.1"})
+    changed, digest = poll()  # a new host: every section again (VTEPs), none of them different
+    assert changed == set()
+    p2 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "host": "hv1"})
+    r = http.get("/v1/gateways/gw1/config/delta", params={"after": held.revision, "digest": digest, "timeout": 5})
+    assert [x["vpc"]["id"] for x in r.json()["sections"]] == [vpc["id"]]
+    changed, digest = poll()
+    assert changed == {vpc["id"]} and p2["ip"] in {e.ip for e in held.sections[vpc["id"]].endpoints}
+    # the NAT gateway deleted: the section goes
+    b.delete(f"/v1/nat-gateways/{b.get('/v1/nat-gateways')[0]['id']}")
+    changed, digest = poll()
+    assert changed == {other["id"]} and other["id"] not in held.sections

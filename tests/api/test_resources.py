@@ -10,7 +10,7 @@ from controller.client import ApiFailure
 from tests.conftest import Controller
 
 
-def expect(status: int, fn, *args, field: str | None = None):  # noqa: ANN001, ANN201
+def expect(status: int, fn, *args, field: str | None = None):
     with pytest.raises(ApiFailure) as ei:
         fn(*args)
     assert ei.value.status == status, ei.value
@@ -19,7 +19,7 @@ def expect(status: int, fn, *args, field: str | None = None):  # noqa: ANN001, A
     return ei.value
 
 
-def make_vpc(c, name="v1", cidr="10.0.0.0/16"):  # noqa: ANN001, ANN201
+def make_vpc(c, name="v1", cidr="10.0.0.0/16"):
     return c.post("/v1/vpcs", {"name": name, "cidr": cidr})
 
 
@@ -35,12 +35,12 @@ def test_tenant_vpc_subnet_port_lifecycle(controller: Controller) -> None:
     assert p1["security_group_ids"] == [vpc["default_security_group_id"]]
     first = int(p1["mac"].split(":")[0], 16)
     assert first & 0x02 and not first & 0x01  # locally administered unicast
-    p2 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "ip": "10.0.1.50", "mac": "02:00:00:00:00:50",
-                              "host": "hv1"})
+    p2 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm2", "ip": "10.0.1.50",
+                                                      "mac": "02:00:00:00:00:50", "host": "hv1"})
     assert (p2["ip"], p2["mac"], p2["host"]) == ("10.0.1.50", "02:00:00:00:00:50", "hv1")
     p3 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm3"})
     assert p3["ip"] == "10.0.1.51"  # above the highest allocated
-    moved = a.patch(f"/v1/ports/{p1['id']}", {"host": "hv1"})
+    moved = controller.orchestrator().patch(f"/v1/ports/{p1['id']}", {"host": "hv1"})
     assert moved["host"] == "hv1"
     assert {p["name"] for p in a.get("/v1/ports", vpc_id=vpc["id"])} == {"vm1", "vm2", "vm3"}
     assert a.get(f"/v1/subnets/{sn['id']}")["available_ips"] == 250
@@ -88,8 +88,11 @@ def test_auth_errors(controller: Controller) -> None:
     assert r.status_code == 401 and r.headers["content-type"].startswith("application/problem+json")
     assert r.json()["field"] == "Authorization"
     assert controller.raw("nope").get("/v1/vpcs").status_code == 401
+    # a token with bytes beyond ASCII is a wrong token (401), not a server error
+    bad = controller.raw().get("/v1/vpcs", headers={"Authorization": b"Bearer \xff\xfe-caf\xc3\xa9"})
+    assert bad.status_code == 401 and bad.json()["field"] == "Authorization"
     assert controller.raw(controller.admin_token).get("/v1/vpcs").status_code == 200
-    ht = controller.admin.post("/v1/host-tokens", {"name": "hv-token"})
+    ht = controller.admin.post("/v1/host-tokens", {"host": "hvx"})
     h = controller.raw(ht["token"])
     assert h.post("/v1/hosts", json={"name": "hvx", "vtep_ip": "172.31.9.9"}).status_code == 200
     assert h.get("/v1/vpcs").status_code == 403  # host tokens do not manage tenant resources
@@ -112,6 +115,7 @@ def test_bad_input_changes_nothing(controller: Controller) -> None:
     vpc = make_vpc(a)
     sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s1", "cidr": "10.0.0.0/28"})
     a.post("/v1/ports", {"subnet_id": sn["id"], "name": "fixed", "ip": "10.0.0.5"})
+    orchestrator = controller.orchestrator()
     before = controller.snapshot()
     cases = [
         (409, "/v1/vpcs", {"name": "v1", "cidr": "10.1.0.0/16"}, "name"),
@@ -127,13 +131,15 @@ def test_bad_input_changes_nothing(controller: Controller) -> None:
         (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "not-an-ip"}, "ip"),
         (409, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "ip": "10.0.0.5"}, "ip"),
         (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "mac": "01:00:00:00:00:01"}, "mac"),
-        (422, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "nowhere"}, "host"),
+        (403, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "hv1"}, "host"),  # tenants do not bind
         (404, "/v1/ports", {"subnet_id": "no-such-subnet", "name": "p"}, "subnet_id"),
         (422, "/v1/ports", {"subnet_id": sn["id"], "name": "bad name!"}, "name"),
     ]
     for status, path, body, field in cases:
         e = expect(status, a.post, path, body, field=field)
         assert e.body["status"] == status and e.body["title"]
+    expect(422, orchestrator.post, "/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "nowhere"},
+           field="host")
     assert controller.snapshot() == before
 
 
@@ -267,15 +273,15 @@ def test_hosts_and_status(controller: Controller) -> None:
     a = controller.tenant()
     vpc = make_vpc(a)
     sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
-    p = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "hv1"})
+    p = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "hv1"})
     other = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "q"})
     r = adm.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "UP", other["id"]: "UP"}})
     assert r["updated_ports"] == 1 and r["ignored_ports"] == [other["id"]]  # a host reports only its own ports
     assert a.get(f"/v1/ports/{p['id']}")["status"] == "UP"
     assert a.get(f"/v1/ports/{other['id']}")["status"] == "DOWN"
     # several ports change at once, both ways; a beat that changes nothing writes no revision
-    p2 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p2", "host": "hv1"})
-    p3 = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "p3", "host": "hv1"})
+    p2 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "p2", "host": "hv1"})
+    p3 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "p3", "host": "hv1"})
     r = adm.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "DOWN", p2["id"]: "UP", p3["id"]: "UP"}})
     assert r["updated_ports"] == 3
     assert [a.get(f"/v1/ports/{x['id']}")["status"] for x in (p, p2, p3)] == ["DOWN", "UP", "UP"]
@@ -295,6 +301,18 @@ def test_openapi_and_docs(controller: Controller) -> None:
               "/v1/vpcs/{vpc_id}/routes", "/v1/hosts/{name}/config", "/v1/hosts/{name}/status", "/v1/tenants"):
         assert p in paths
     assert controller.raw().get("/docs").status_code == 200
+    doc = r.json()
+    # the bearer scheme (Swagger UI's Authorize button) and the problem+json errors are declared
+    assert doc["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http", "scheme": "bearer", "description": "a tenant, host, orchestrator or the admin token"}
+    for path, method in (("/v1/vpcs", "post"), ("/v1/ports", "get"), ("/v1/hosts/{name}/config", "get")):
+        op = paths[path][method]
+        assert op["security"] == [{"HTTPBearer": []}]
+        for status in ("401", "403", "404", "409", "413", "422", "429"):
+            schema = op["responses"][status]["content"]["application/problem+json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/Problem"}, (path, status)
+    assert set(doc["components"]["schemas"]["Problem"]["properties"]) >= {"type", "title", "status", "detail",
+                                                                           "field"}
 
 
 def test_bulk_port_create_is_all_or_nothing(controller: Controller) -> None:
@@ -308,13 +326,17 @@ def test_bulk_port_create_is_all_or_nothing(controller: Controller) -> None:
     assert len({p["mac"] for p in out}) == 6
     assert all(p["security_group_ids"] == [vpc["default_security_group_id"]] for p in out)
     assert {p["id"] for p in a.get("/v1/ports")} == {p["id"] for p in out}
+    orchestrator = controller.orchestrator()
     before = controller.snapshot()
     # one bad item refuses the whole batch, and the error names it
     expect(409, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"},
                                                      {"subnet_id": s2["id"], "name": "dup", "ip": "10.0.2.9"}]},
            field="ports.1.ip")
-    expect(422, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"},
-                                                     {"subnet_id": s1["id"], "name": "x", "host": "nohost"}]},
+    expect(403, a.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"},
+                                                     {"subnet_id": s1["id"], "name": "x", "host": "hv1"}]},
+           field="ports.1.host")  # binding is the orchestrator's
+    bad_host = {"subnet_id": s1["id"], "name": "x", "host": "nohost"}
+    expect(422, orchestrator.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "ok"}, bad_host]},
            field="ports.1.host")
     expect(404, b.post, "/v1/ports/bulk", {"ports": [{"subnet_id": s1["id"], "name": "theirs"}]},
            field="ports.0.subnet_id")

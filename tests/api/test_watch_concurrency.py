@@ -6,11 +6,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from controller.hostconfig import HostConfig
 from tests.conftest import Controller
+from tianji.southbound import HostConfig
 
 
-def setup_tenant(c: Controller, cidr: str = "10.0.0.0/16"):  # noqa: ANN201
+def setup_tenant(c: Controller, cidr: str = "10.0.0.0/16"):
     t = c.tenant()
     vpc = t.post("/v1/vpcs", {"name": "v", "cidr": cidr})
     sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": cidr.replace("/16", "/24")})
@@ -22,14 +22,14 @@ def test_host_config_contents(controller: Controller) -> None:
     adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
     adm.post("/v1/hosts", {"name": "hv2", "vtep_ip": "172.31.0.2"})
     t, vpc, sn = setup_tenant(controller)
-    p1 = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
-    p2 = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv2"})
+    p1 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+    p2 = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv2"})
     peer = t.post("/v1/vpcs", {"name": "peer", "cidr": "10.7.0.0/16"})
     psn = t.post("/v1/subnets", {"vpc_id": peer["id"], "name": "s", "cidr": "10.7.0.0/24"})
-    p3 = t.post("/v1/ports", {"subnet_id": psn["id"], "name": "c", "host": "hv2"})
+    p3 = controller.orchestrator().post("/v1/ports", {"subnet_id": psn["id"], "name": "c", "host": "hv2"})
     unrelated = t.post("/v1/vpcs", {"name": "far", "cidr": "10.8.0.0/16"})
     usn = t.post("/v1/subnets", {"vpc_id": unrelated["id"], "name": "s", "cidr": "10.8.0.0/24"})
-    t.post("/v1/ports", {"subnet_id": usn["id"], "name": "d", "host": "hv2"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": usn["id"], "name": "d", "host": "hv2"})
     pc = t.post("/v1/peerings", {"requester_vpc_id": vpc["id"], "accepter_vpc_id": peer["id"]})
     cfg = HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
     assert [p.id for p in cfg.ports] == [p1["id"]]
@@ -55,7 +55,7 @@ def test_watch_wakes_on_write_and_ignores_other_tenants(controller: Controller) 
     adm = controller.admin
     adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
     t, vpc, sn = setup_tenant(controller)
-    t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
     cfg = adm.get("/v1/hosts/hv1/config")
     rev = cfg["revision"]
     # no change: a 304 after the timeout
@@ -87,7 +87,7 @@ def test_watch_wakes_on_write_and_ignores_other_tenants(controller: Controller) 
     assert len(result["cfg"]["endpoints"]) == 1  # unbound ports are not endpoints
 
 
-def test_watch_across_two_controller_processes(controller: Controller, tmp_path) -> None:  # noqa: ANN001
+def test_watch_across_two_controller_processes(controller: Controller, tmp_path) -> None:
     """A second controller on the same database: a write through one wakes a watch on the other."""
     if controller.db.engine.dialect.name == "sqlite":
         second = Controller(controller.settings.state_dir, None)
@@ -96,7 +96,7 @@ def test_watch_across_two_controller_processes(controller: Controller, tmp_path)
     try:
         controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
         t, vpc, sn = setup_tenant(controller)
-        t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+        controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
         rev = controller.admin.get("/v1/hosts/hv1/config")["revision"]
         watcher = second.admin if second.admin_token == controller.admin_token else second.admin
         out: dict = {}
@@ -108,7 +108,7 @@ def test_watch_across_two_controller_processes(controller: Controller, tmp_path)
         th.start()
         time.sleep(0.5)
         t0 = time.monotonic()
-        t.post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
+        controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
         th.join(5)
         assert out["cfg"]["revision"] > rev
         assert time.monotonic() - t0 < 1.0
@@ -116,13 +116,13 @@ def test_watch_across_two_controller_processes(controller: Controller, tmp_path)
         second.stop()
 
 
-def test_host_marked_down_after_silence(tmp_path) -> None:  # noqa: ANN001
+def test_host_marked_down_after_silence(tmp_path) -> None:
     c = Controller(tmp_path / "s", None, host_down_after=1.0)
     try:
         c.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
         c.admin.post("/v1/hosts", {"name": "hv2", "vtep_ip": "172.31.0.2"})
         t, vpc, sn = setup_tenant(c)
-        p = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+        p = c.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
         c.admin.post("/v1/hosts/hv1/status", {"ports": {p["id"]: "UP"}})
         assert t.get(f"/v1/ports/{p['id']}")["status"] == "UP"
         deadline = time.time() + 6

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from controller.hostconfig import HostConfig, HostConfigDelta, apply_delta
 from tests.conftest import Controller
+from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 
 HOSTS = ["hv1", "hv2", "hv3"]
 
@@ -54,15 +54,16 @@ def test_delta_follows_random_writes(controller: Controller) -> None:
         op = rng.choice(["port", "port", "port", "other", "delete", "move", "peer", "unpeer", "sg", "host"])
         if op == "port" or not ports:
             k = rng.randrange(3)
-            ports.append(t.post("/v1/ports", {"subnet_id": subnets[k]["id"], "name": f"p{step}",
-                                              "host": rng.choice(HOSTS)}))
+            ports.append(controller.orchestrator().post("/v1/ports", {"subnet_id": subnets[k]["id"],
+                                                                      "name": f"p{step}", "host": rng.choice(HOSTS)}))
         elif op == "other":
-            other.post("/v1/ports", {"subnet_id": osn["id"], "name": f"o{step}", "host": rng.choice(HOSTS)})
+            controller.orchestrator().post("/v1/ports", {"subnet_id": osn["id"], "name": f"o{step}",
+                                                         "host": rng.choice(HOSTS)})
         elif op == "delete":
             t.delete(f"/v1/ports/{ports.pop(rng.randrange(len(ports)))['id']}")
         elif op == "move":
             p = rng.choice(ports)
-            p.update(t.patch(f"/v1/ports/{p['id']}", {"host": rng.choice([*HOSTS, None])}))
+            p.update(controller.orchestrator().patch(f"/v1/ports/{p['id']}", {"host": rng.choice([*HOSTS, None])}))
         elif op == "peer" and not peerings:
             a, b = rng.sample(range(3), 2)
             peerings.append(t.post("/v1/peerings", {"requester_vpc_id": vpcs[a]["id"],
@@ -93,15 +94,15 @@ def test_delta_that_does_not_fit_is_refused_by_the_agent_side(controller: Contro
     t = controller.tenant()
     vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
     sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
-    t.post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
     far = t.post("/v1/vpcs", {"name": "far", "cidr": "10.9.0.0/16"})
     fsn = t.post("/v1/subnets", {"vpc_id": far["id"], "name": "s", "cidr": "10.9.0.0/24"})
-    t.post("/v1/ports", {"subnet_id": fsn["id"], "name": "f", "host": "hv1"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": fsn["id"], "name": "f", "host": "hv1"})
     whole = HostConfigDelta.model_validate(adm.get("/v1/hosts/hv1/config/delta"))
     assert whole.base == -1 and whole.ports and whole.vteps
     cfg = apply_delta(None, whole)
     assert cfg == HostConfig.model_validate(adm.get("/v1/hosts/hv1/config"))
-    t.post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "b", "host": "hv1"})
     d = HostConfigDelta.model_validate(adm.get("/v1/hosts/hv1/config/delta", after=cfg.revision))
     # only the VPC that changed: its endpoints, groups and this host's ports, not the other VPC's
     assert d.changed_vpcs == [vpc["id"]] and d.vteps is None

@@ -38,7 +38,13 @@ class Cluster:
     def converged(self, hv: Hypervisor) -> bool:
         st = self.fabric.agent_status(hv)
         want = self.controller.admin.get(f"/v1/hosts/{hv.name}/config")["revision"]
-        return st.get("revision") == want and st.get("switch_connected")
+        return st.get("revision") == want and st.get("switch_connected") and st.get("switch_synced")
+
+    def switch_matches(self, hv: Hypervisor) -> tuple[int, int]:
+        """(missing, extra): the switch's flows against the flows computed from scratch."""
+        want, have, _ = hv.against_computed(self.controller.admin.get(f"/v1/hosts/{hv.name}/config"),
+                                            self.fabric.base / "agents" / f"zones-{hv.name}.json")
+        return len(want - have), len(have - want)
 
     def wait_converged(self, timeout: float = 15) -> None:
         for hv in self.hv.values():
@@ -46,7 +52,8 @@ class Cluster:
 
     def vm(self, name: str, host: str, subnet: int = 0, dhcp: bool = False, **port_kw) -> Vm:
         sn = self.subnets[subnet]
-        port = self.tenant.post("/v1/ports", {"subnet_id": sn["id"], "name": name, "host": host} | port_kw)
+        port = self.tenant.post("/v1/ports", {"subnet_id": sn["id"], "name": name} | port_kw)
+        port = self.controller.orchestrator().patch(f"/v1/ports/{port['id']}", {"host": host})
         return self.fabric.add_vm(name, self.hv[host], port | {"gateway_ip": sn["gateway_ip"]}, dhcp=dhcp)
 
     def ping_no_loss(self, src: Vm, dst_ip: str, during: Callable[[], None]) -> None:
@@ -71,7 +78,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         hvs = {n: fabric.add_hypervisor(n) for n in ("hv1", "hv2")}
         for h in hvs.values():
-            fabric.start_agent(h, ctl.port, ctl.admin_token)
+            fabric.start_agent(h, ctl.port, ctl.host_token(h.name))
         wait_for(lambda: len(ctl.admin.get("/v1/hosts")) == 2, 20, "both agents to register")
         t = ctl.tenant("acme")
         vpc = t.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})

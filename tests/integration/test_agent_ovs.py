@@ -93,7 +93,7 @@ def test_port_rebound_to_other_host_reachable_within_2s(cluster: Cluster) -> Non
     sn = cluster.subnets[0]
     cluster.fabric.remove_vm(mover)
     t0 = time.monotonic()
-    cluster.tenant.patch(f"/v1/ports/{mover.port_id}", {"host": "hv2"})
+    cluster.controller.orchestrator().patch(f"/v1/ports/{mover.port_id}", {"host": "hv2"})
     moved = cluster.fabric.add_vm("mover", cluster.hv["hv2"], port | {"gateway_ip": sn["gateway_ip"]})
 
     def reachable() -> bool:
@@ -111,7 +111,8 @@ def test_isolation_and_security_groups_on_the_wire(cluster: Cluster) -> None:
     other = cluster.controller.tenant("globex")
     ovpc = other.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})
     osn = other.post("/v1/subnets", {"vpc_id": ovpc["id"], "name": "s1", "cidr": "10.0.1.0/24"})
-    oport = other.post("/v1/ports", {"subnet_id": osn["id"], "name": "x", "host": "hv2", "ip": "10.0.1.50"})
+    oport = cluster.controller.orchestrator().post("/v1/ports", {"subnet_id": osn["id"], "name": "x", "host": "hv2",
+                                                                 "ip": "10.0.1.50"})
     ovm = cluster.fabric.add_vm("ovm", cluster.hv["hv2"], oport | {"gateway_ip": "10.0.1.1"})
     cluster.wait_converged()
     assert cluster.ping(vm1, vm2.ip, count=5)
@@ -162,3 +163,65 @@ def test_controller_restart_leaves_data_plane_untouched(cluster: Cluster) -> Non
     vm3 = cluster.vm("vm3", "hv2", subnet=1)
     cluster.wait_converged()
     assert cluster.ping(vm1, vm3.ip)
+
+
+def _many_remote_ports(cluster: Cluster, n: int, subnet: int = 1) -> None:
+    """n ports on hv2 without VMs: every one is ARP, delivery and security-group flows on hv1."""
+    sn = cluster.subnets[subnet]
+    for i in range(0, n, 100):
+        ports = [{"subnet_id": sn["id"], "name": f"r{j}", "host": "hv2"} for j in range(i, min(n, i + 100))]
+        cluster.controller.orchestrator().post("/v1/ports/bulk", {"ports": ports})
+
+
+def test_switch_crash_during_a_large_change_converges_without_restart(cluster: Cluster) -> None:
+    """ovs-vswitchd killed and restarted while the agent programs a large change: the new switch has no flows;
+    the agent reconnects, reads it back, installs everything, and says so truthfully."""
+    vm1 = cluster.vm("vm1", "hv1")
+    vm2 = cluster.vm("vm2", "hv2")
+    cluster.wait_converged()
+    hv1 = cluster.hv["hv1"]
+    _many_remote_ports(cluster, 200)
+    connects = cluster.fabric.agent_status(hv1).get("connects", 0)
+    cluster.fabric.restart_ovs(hv1, "ovs-vswitchd")
+    wait_for(lambda: cluster.fabric.agent_status(hv1).get("connects", 0) > connects, 20, "the agent to reconnect")
+    _many_remote_ports(cluster, 100, subnet=0)
+    cluster.wait_converged(timeout=60)
+    assert cluster.switch_matches(hv1) == (0, 0)
+    assert cluster.ping(vm1, vm2.ip, count=5)
+
+
+def test_forced_disconnect_mid_change_and_status_tells_the_truth(cluster: Cluster) -> None:
+    vm1 = cluster.vm("vm1", "hv1")
+    vm2 = cluster.vm("vm2", "hv2")
+    cluster.wait_converged()
+    hv1 = cluster.hv["hv1"]
+    target = hv1.vsctl("get-controller", "br-int").strip()
+    _many_remote_ports(cluster, 150)
+    hv1.vsctl("del-controller", "br-int")
+    wait_for(lambda: cluster.fabric.agent_status(hv1).get("switch_connected") is False, 10,
+             "the status to say the switch is disconnected")
+    # (removing a bridge's last controller makes Open vSwitch flush its flows: the reconnect finds it empty)
+    _many_remote_ports(cluster, 100, subnet=0)  # changes while disconnected
+    hv1.vsctl("set-controller", "br-int", target)
+    cluster.wait_converged(timeout=60)
+    assert cluster.switch_matches(hv1) == (0, 0)
+    # and again, this time while a change is being sent
+    _many_remote_ports(cluster, 100)
+    hv1.vsctl("del-controller", "br-int")
+    time.sleep(0.2)
+    hv1.vsctl("set-controller", "br-int", target)
+    cluster.wait_converged(timeout=60)
+    assert cluster.switch_matches(hv1) == (0, 0)
+    assert cluster.ping(vm1, vm2.ip, count=3)
+
+
+def test_ovsdb_restart_then_a_plug_is_still_seen(cluster: Cluster) -> None:
+    vm1 = cluster.vm("vm1", "hv1")
+    cluster.wait_converged()
+    hv1 = cluster.hv["hv1"]
+    cluster.fabric.restart_ovs(hv1, "ovsdb-server")
+    time.sleep(1.0)
+    vm3 = cluster.vm("vm3", "hv1", subnet=1)  # plugged through the restarted database
+    cluster.wait_converged(timeout=30)
+    assert cluster.ping(vm1, vm3.ip, count=3)
+    assert cluster.switch_matches(hv1) == (0, 0)

@@ -67,7 +67,7 @@ def link_mac(ns: str, dev: str) -> str:
 
 
 @pytest.mark.parametrize("fastpath", PATHS)
-def test_fast_path_carries_traffic_and_survives_hostile_frames(fastpath: str, tmp_path) -> None:  # noqa: ANN001
+def test_fast_path_carries_traffic_and_survives_hostile_frames(fastpath: str, tmp_path) -> None:
     lab = GatewayLab(f"tjt{PATHS.index(fastpath)}")
     try:
         lab.up("tianji", fastpath)
@@ -140,7 +140,7 @@ def test_auto_picks_the_best_native_path() -> None:
         lab.down()
 
 
-def test_unknown_fastpath_is_refused_clearly(tmp_path) -> None:  # noqa: ANN001
+def test_unknown_fastpath_is_refused_clearly(tmp_path) -> None:
     r = subprocess.run([str(sys.executable).replace("python", "tianji"), "gateway", "run", "--name", "x",
                         "--underlay-if", "lo", "--vtep-ip", "127.0.0.1", "--external-if", "lo", "--fastpath",
                         "turbo", "--config-file", str(tmp_path / "none.json")], capture_output=True, text=True)

@@ -73,10 +73,11 @@ class Net:
         return v
 
     def vm(self, subnet: str, host: str, ip: str | None = None, dhcp: bool = False, **kw) -> dict:
-        body = {"subnet_id": self.subnets[subnet]["id"], "name": f"p{uuid.uuid4().hex[:6]}", "host": host} | kw
+        body = {"subnet_id": self.subnets[subnet]["id"], "name": f"p{uuid.uuid4().hex[:6]}"} | kw
         if ip:
             body["ip"] = ip
         port = self.client.post("/v1/ports", body)
+        port = self.cluster.orchestrator.patch(f"/v1/ports/{port['id']}", {"host": host})  # as Nova would
         name = f"v{uuid.uuid4().hex[:5]}"
         self.vms.append(name)
         info = self.cluster.vm_add(port["id"], name, dhcp=dhcp)
@@ -136,9 +137,28 @@ class Capture:
             time.sleep(0.02)
         time.sleep(0.2)
 
-    def stop(self) -> list:
+    def packets(self) -> list:
+        """What has been written so far (tcpdump -U writes each packet as it comes; a torn last record is skipped)."""
+        from scapy.all import PcapReader
+
+        got = []
+        try:
+            with PcapReader(str(self.path)) as r:
+                for pkt in r:
+                    got.append(pkt)
+        except Exception:  # a record half-written right now: what came before it is complete
+            pass
+        return got
+
+    def stop(self, until: Callable[[object], bool] | None = None, timeout: float = 5) -> list:
+        """Stop after `until` has matched a packet (within `timeout`: a loaded machine delays a forwarded packet by
+        more than a fixed sleep), or after a short settle when nothing is awaited."""
         from scapy.all import rdpcap
 
+        if until is not None:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not any(until(p) for p in self.packets()):
+                time.sleep(0.1)
         time.sleep(0.3)
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(5)

@@ -35,7 +35,7 @@ while True:
 
 
 @pytest.fixture
-def internet(cluster):  # noqa: ANN001, ANN201
+def internet(cluster):
     """The external host runs an HTTP server that answers with the client address it sees, and UDP echoes."""
     ns = cluster.state.nodes["inet"]["ns"]
     procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
@@ -46,7 +46,7 @@ def internet(cluster):  # noqa: ANN001, ANN201
         p.kill()
 
 
-def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24") -> tuple[Net, dict, dict]:  # noqa: ANN001
+def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24") -> tuple[Net, dict, dict]:
     n = tenants()
     vpc = n.vpc("prod", cidr, {"s": subnet})
     eip = n.client.post("/v1/eips", {})
@@ -67,22 +67,37 @@ def own_eip_serving_8080(n: Net, vm: dict) -> dict:
     return own
 
 
-def curl(cluster, vm: dict, url: str, timeout: float = 2) -> str | None:  # noqa: ANN001
+def curl(cluster, vm: dict, url: str, timeout: float = 2) -> str | None:
     r = ex(cluster, vm, "curl", "-s", "-m", str(timeout), url)
     return r.stdout if r.returncode == 0 else None
 
 
-def served(cluster) -> dict[str, str]:  # noqa: ANN001
+def served(cluster) -> dict[str, str]:
     """EIP -> the instance serving it now."""
     return {e: g for g in ("gw1", "gw2") for e in cluster.gateway_status(g).get("eips", [])}
 
 
-def gw_ready(cluster, eips: list[str]) -> None:  # noqa: ANN001
+def nat_works(cluster, vm: dict, internet: dict, eip: str, timeout: float = 10) -> None:
+    """The VM reaches the web server, which sees `eip`; on a timeout, say what the external side believes."""
+    url = f"http://{internet['ip']}/"
+    try:
+        wait_for(lambda: curl(cluster, vm, url) == eip, timeout, f"NAT with {eip}")
+    except AssertionError as e:
+        neigh = subprocess.run(["ip", "-n", internet["ns"], "neigh", "show", eip], capture_output=True,
+                               text=True).stdout.strip()
+        macs = {g: subprocess.run(["ip", "-n", cluster.state.nodes[g]["ns"], "-br", "link", "show", "ext0"],
+                                  capture_output=True, text=True).stdout.split()[2:3] for g in ("gw1", "gw2")}
+        saw = curl(cluster, vm, url)
+        raise AssertionError(f"{e}; served by {served(cluster).get(eip)}; the internet's neighbour entry: "
+                             f"{neigh!r}; instance MACs {macs}; the web server saw {saw!r}") from None
+
+
+def gw_ready(cluster, eips: list[str]) -> None:
     wait_for(lambda: set(eips) <= set(served(cluster)), 10, "gateway config")
     cluster.wait_converged()
 
 
-def test_nat_1_snat_web_sees_eip(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_1_snat_web_sees_eip(cluster, tenants, internet) -> None:
     n, eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv1")
     gw_ready(cluster, [eip["address"]])
@@ -99,7 +114,7 @@ def test_nat_1_snat_web_sees_eip(cluster, tenants, internet) -> None:  # noqa: A
     assert sum(st["dataplane"]["fast_out"] + st["dataplane"]["fast_in"] for st in statuses) > 0
 
 
-def test_nat_2_eip_one_to_one(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_2_eip_one_to_one(cluster, tenants, internet) -> None:
     n, snat_eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv2")
     own = own_eip_serving_8080(n, vm)
@@ -117,7 +132,7 @@ def test_nat_2_eip_one_to_one(cluster, tenants, internet) -> None:  # noqa: ANN0
         web.kill()
 
 
-def test_nat_3_dnat_rule(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_3_dnat_rule(cluster, tenants, internet) -> None:
     n, snat_eip, gw = nat_vpc(tenants)
     vm = n.vm("s", "hv3")
     pub = n.client.post("/v1/eips", {})
@@ -142,7 +157,7 @@ def test_nat_3_dnat_rule(cluster, tenants, internet) -> None:  # noqa: ANN001
         web.kill()
 
 
-def test_nat_4_endpoint_independent_mapping(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_4_endpoint_independent_mapping(cluster, tenants, internet) -> None:
     n, eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv1")
     gw_ready(cluster, [eip["address"]])
@@ -155,22 +170,21 @@ def test_nat_4_endpoint_independent_mapping(cluster, tenants, internet) -> None:
     assert seen[0].startswith(eip["address"] + ":")
 
 
-def test_nat_6_isolation_identical_private_ips(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_6_isolation_identical_private_ips(cluster, tenants, internet) -> None:
     a, ea, _ = nat_vpc(tenants)
     b, eb, _ = nat_vpc(tenants)
     va = a.vm("s", "hv1", ip="10.0.1.50")
     vb = b.vm("s", "hv2", ip="10.0.1.50")
     gw_ready(cluster, [ea["address"], eb["address"]])
-    for vm, eip in ((va, ea), (vb, eb), (va, ea), (vb, eb)):
-        wait_for(lambda vm=vm, eip=eip: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10,
-                 f"{vm['name']} reaches the internet with its tenant's EIP")
+    for vm, eip in ((va, ea), (vb, eb), (va, ea), (vb, eb)):  # each reaches the internet with its tenant's EIP
+        nat_works(cluster, vm, internet, eip["address"])
 
 
-def test_nat_9_hostile_packets(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_9_hostile_packets(cluster, tenants, internet) -> None:
     n, eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv1")
     gw_ready(cluster, [eip["address"]])
-    wait_for(lambda: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10, "NAT works")
+    nat_works(cluster, vm, internet, eip["address"])
     def drops(g: str) -> dict[str, int]:  # Python's and the C data plane's drop counters
         st = cluster.gateway_status(g)
         return {f"{sec}.{k}": v for sec in ("counters", "nat", "dataplane") for k, v in st.get(sec, {}).items()
@@ -206,7 +220,7 @@ def test_nat_9_hostile_packets(cluster, tenants, internet) -> None:  # noqa: ANN
     assert 'tianji_gateway_mappings{gateway="gw1"}' in text and "drop_unknown_vtep" in text
 
 
-def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_5_hairpin_and_icmp_errors_translated(cluster, tenants, internet) -> None:
     from tests.scenarios.conftest import Capture
 
     n, eip, _ = nat_vpc(tenants)
@@ -310,11 +324,11 @@ asyncio.run(main())
 """
 
 
-def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:
     n, eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv2")
     gw_ready(cluster, [eip["address"]])
-    wait_for(lambda: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10, "NAT works")
+    nat_works(cluster, vm, internet, eip["address"])
     r = ex(cluster, vm, sys.executable, "-c", UDP_FLOWS, internet["ip"], "10000", timeout=120)
     answered, distinct = map(int, r.stdout.split())
     assert answered == 10000, f"only {answered} of 10,000 UDP flows got their answer: {r.stderr[-300:]}"
@@ -335,7 +349,7 @@ def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:  # n
     assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
 
 
-def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_8_failover(cluster, tenants, internet) -> None:
     """Kill the instance homing one NAT gateway: its EIPs move, new connections work within 3 s, and a flow
     through the other instance loses nothing."""
     nets = {}
@@ -348,9 +362,8 @@ def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
     assert len(nets) == 2, "could not place NAT gateways on both instances"
     (na, ea), (nb, eb) = nets["gw1"], nets["gw2"]
     va, vb = na.vm("s", "hv1"), nb.vm("s", "hv2")
-    for vm, eip in ((va, ea), (vb, eb)):
-        wait_for(lambda vm=vm, eip=eip: curl(cluster, vm, f"http://{internet['ip']}/") == eip["address"], 10,
-                 "NAT through its instance")
+    for vm, eip in ((va, ea), (vb, eb)):  # NAT through its instance
+        nat_works(cluster, vm, internet, eip["address"])
     ping = subprocess.Popen(["ip", "netns", "exec", vb["ns"], "ping", "-c", "150", "-i", "0.02", "-W", "1",
                              internet["ip"]], stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
@@ -372,7 +385,7 @@ def test_nat_8_failover(cluster, tenants, internet) -> None:  # noqa: ANN001
         cluster.wait_gateways(timeout=30)
 
 
-def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, internet) -> None:  # noqa: ANN001
+def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, internet) -> None:
     """A NAT gateway with EIPs homed on both instances: VMs are split by source address between them, each VM's
     flows leave with an EIP of the instance serving its bucket, and both instances carry traffic."""
     from controller.compiler import NAT_BUCKETS, home, nat_buckets
@@ -411,3 +424,136 @@ def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, interne
     time.sleep(0.6)
     after = {g: cluster.gateway_status(g)["nat"].get("mappings_created", 0) for g in ("gw1", "gw2")}
     assert all(after[g] > before[g] for g in after), (before, after)
+
+
+PEER = """
+import json, os, socket, sys, time
+me, other, d = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("", int(sys.argv[4]))); s.settimeout(0.5)
+for _ in range(10):  # our public endpoint, as the internet's echo sees it
+    s.sendto(b"hi", (sys.argv[5], 9000))
+    try:
+        pub = s.recvfrom(100)[0].decode(); break
+    except OSError:
+        pass
+open(f"{d}/{me}.pub", "w").write(pub)
+while not os.path.exists(f"{d}/{other}.pub"):
+    time.sleep(0.05)
+ip, port = open(f"{d}/{other}.pub").read().split(":"); there = (ip, int(port))
+got = {"before": [], "after": []}
+def listen(phase, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            data, _ = s.recvfrom(100)
+            if b":" not in data:  # not a late echo answer
+                got[phase].append(data.decode())
+        except OSError:
+            pass
+if me == "b":  # b listens, then punches towards a's endpoint, then listens again
+    listen("before", 2.5); s.sendto(b"punch", there); open(f"{d}/punched", "w").close(); listen("after", 3)
+else:          # a sends early (b has not sent to a), then again after b's punch
+    for i in range(3):
+        s.sendto(b"early", there); time.sleep(0.2)
+    while not os.path.exists(f"{d}/punched"):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    for i in range(3):
+        s.sendto(b"late", there); time.sleep(0.2)
+    listen("after", 1)
+print(json.dumps(got))
+"""
+
+
+def test_nat_11_hairpin_is_filtered_like_the_internet(cluster, tenants, internet, tmp_path) -> None:
+    """RFC 4787: a datagram hairpinned from a neighbour's mapping meets the receiver's filter as if it came from
+    the internet: refused until the receiver has sent to the sender's public endpoint, delivered after."""
+    import json
+
+    n, eip, _ = nat_vpc(tenants)
+    a, b = n.vm("s", "hv1"), n.vm("s", "hv3")
+    # the security group lets UDP 7000 in from anywhere: what is tested is the NAT's filter, not the group's
+    n.client.post(f"/v1/security-groups/{n.vpcs['prod']['default_security_group_id']}/rules",
+                  {"direction": "ingress", "protocol": "udp", "port_range_min": 7000, "port_range_max": 7000})
+    gw_ready(cluster, [eip["address"]])
+    nat_works(cluster, a, internet, eip["address"])
+    procs = {vm["name"]: subprocess.Popen(["ip", "netns", "exec", vm["ns"], sys.executable, "-c", PEER, who, other,
+                                           str(tmp_path), port, internet["ip"]], stdout=subprocess.PIPE, text=True)
+             for vm, who, other, port in ((b, "b", "a", "7000"), (a, "a", "b", "7100"))}
+    out = {name: json.loads(p.communicate(timeout=30)[0]) for name, p in procs.items()}
+    got_b, got_a = out[b["name"]], out[a["name"]]
+    assert got_b["before"] == [], "a neighbour's mapping reached a VM that never sent to it"
+    assert "late" in got_b["after"], "after sending to its neighbour's endpoint, a VM did not get its datagrams"
+    assert "punch" in got_a["after"]
+
+
+def test_nat_12_traceroute_to_the_internet_shows_every_hop(cluster, tenants, internet) -> None:
+    """A VM's traceroute to the internet: the distributed router (its subnet gateway), the NAT gateway (from the
+    EIP the VM leaves with), the server. Each routing hop takes the TTL down by one and answers when it runs out."""
+    from tests.scenarios.test_overlay import hops
+
+    n, eip, _ = nat_vpc(tenants)
+    vm = n.vm("s", "hv2")
+    gw_ready(cluster, [eip["address"]])
+    nat_works(cluster, vm, internet, eip["address"])
+    assert hops(cluster, vm, internet["ip"]) == ["10.0.1.1", eip["address"], internet["ip"]]
+    # and the server sees the TTL that two hops leave
+    cap = subprocess.Popen(["ip", "netns", "exec", internet["ns"], "tcpdump", "-n", "-c", "1", "-v", "-i", "any",
+                            "icmp[icmptype] == icmp-echo"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True)
+    time.sleep(0.5)
+    ex(cluster, vm, "ping", "-c", "1", "-t", "10", "-W", "2", internet["ip"])
+    out, _ = cap.communicate(timeout=10)
+    assert "ttl 8," in out, out
+
+
+BIG_RECEIVER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("", 7200)); s.settimeout(0.5)
+for _ in range(10):
+    s.sendto(b"hi", (sys.argv[1], 9000))
+    try:
+        print(s.recvfrom(100)[0].decode(), flush=True); break
+    except OSError:
+        pass
+end = time.time() + 6
+while time.time() < end:
+    try:
+        data, _ = s.recvfrom(4096)
+        print(len(data), flush=True)
+    except OSError:
+        pass
+"""
+
+
+def test_nat_13_datagrams_bigger_than_the_vpc_mtu(cluster, tenants, internet) -> None:
+    """1,500-byte UDP datagrams from the internet to a VM's mapping: without DF the gateway fragments them to the
+    VPC's MTU (1450) and the VM gets them whole; with DF the sender gets fragmentation needed, MTU 1450."""
+    from tests.scenarios.conftest import Capture
+
+    n, eip, _ = nat_vpc(tenants)
+    vm = n.vm("s", "hv1")
+    gw_ready(cluster, [eip["address"]])
+    nat_works(cluster, vm, internet, eip["address"])
+    rx = subprocess.Popen(["ip", "netns", "exec", vm["ns"], sys.executable, "-c", BIG_RECEIVER, internet["ip"]],
+                          stdout=subprocess.PIPE, text=True)
+    pub = rx.stdout.readline().strip()
+    pub_ip, _, pub_port = pub.partition(":")
+    assert pub_ip == eip["address"], pub
+    icmp = Capture(internet["ns"], "any", "icmp")
+    scapy_send(cluster, internet["ns"], (
+        "send(IP(src='%s', dst='%s')/UDP(sport=9000, dport=%s)/(b'a' * 1472), count=2)\n"
+        "send(IP(src='%s', dst='%s', flags='DF')/UDP(sport=9000, dport=%s)/(b'b' * 1472), count=2)")
+        % (internet["ip"], pub_ip, pub_port, internet["ip"], pub_ip, pub_port))
+    out, _ = rx.communicate(timeout=30)
+    sizes = [int(x) for x in out.split()]
+    from scapy.layers.inet import ICMP
+
+    def frag_needed(p) -> bool:
+        return ICMP in p and p[ICMP].type == 3 and p[ICMP].code == 4
+
+    errors = [p for p in icmp.stop(until=frag_needed) if frag_needed(p)]
+    st = cluster.gateway_status(served(cluster)[eip["address"]])
+    assert sizes.count(1472) >= 1, f"the VM never got the fragmented datagram: {sizes}; {st['nat']}; {errors}"
+    assert errors and all(p[ICMP].nexthopmtu == 1450 for p in errors), "no fragmentation-needed for DF"
+    assert st["nat"].get("fragmented", 0) >= 1 and st["nat"].get("frag_needed", 0) >= 1, st["nat"]

@@ -14,11 +14,11 @@ from scapy.layers.vxlan import VXLAN
 from tests.scenarios.conftest import Capture, ex, ping, reach, scapy_send, wait_for
 
 
-def hv_ns(cluster, host: str) -> str:  # noqa: ANN001
+def hv_ns(cluster, host: str) -> str:
     return cluster.state.hypervisors[host]["ns"]
 
 
-def udp_roundtrip(cluster, client: dict, server: dict, port: int = 7777) -> bool:  # noqa: ANN001
+def udp_roundtrip(cluster, client: dict, server: dict, port: int = 7777) -> bool:
     srv = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('%s', %d)); "
            "d, a = s.recvfrom(2048); s.sendto(d[::-1], a)") % (server["ip"], port)
     p = subprocess.Popen(["ip", "netns", "exec", server["ns"], sys.executable, "-c", srv])
@@ -30,7 +30,7 @@ def udp_roundtrip(cluster, client: dict, server: dict, port: int = 7777) -> bool
     return r.stdout.strip() == "ijnait"
 
 
-def tcp_transfer(cluster, client: dict, server: dict) -> float:  # noqa: ANN001
+def tcp_transfer(cluster, client: dict, server: dict) -> float:
     """iperf3 for 1 s; returns Mbit/s (TCP is what catches checksum and MTU problems)."""
     srv = subprocess.Popen(["ip", "netns", "exec", server["ns"], "iperf3", "-s", "-1", "-B", server["ip"]],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -42,7 +42,7 @@ def tcp_transfer(cluster, client: dict, server: dict) -> float:  # noqa: ANN001
         srv.kill()
 
 
-def test_1_connectivity_icmp_tcp_udp(cluster, tenants) -> None:  # noqa: ANN001
+def test_1_connectivity_icmp_tcp_udp(cluster, tenants) -> None:
     a = tenants()
     a.vpc("prod", "10.0.0.0/16", {"web": "10.0.1.0/24", "app": "10.0.2.0/24"})
     w1 = a.vm("web", "hv1")
@@ -56,7 +56,7 @@ def test_1_connectivity_icmp_tcp_udp(cluster, tenants) -> None:  # noqa: ANN001
         assert tcp_transfer(cluster, src, dst) > 1.0, f"TCP {label}"
 
 
-def test_2_on_the_wire_vxlan_with_vni_and_no_arp_or_broadcast(cluster, tenants) -> None:  # noqa: ANN001
+def test_2_on_the_wire_vxlan_with_vni_and_no_arp_or_broadcast(cluster, tenants) -> None:
     a = tenants()
     vpc = a.vpc("prod", "10.0.0.0/16", {"web": "10.0.1.0/24"})
     v1 = a.vm("web", "hv1")
@@ -88,7 +88,7 @@ def test_2_on_the_wire_vxlan_with_vni_and_no_arp_or_broadcast(cluster, tenants) 
     assert not outer_bcast
 
 
-def test_3_isolation_with_identical_ips(cluster, tenants) -> None:  # noqa: ANN001
+def test_3_isolation_with_identical_ips(cluster, tenants) -> None:
     a, b = tenants(), tenants()
     a.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
     b.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
@@ -102,7 +102,7 @@ def test_3_isolation_with_identical_ips(cluster, tenants) -> None:  # noqa: ANN0
     assert reach(cluster, b1, "10.0.1.11") and reach(cluster, b2, "10.0.1.10")  # B works on its own
 
 
-def test_4_spoofing_dropped(cluster, tenants) -> None:  # noqa: ANN001
+def test_4_spoofing_dropped(cluster, tenants) -> None:
     a, b = tenants(), tenants()
     a.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
     bvpc = b.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
@@ -126,7 +126,7 @@ def test_4_spoofing_dropped(cluster, tenants) -> None:  # noqa: ANN001
     assert reach(cluster, a1, a2["ip"])  # good traffic unaffected
 
 
-def test_5_distributed_peering(cluster, tenants) -> None:  # noqa: ANN001
+def test_5_distributed_peering(cluster, tenants) -> None:
     a, b = tenants(), tenants()
     v1 = a.vpc("one", "10.1.0.0/16", {"s1": "10.1.1.0/24"})
     v2 = a.vpc("two", "10.2.0.0/16", {"s2": "10.2.1.0/24"})
@@ -145,7 +145,8 @@ def test_5_distributed_peering(cluster, tenants) -> None:  # noqa: ANN001
     assert reach(cluster, x1, x2["ip"])
     assert ping(cluster, x1, x2["ip"], count=3)
     assert third.stop() == [], "peered traffic touched a third node"
-    frames = [f for f in dest.stop() if f.haslayer(VXLAN) and ICMP in f[VXLAN]]
+    frames = [f for f in dest.stop(until=lambda f: f.haslayer(VXLAN) and ICMP in f[VXLAN])
+              if f.haslayer(VXLAN) and ICMP in f[VXLAN]]
     to_x2 = [f for f in frames if f[VXLAN][IP].dst == x2["ip"]]
     assert to_x2 and all(f[VXLAN].vni == v2["vni"] for f in to_x2), "not encapsulated with the peer VPC's VNI"
     from_x2 = [f for f in frames if f[VXLAN][IP].src == x2["ip"]]
@@ -157,7 +158,7 @@ def test_5_distributed_peering(cluster, tenants) -> None:  # noqa: ANN001
     assert not ping(cluster, x1, x2["ip"], count=2), "deleting the peering did not cut it"
 
 
-def test_9_dhcp(cluster, tenants) -> None:  # noqa: ANN001
+def test_9_dhcp(cluster, tenants) -> None:
     a = tenants()
     a.vpc("prod", "10.0.0.0/16", {"s": "10.0.3.0/24"})
     vm = a.vm("s", "hv2", dhcp=True)
@@ -170,3 +171,54 @@ def test_9_dhcp(cluster, tenants) -> None:  # noqa: ANN001
     wait_for(lambda: "mtu 1450" in ex(cluster, vm, "ip", "link", "show", "eth0").stdout, 10, "MTU 1450 via DHCP")
     pid = open(f"/tmp/{vm['name']}.p2").read().strip()
     ex(cluster, vm, "kill", pid)
+
+
+def test_10_a_vm_is_never_a_dhcp_server(cluster, tenants) -> None:
+    """A VM's DHCPOFFER/ACK, broadcast or unicast to a neighbour (same host or another), never arrives; its own
+    UDP from another port does (the drop is DHCP's server port only)."""
+    a = tenants()
+    a.vpc("prod", "10.0.0.0/16", {"s": "10.0.4.0/24"})
+    rogue, near, far = a.vm("s", "hv1"), a.vm("s", "hv1"), a.vm("s", "hv2")
+    assert reach(cluster, rogue, near["ip"]) and reach(cluster, rogue, far["ip"])
+    caps = {vm["name"]: Capture(vm["ns"], "eth0", "udp") for vm in (near, far)}
+    ack = ("sendp(Ether(src='%s', dst='%s')/IP(src='%s', dst='%s')/UDP(sport=%d, dport=68)"
+           "/BOOTP(op=2, yiaddr='%s', chaddr=bytes.fromhex('%s'))/DHCP(options=[('message-type', 'ack'),"
+           "('router', '%s'), 'end']), iface='eth0', count=3)")
+    for vm in (near, far):
+        for dst_mac, dst_ip in ((vm["mac"], vm["ip"]), ("ff:ff:ff:ff:ff:ff", "255.255.255.255")):
+            scapy_send(cluster, rogue["ns"], ack % (rogue["mac"], dst_mac, rogue["ip"], dst_ip, 67, vm["ip"],
+                                                   vm["mac"].replace(":", ""), rogue["ip"]))
+    scapy_send(cluster, rogue["ns"], ack % (rogue["mac"], far["mac"], rogue["ip"], far["ip"], 6767, far["ip"],
+                                           far["mac"].replace(":", ""), rogue["ip"]))  # not DHCP: delivered
+    from scapy.layers.inet import UDP
+
+    def ordinary(p) -> bool:
+        return UDP in p and p[UDP].sport == 6767
+
+    got = {far["name"]: caps[far["name"]].stop(until=ordinary), near["name"]: caps[near["name"]].stop()}
+    assert [p for p in got[near["name"]] if UDP in p and p[UDP].sport == 67] == [], "rogue DHCP reached a neighbour"
+    assert [p for p in got[far["name"]] if UDP in p and p[UDP].sport == 67] == [], "rogue DHCP crossed hosts"
+    assert [p for p in got[far["name"]] if ordinary(p)], "ordinary UDP was dropped too"
+
+
+def hops(cluster, vm: dict, dst: str) -> list[str]:
+    """traceroute's hops from a VM (ICMP echo probes, one per hop), '*' where none answered."""
+    out = ex(cluster, vm, "traceroute", "-n", "-I", "-q", "1", "-w", "2", "-m", "4", dst, timeout=60).stdout
+    return [line.split()[1] for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+
+
+def test_11_traceroute_shows_the_distributed_router(cluster, tenants) -> None:
+    """The routing hop answers time exceeded from the sender's subnet gateway: traceroute shows every hop, to
+    another subnet and to a peered VPC, instead of a '*'."""
+    a = tenants()
+    v1 = a.vpc("one", "10.5.0.0/16", {"s1": "10.5.1.0/24", "s2": "10.5.2.0/24"})
+    v2 = a.vpc("two", "10.6.0.0/16", {"p": "10.6.1.0/24"})
+    x1, x2, peer = a.vm("s1", "hv1"), a.vm("s2", "hv2"), a.vm("p", "hv3")
+    a.client.post("/v1/peerings", {"requester_vpc_id": v1["id"], "accepter_vpc_id": v2["id"]})
+    a.client.post(f"/v1/security-groups/{v2['default_security_group_id']}/rules",
+                  {"direction": "ingress", "protocol": "icmp", "remote_cidr": "10.5.0.0/16"})
+    cluster.wait_converged()
+    assert reach(cluster, x1, x2["ip"]) and reach(cluster, x1, peer["ip"])
+    assert hops(cluster, x1, x2["ip"]) == ["10.5.1.1", x2["ip"]]
+    assert hops(cluster, x1, peer["ip"]) == ["10.5.1.1", peer["ip"]]
+    assert hops(cluster, x2, x1["ip"]) == ["10.5.2.1", x1["ip"]]  # the other way: the other subnet's gateway

@@ -10,7 +10,7 @@ import time
 from tests.scenarios.conftest import ex, ping, reach, wait_for
 
 
-def web_server(cluster, vm: dict, port: int = 8080) -> subprocess.Popen:  # noqa: ANN001
+def web_server(cluster, vm: dict, port: int = 8080) -> subprocess.Popen:
     # socketserver, not `python -m http.server`: the latter blocks on reverse DNS before listening
     code = ("import http.server, socketserver; socketserver.TCPServer(('%s', %d), "
             "http.server.SimpleHTTPRequestHandler).serve_forever()") % (vm["ip"], port)
@@ -20,11 +20,11 @@ def web_server(cluster, vm: dict, port: int = 8080) -> subprocess.Popen:  # noqa
     return p
 
 
-def curl(cluster, vm: dict, url: str) -> bool:  # noqa: ANN001
+def curl(cluster, vm: dict, url: str) -> bool:
     return ex(cluster, vm, "curl", "-s", "-o", "/dev/null", "-m", "1", url).returncode == 0
 
 
-def test_6_security_groups(cluster, tenants) -> None:  # noqa: ANN001
+def test_6_security_groups(cluster, tenants) -> None:
     a = tenants()
     vpc = a.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
     web = a.client.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "web", "rules": [
@@ -69,7 +69,7 @@ def test_6_security_groups(cluster, tenants) -> None:  # noqa: ANN001
         p.kill()
 
 
-def test_7_migration_reachable_within_2s(cluster, tenants) -> None:  # noqa: ANN001
+def test_7_migration_reachable_within_2s(cluster, tenants) -> None:
     a = tenants()
     a.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
     peer = a.vm("s", "hv1")
@@ -77,7 +77,7 @@ def test_7_migration_reachable_within_2s(cluster, tenants) -> None:  # noqa: ANN
     assert reach(cluster, peer, mover["ip"])
     cluster.vm_remove(mover["name"])  # the VM stops on hv2 ...
     t0 = time.monotonic()
-    a.client.patch(f"/v1/ports/{mover['port_id']}", {"host": "hv3"})  # ... the port is rebound ...
+    cluster.orchestrator.patch(f"/v1/ports/{mover['port_id']}", {"host": "hv3"})  # ... the port is rebound ...
     moved = cluster.vm_add(mover["port_id"], mover["name"] + "m", dhcp=False)  # ... and re-plugged on hv3
     a.vms.append(moved["name"])
     wait_for(lambda: ex(cluster, peer, "ping", "-c", "1", "-W", "0.2", moved["ip"]).returncode == 0, 2.0,
@@ -85,7 +85,7 @@ def test_7_migration_reachable_within_2s(cluster, tenants) -> None:  # noqa: ANN
     assert time.monotonic() - t0 < 2.0
 
 
-def test_8_faults(cluster, tenants) -> None:  # noqa: ANN001
+def test_8_faults(cluster, tenants) -> None:
     a = tenants()
     a.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
     v1, v2 = a.vm("s", "hv1"), a.vm("s", "hv2")

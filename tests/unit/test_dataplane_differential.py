@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from controller.hostconfig import GatewayConfig
 from nfv_gateways.dataplane import NativeDataPlane
 from nfv_gateways.nat import NatConfig, NatTable, ip2int
 from nfv_gateways.runtime import EXT, UL, Gateway, GatewayOptions
+from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
 VTEP = "172.31.0.101"
@@ -142,21 +142,21 @@ def mutate(b: bytes, how: tuple[str, int]) -> bytes:
 
 
 tenant_frame = st.builds(
-    lambda hv, vni, src, proto, sport, dst, dport, flags, frag, opts, how: (
+    lambda hv, vni, src, proto, sport, dst, dport, flags, frag, opts, how, ttl: (
         UL, mutate(bytes(
             Ether(src=HV[hv][1] if hv in HV else "02:bb:00:00:00:99", dst=UL_MAC)
             / IP(src=HV[hv][0] if hv in HV else "172.31.0.99", dst=VTEP) / UDP(sport=50000, dport=4789)
             / (b"\x08\0\0\0" + vni.to_bytes(3, "big") + b"\0")
             / Ether(src=VM.get((vni, src), ("02:01:00:00:00:66",))[0], dst=R1 if vni == 1001 else R2)
-            / IP(src=src, dst=dst, flags=frag[0], frag=frag[1], options=opts) / l4(proto, sport, dport, flags)),
-            how)),
+            / IP(src=src, dst=dst, flags=frag[0], frag=frag[1], options=opts, ttl=ttl)
+            / l4(proto, sport, dport, flags)), how)),
     st.sampled_from(["hv1", "hv2", "hv9"]), st.sampled_from([1001, 1001, 1002, 1999]),
     st.sampled_from(["10.0.1.5", "10.0.1.9", "10.0.1.6"]), st.sampled_from(["udp", "tcp", "icmp"]),
     st.sampled_from([5000, 5001, 80]), st.sampled_from(["198.51.100.1", "198.51.100.2", EIP1, EIP3]),
     st.sampled_from([53, 443, 8080]), st.sampled_from(["S", "SA", "A", "PA", "FA", "R"]),
     st.sampled_from([(0, 0), (0, 0), (0, 0), (1, 0), (0, 5)]), st.sampled_from([[], [], [], [b"\x01\x01\x01\x00"]]),
     st.sampled_from([("none", 0)] * 6 + [("truncate", 3), ("truncate", 30), ("flip", 20), ("flip", 77),
-                                         ("flip", 60)]))
+                                         ("flip", 60)]), st.sampled_from([64, 64, 64, 2, 1]))
 
 
 def icmp_error(eip: str, sport: int, server: str) -> bytes:
@@ -165,16 +165,18 @@ def icmp_error(eip: str, sport: int, server: str) -> bytes:
 
 
 external_frame = st.builds(
-    lambda src, dst, proto, sport, dport, flags, err, how, to_us: (
+    lambda src, dst, proto, sport, dport, flags, err, how, to_us, ttl, size: (
         EXT, mutate(bytes(Ether(src=SERVERS[src], dst=EXT_MAC if to_us else "02:cc:00:00:00:77")) + (
-            icmp_error(dst, dport, src) if err else bytes(IP(src=src, dst=dst) / l4(proto, sport, dport, flags))),
+            icmp_error(dst, dport, src) if err else bytes(IP(src=src, dst=dst, ttl=ttl, flags=size[1])
+                                                          / l4(proto, sport, dport, flags) / (b"x" * size[0]))),
             how)),
     st.sampled_from(list(SERVERS)), st.sampled_from([EIP1, EIP2, EIP3, "203.0.113.77"]),
     st.sampled_from(["udp", "tcp", "icmp"]), st.sampled_from([53, 443, 8080]),
     st.sampled_from([5000, 5001, 80, 8080]), st.sampled_from(["SA", "A", "PA", "FA", "R"]),
     st.sampled_from([False, False, False, True]),
     st.sampled_from([("none", 0)] * 6 + [("truncate", 3), ("flip", 20), ("flip", 30)]),
-    st.sampled_from([True, True, True, False]))
+    st.sampled_from([True, True, True, False]), st.sampled_from([64, 64, 64, 2, 1]),
+    st.sampled_from([(0, 0)] * 4 + [(1460, 0), (1460, "DF"), (1400, 0)]))
 
 arp_frame = st.sampled_from([
     arp_reply(UL, *HV["hv2"]),
@@ -191,7 +193,7 @@ frames = st.lists(st.one_of(tenant_frame, tenant_frame, external_frame, external
 
 
 @pytest.fixture()
-def pair(tmp_path: Path):  # noqa: ANN201
+def pair(tmp_path: Path):
     p = Pair(tmp_path)
     # the neighbours of most tests are known (fast path); hv2 and the second server are learnt mid-sequence
     for port, f in (arp_reply(UL, *HV["hv1"]), arp_reply(EXT, "198.51.100.1", SERVERS["198.51.100.1"])):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.hostconfig import (
+from tests.support.ofsim import CONTROLLER, Switch
+from tianji.southbound import (
     Endpoint,
     HostConfig,
     PortInfo,
@@ -17,7 +18,6 @@ from controller.hostconfig import (
 )
 from vswitch_agent import pipeline as P
 from vswitch_agent.flows import compute_flows, port_masks
-from vswitch_agent.ofsim import CONTROLLER, Switch
 
 TUN = 100
 RA, RP, RC = "0a:58:00:00:03:e9", "0a:58:00:00:03:ea", "0a:58:00:00:03:eb"

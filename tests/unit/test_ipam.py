@@ -69,3 +69,19 @@ def test_random_mac_is_local_unicast() -> None:
     for _ in range(1000):
         first = int(random_mac().split(":")[0], 16)
         assert first & 0x02 and not first & 0x01
+
+
+def test_next_vni_moves_forward_wraps_and_skips_taken_and_quarantined() -> None:
+    import pytest
+
+    from controller.ipam import IpamError, next_vni
+
+    def taken_of(used: set[int], held: set[int]):
+        return lambda a, b: ({v for v in used if a <= v <= b}, {v for v in held if a <= v <= b})
+
+    assert next_vni(0, 10, 20, taken_of(set(), set())) == 10
+    assert next_vni(12, 10, 20, taken_of({13}, {14})) == 15  # forward: 13 in use, 14 freed recently
+    assert next_vni(20, 10, 20, taken_of({10}, set())) == 11  # wraps at the top
+    assert next_vni(15, 10, 20, taken_of(set(), set())) == 16  # a freed 11 is not reused before the wrap
+    with pytest.raises(IpamError, match="2 freed"):
+        next_vni(12, 10, 13, taken_of({10, 13}, {11, 12}))

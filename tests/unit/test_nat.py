@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
+from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror, UDPerror
 
 from nfv_gateways.nat import TCP_PORT_HOLD, NatConfig, NatTable, SnatRule, Timeouts, ip2int
 
@@ -13,7 +13,7 @@ EIP1, EIP2, EIP_STATIC, EIP_DNAT = (ip2int(f"203.0.113.{n}") for n in (1, 2, 10,
 REMOTE, REMOTE2 = "198.51.100.7", "198.51.100.8"
 
 
-def table(**kw) -> NatTable:  # noqa: ANN003
+def table(**kw) -> NatTable:
     cfg = NatConfig(
         snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1, EIP2)), SnatRule(VNI_B, "10.0.0.0/16", (EIP2,))),
         static=((VNI, ip2int("10.0.9.9"), EIP_STATIC),),
@@ -21,7 +21,7 @@ def table(**kw) -> NatTable:  # noqa: ANN003
     return NatTable(cfg)
 
 
-def b(pkt) -> bytearray:  # noqa: ANN001
+def b(pkt) -> bytearray:
     return bytearray(bytes(pkt))
 
 
@@ -119,9 +119,32 @@ def test_hairpinning() -> None:
     assert p.dst == "10.0.9.9" and p.src in ("203.0.113.1", "203.0.113.2") and checksums_ok(pkt)
 
 
+def test_hairpinned_packets_are_filtered_like_external_ones() -> None:
+    """RFC 4787: a hairpinned packet comes from the sender's external endpoint and meets the receiver's mapping's
+    filter: B gets A's datagrams only once B has sent to A's external endpoint (hole punching through the NAT)."""
+    t = table()
+    out_a = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=3478))
+    out_b = b(IP(src="10.0.1.3", dst=REMOTE) / UDP(sport=6000, dport=3478))
+    t.outbound(VNI, out_a, 0)
+    t.outbound(VNI, out_b, 0)
+    a_pub, b_pub = IP(bytes(out_a)), IP(bytes(out_b))
+    a_to_b = b(IP(src="10.0.1.2", dst=b_pub.src) / UDP(sport=5000, dport=b_pub[UDP].sport) / b"hi")
+    assert t.outbound(VNI, a_to_b, 1) is None and t.counters["drop_filtered"] == 1  # B never sent to A
+    # ... but A's attempt opened A's own filter to B's endpoint: B's answer arrives, and opens B's
+    b_to_a = b(IP(src="10.0.1.3", dst=a_pub.src) / UDP(sport=6000, dport=a_pub[UDP].sport) / b"hi")
+    v = t.outbound(VNI, b_to_a, 2)
+    assert v is not None and (v.direction, v.ip) == ("in", ip2int("10.0.1.2"))
+    a_to_b = b(IP(src="10.0.1.2", dst=b_pub.src) / UDP(sport=5000, dport=b_pub[UDP].sport) / b"hi")
+    v = t.outbound(VNI, a_to_b, 3)  # both have sent to each other's endpoint: both ways open
+    got = IP(bytes(a_to_b))
+    assert v is not None and (v.direction, v.ip) == ("in", ip2int("10.0.1.3"))
+    assert (got.src, got[UDP].sport, got.dst, got[UDP].dport) == (a_pub.src, a_pub[UDP].sport, "10.0.1.3", 6000)
+    assert checksums_ok(a_to_b)
+
+
 def test_icmp_errors_translated_back() -> None:
     t = table()
-    out = b(IP(src="10.0.1.2", dst=REMOTE, ttl=1) / UDP(sport=33434, dport=33434) / b"x")
+    out = b(IP(src="10.0.1.2", dst=REMOTE, ttl=2) / UDP(sport=33434, dport=33434) / b"x")  # ttl 1 ends here
     t.outbound(VNI, out, 0)
     o = IP(bytes(out))
     for icmp in (ICMP(type=3, code=3), ICMP(type=3, code=4, nexthopmtu=1400), ICMP(type=11, code=0)):
@@ -134,6 +157,67 @@ def test_icmp_errors_translated_back() -> None:
         assert inner.src == "10.0.1.2" and inner[UDP].sport == 33434
         assert checksums_ok(err)
     assert t.counters["in_icmp_error"] == 3
+
+
+def test_a_hop_ttl_decremented_and_time_exceeded_when_it_runs_out() -> None:
+    t = table()
+    # forwarded: TTL - 1, checksums right, both ways and through 1:1 EIPs
+    out = b(IP(src="10.0.1.2", dst=REMOTE, ttl=64) / UDP(sport=5353, dport=53) / b"q")
+    assert t.outbound(VNI, out, 0).direction == "out"
+    o = IP(bytes(out))
+    assert o.ttl == 63 and checksums_ok(out)
+    back = b(IP(src=REMOTE, dst=o.src, ttl=50) / UDP(sport=53, dport=o[UDP].sport) / b"a")
+    assert t.inbound(back, 1).ip == ip2int("10.0.1.2") and IP(bytes(back)).ttl == 49 and checksums_ok(back)
+    st = b(IP(src="10.0.9.9", dst=REMOTE, ttl=9) / TCP(sport=1, dport=2, flags="S"))
+    t.outbound(VNI, st, 2)
+    assert IP(bytes(st)).ttl == 8
+    # a traceroute probe with TTL 1 from a VM: answered from the EIP the VM leaves with, back into its VPC
+    probe = b(IP(src="10.0.1.2", dst=REMOTE, ttl=1) / UDP(sport=40000, dport=33434) / b"probe")
+    v = t.outbound(VNI, probe, 3)
+    assert (v.direction, v.vni, v.ip) == ("in", VNI, ip2int("10.0.1.2"))
+    err = IP(bytes(probe))
+    assert err.src in ("203.0.113.1", "203.0.113.2") and err.dst == "10.0.1.2" and err[ICMP].type == 11
+    assert err[IPerror].dst == REMOTE and err[UDPerror].dport == 33434 and checksums_ok(probe)
+    # from the internet to an EIP with TTL 1: answered from that EIP, out
+    probe_in = b(IP(src=REMOTE, dst="203.0.113.10", ttl=1) / TCP(sport=7, dport=22, flags="S"))
+    v = t.inbound(probe_in, 4)
+    e = IP(bytes(probe_in))
+    assert v.direction == "out" and (e.src, e.dst, e[ICMP].type) == ("203.0.113.10", REMOTE, 11)
+    # never about an ICMP error, and rate-limited
+    assert t.outbound(VNI, b(IP(src="10.0.1.2", dst=REMOTE, ttl=1) / ICMP(type=3) / (b"x" * 28)), 5) is None
+    answered = sum(t.outbound(VNI, b(IP(src="10.0.1.2", dst=REMOTE, ttl=1) / UDP(sport=1, dport=2)), 6) is not None
+                   for _ in range(500))
+    assert 90 <= answered <= 101 and t.counters["drop_ttl_exceeded_rate"] >= 399
+
+
+def test_datagrams_bigger_than_the_vpc_mtu_are_fragmented_or_refused() -> None:
+    from scapy.layers.inet import defragment
+
+    t = table()
+    out = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=9000) / b"hi")
+    t.outbound(VNI, out, 0)
+    o = IP(bytes(out))
+    payload = bytes(range(256)) * 6  # 1536 bytes: a 1564-byte datagram
+    big = b(IP(src=REMOTE, dst=o.src, id=77) / UDP(sport=9000, dport=o[UDP].sport) / payload)
+    v = t.inbound(big, 1)
+    assert v.direction == "in" and v.ip == ip2int("10.0.1.2") and len(v.fragments) == 2
+    frags = [IP(f) for f in v.fragments]
+    assert all(len(f) <= 1450 for f in v.fragments) and [f.flags.MF for f in frags] == [1, 0]
+    whole = defragment(frags)[0]
+    assert whole.dst == "10.0.1.2" and whole[UDP].dport == 5000 and bytes(whole[UDP].payload) == payload
+    assert t.counters["fragmented"] == 1
+    # with DF: fragmentation needed, next-hop MTU 1450, from the EIP, quoting the datagram as it was sent
+    df = b(IP(src=REMOTE, dst=o.src, flags="DF") / UDP(sport=9000, dport=o[UDP].sport) / payload)
+    v = t.inbound(df, 2)
+    e = IP(bytes(df))
+    assert v.direction == "out" and (e.src, e.dst) == (o.src, REMOTE)
+    assert (e[ICMP].type, e[ICMP].code, e[ICMP].nexthopmtu) == (3, 4, 1450) and checksums_ok(df)
+    assert e[IPerror].dst == o.src and e[UDPerror].dport == o[UDP].sport and t.counters["frag_needed"] == 1
+    # what fits passes whole; nothing unmapped is answered
+    fits = b(IP(src=REMOTE, dst=o.src) / UDP(sport=9000, dport=o[UDP].sport) / (b"x" * 1400))
+    assert t.inbound(fits, 3).fragments == ()
+    stray = b(IP(src=REMOTE, dst=o.src, flags="DF") / UDP(sport=9000, dport=1) / payload)
+    assert t.inbound(stray, 4) is None
 
 
 def test_timeouts_and_expiry() -> None:
@@ -171,7 +255,7 @@ def test_a_released_tcp_port_is_held_before_another_endpoint_gets_it() -> None:
     one = NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),))
     t = NatTable(one)
 
-    def public_port(vni: int, src: str, l4, now: float) -> int:  # noqa: ANN001
+    def public_port(vni: int, src: str, l4, now: float) -> int:
         p = b(IP(src=src, dst=REMOTE) / l4)
         assert t.outbound(vni, p, now) is not None
         return IP(bytes(p))[l4.__class__].sport

@@ -16,7 +16,7 @@ class RecordingNetlink:
     def link_lookup(self, ifname: str) -> list[int]:
         return [7] if ifname == "pf0" else []
 
-    def link(self, command: str, **kwargs) -> None:  # noqa: ANN003
+    def link(self, command: str, **kwargs) -> None:
         self.calls.append((command, kwargs))
 
 
@@ -56,7 +56,7 @@ def test_changing_the_count_goes_through_zero(tmp_path: Path, monkeypatch: pytes
     writes: list[str] = []
     original = Path.write_text
 
-    def spy(self: Path, data: str, *a, **kw):  # noqa: ANN002, ANN003, ANN202
+    def spy(self: Path, data: str, *a, **kw):
         if self.name == "sriov_numvfs":
             writes.append(data)
         return original(self, data, *a, **kw)

@@ -7,7 +7,7 @@ import json
 import threading
 from pathlib import Path
 
-from controller.statusfile import write_atomic
+from tianji.statusfile import write_atomic
 
 
 def test_threads_writing_one_status_file_at_once(tmp_path: Path) -> None:
@@ -18,7 +18,7 @@ def test_threads_writing_one_status_file_at_once(tmp_path: Path) -> None:
         try:
             for i in range(300):
                 write_atomic(path, json.dumps({"writer": k, "i": i, "pad": "x" * 2000}))
-        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+        except BaseException as e:  # collected for the assertion
             errors.append(e)
 
     def reader() -> None:

@@ -6,9 +6,11 @@ vSwitch agent (and later the gateways) import it. It depends on pydantic only.
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet
 
@@ -186,7 +188,7 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
 class PortStatusReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ports: dict[str, Literal["UP", "DOWN"]] = Field(default_factory=dict)
-    revision_applied: int | None = None
+    revision_applied: StrictInt | None = None  # `false` is not a revision
 
 
 class SnatInfo(_Wire):
@@ -229,3 +231,76 @@ class GatewayConfig(_Wire):
     endpoints: list[Endpoint] = Field(default_factory=list)
     eips: list[str] = Field(default_factory=list)  # addresses this instance answers ARP for
     vteps: list[Vtep] = Field(default_factory=list)
+
+
+class GatewaySection(_Wire):
+    """One VPC's part of a gateway instance's config: the VPC with the SNAT rules it serves here, its 1:1 EIPs and
+    DNAT rules, where each of its ports lives, and the EIPs of this VPC this instance answers ARP for."""
+
+    vpc: GatewayVpc
+    static: list[StaticEip] = Field(default_factory=list)
+    dnat: list[DnatInfo] = Field(default_factory=list)
+    endpoints: list[Endpoint] = Field(default_factory=list)
+    eips: list[str] = Field(default_factory=list)
+
+
+class GatewayConfigDelta(_Wire):
+    """The gateway watch's incremental form (`GET /v1/gateways/{name}/config/delta?after=REV`): the sections of the
+    VPCs that changed after `base`, which the instance holds; `base` -1: every section (replace what is held).
+    `vpc_ids` lists every section the config has now (the instance drops the others); `vteps` is None when
+    unchanged. `apply_gateway_delta` is the one definition of how it applies."""
+
+    name: str
+    revision: int
+    base: int
+    vtep_ip: str | None = None
+    vpc_ids: list[str] = Field(default_factory=list)
+    sections: list[GatewaySection] = Field(default_factory=list)
+    vteps: list[Vtep] | None = None
+
+
+def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: list[GatewaySection],
+                      vteps: list[Vtep]) -> GatewayConfig:
+    """The whole config made of these sections (in VPC id order)."""
+    return GatewayConfig.model_construct(  # from validated parts: nothing to validate again
+        name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
+        static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
+        endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),
+        vteps=vteps)
+
+
+@dataclass
+class GatewayHeld:
+    """What a gateway instance holds: its sections by VPC id, at a revision (what deltas apply to)."""
+
+    revision: int = -1
+    vtep_ip: str | None = None
+    sections: dict[str, GatewaySection] = field(default_factory=dict)
+    vteps: list[Vtep] = field(default_factory=list)
+
+    def config(self) -> GatewayConfig:
+        return gateway_config_of("", self.revision, self.vtep_ip, [self.sections[v] for v in sorted(self.sections)],
+                                 self.vteps)
+
+
+def apply_gateway_delta(held: GatewayHeld, d: GatewayConfigDelta) -> tuple[GatewayHeld, set[str]] | None:
+    """The sections a delta leads to from `held`, and the VPC ids whose section changed or went. None when it does
+    not apply (another base, or a section it keeps that is not held): the instance then asks for every section."""
+    if d.base < 0:
+        old: dict[str, GatewaySection] = {}
+    elif d.base != held.revision:
+        return None
+    else:
+        old = held.sections
+    new = {x.vpc.id: x for x in d.sections}
+    if any(v not in new and v not in old for v in d.vpc_ids):
+        return None
+    sections = {v: new[v] if v in new else old[v] for v in d.vpc_ids}
+    prev = held.sections  # compared with what is held even for a whole answer: the apply touches what differs
+    changed = {v for v in new if prev.get(v) != new[v]} | (prev.keys() - sections.keys())
+    return GatewayHeld(d.revision, d.vtep_ip, sections, held.vteps if d.vteps is None else d.vteps), changed
+
+
+def vtep_interface(text: str) -> ipaddress.IPv4Interface:
+    """A host's `--vtep-ip`: an address with its prefix on the underlay (a bare address means /24)."""
+    return ipaddress.IPv4Interface(text if "/" in text else f"{text}/24")

@@ -55,7 +55,7 @@ class Switch:
 
     def tables(self) -> dict[int, list[Flow]]:
         out: dict[int, list[Flow]] = {}
-        for f in sorted(self.flows, key=lambda f: -f.priority):
+        for f in sorted(self.flows, key=lambda f: -f.priority):  # stable: equal priorities stay together
             out.setdefault(f.table, []).append(f)
         return out
 
@@ -67,9 +67,31 @@ class Switch:
         return self._run(pkt, 0, self.tables(), depth=0)
 
     def _lookup(self, table: list[Flow], pkt: dict) -> Flow | None:
-        for f in table:  # highest priority first; flows of equal priority never overlap in flows.py
-            if all(field_matches(pkt, k, v) for k, v in f.match):
-                return f
+        """The highest-priority match, with conjunctive matches as Open vSwitch does them: at one priority, a
+        conjunction whose every clause matched stands for the flow matching conj_id=id (and the rest)."""
+        i = 0
+        while i < len(table):
+            prio = table[i].priority
+            level = []
+            while i < len(table) and table[i].priority == prio:
+                level.append(table[i])
+                i += 1
+            hits = [f for f in level if "conj_id" not in f.m() and all(field_matches(pkt, k, v) for k, v in f.match)]
+            plain = [f for f in hits if not f.conjunctive]
+            if plain:
+                assert len(plain) == 1, f"overlapping flows of equal priority: {plain}"
+                return plain[0]
+            clauses: dict[int, set[int]] = {}
+            n_of: dict[int, int] = {}
+            for f in hits:
+                for _, cid, k, n in f.actions:
+                    clauses.setdefault(cid, set()).add(k)
+                    n_of[cid] = n
+            for cid in sorted(c for c, ks in clauses.items() if len(ks) == n_of[c]):
+                probe = pkt | {"conj_id": cid}
+                for f in level:
+                    if "conj_id" in f.m() and all(field_matches(probe, k, v) for k, v in f.match):
+                        return f
         return None
 
     def _run(self, pkt: dict, table_id: int, tables: dict[int, list[Flow]], depth: int) -> list[tuple[Any, dict]]:

@@ -1,0 +1,147 @@
+"""What every /v1 request passes before a handler sees it, in this order, each answered as problem+json:
+
+1. NUL characters in the path or the query: 422 (PostgreSQL refuses them in text; SQLite would store them).
+2. A body declared larger than `max_body_bytes`: 413, before it is read.
+3. Authentication: no token, or a wrong one, is 401 before the body is read. A source sending wrong tokens
+   faster than `auth_fail_limit` a second (burst `auth_fail_burst`) gets 429 for every token it has not
+   already proven.
+4. A credential's rate (`rate_limit` a second, burst `rate_burst`; the admin is exempt): 429 with Retry-After.
+5. The body, read whole up to the limit (413 beyond it, for a body sent without a length), then handed on.
+
+Limits are per controller process: with N workers or replicas a client may get N times the rate.
+A write by the admin, a tenant or an orchestrator is entered in the audit log (`controller.audit`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.concurrency import run_in_threadpool
+
+from controller import audit
+from controller.auth import Principal, authenticate, cached_principal
+from controller.errors import ApiError, problem
+from tianji.ratelimit import TokenBucket
+
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+BODIES = {"POST", "PUT", "PATCH"}
+
+
+class Buckets:
+    """A token bucket per key (a credential, a source address)."""
+
+    MAX_KEYS = 50_000  # beyond this, buckets that have refilled are forgotten (they would start full anyway)
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.state: dict[str, TokenBucket] = {}
+
+    def empty(self, key: str) -> float:
+        """Seconds until `key` has a token (0: it has one now)."""
+        b = self.state.get(key)
+        return 0.0 if b is None else b.wait(time.monotonic())
+
+    def take(self, key: str) -> float:
+        """Take a token of `key`'s: 0 if there was one, else the seconds until there is (nothing taken)."""
+        now = time.monotonic()
+        if len(self.state) > self.MAX_KEYS:
+            self.state = {k: b for k, b in self.state.items() if b.level(now) < self.burst}
+        b = self.state.get(key)
+        if b is None:
+            b = self.state[key] = TokenBucket(self.rate, self.burst, now)
+        return b.take(now)
+
+
+class Guard:
+    def __init__(self, app: Callable[..., Awaitable[None]], state: Any) -> None:
+        self.app, self.state = app, state
+        s = state.settings
+        self.max_body = s.max_body_bytes
+        self.rates = Buckets(s.rate_limit, s.rate_burst) if s.rate_limit > 0 else None
+        self.fails = Buckets(s.auth_fail_limit, s.auth_fail_burst) if s.auth_fail_limit > 0 else None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            return await self.app(scope, receive, send)
+        try:
+            p = await self._admit(scope)
+            body = await self._body(scope, receive) if scope["method"] in BODIES else None
+        except ApiError as e:
+            headers = {"Retry-After": str(e.extra.pop("retry_after"))} if "retry_after" in e.extra else None
+            resp = problem(e.status, e.detail, e.field, [{"field": e.field, "message": e.detail}] if e.field else None,
+                           headers=headers, **e.extra)
+            return await resp(scope, receive, send)
+        scope.setdefault("state", {})["principal"] = p
+        if body is not None:
+            receive = _replay(body, receive)
+        token = None
+        if scope["method"] in WRITES and p.kind != "host":  # hosts' beats and registrations are not the log's
+            token = audit.CURRENT.set({"actor_kind": p.kind, "actor": p.name or p.kind, "tenant_id": p.tenant_id,
+                                       "method": scope["method"], "path": scope["path"][:255]})
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if token is not None:
+                audit.CURRENT.reset(token)
+
+    async def _admit(self, scope: dict) -> Principal:
+        if "\x00" in scope["path"]:  # the server has decoded %00
+            raise ApiError(422, "path: NUL characters are not allowed", "path")
+        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
+            if "\x00" in k or "\x00" in v:
+                raise ApiError(422, f"{k.replace(chr(0), '')}: NUL characters are not allowed",
+                               k.replace("\x00", "") or "query")
+        headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            raise ApiError(413, f"the request body is larger than {self.max_body} bytes; send less (a bulk "
+                                "request: fewer items per request)", max_bytes=self.max_body)
+        auth = headers.get("authorization", b"").decode("latin-1")
+        p = cached_principal(self.state, auth)
+        if p is None:
+            src = (scope.get("client") or ("?",))[0]
+            if self.fails is not None and (wait := self.fails.empty(src)):
+                raise ApiError(429, "too many failed authentications from this address; wait and retry",
+                               retry_after=max(1, round(wait)))
+            try:
+                p = await run_in_threadpool(authenticate, self.state, auth)
+            except ApiError as e:
+                if e.status == 401 and self.fails is not None:
+                    self.fails.take(src)
+                raise
+        if self.rates is not None and not p.is_admin and (wait := self.rates.take(p.key)):
+            raise ApiError(429, f"rate limit: at most {self.rates.rate:g} requests a second per credential "
+                                f"(bursts of {self.rates.burst}); retry after the time in Retry-After",
+                           retry_after=max(1, round(wait)))
+        return p
+
+    async def _body(self, scope: dict, receive: Callable) -> bytes:
+        chunks, size = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                break
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise ApiError(413, f"the request body is larger than {self.max_body} bytes; send less",
+                               max_bytes=self.max_body)
+            chunks.append(chunk)
+            if not msg.get("more_body"):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    sent = False
+
+    async def again() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # then what the server says (a disconnect)
+
+    return again
