@@ -14,6 +14,7 @@ from controller.api import gateways, hosts, nat, peerings, ports, security_group
 from controller.auth import ensure_admin_token
 from controller.db import Database
 from controller.guards import Guard
+from controller.liveness import Beats, mark_silent_hosts_down
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.watch import Broadcaster
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
                               "route tables, security groups; and the host watch API agents reconcile from.")
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
     app.state.broadcaster = Broadcaster(db)
+    app.state.beats = Beats()
     app.state.collector = Collector()
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
@@ -91,8 +93,8 @@ async def _liveness(app: FastAPI) -> None:
         if time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4):
             continue  # late: give the beats that waited behind the stall a round to be written
         try:
-            down = await asyncio.to_thread(hosts.mark_silent_hosts_down, app.state.db, s.host_down_after,
-                                           s.gateway_down_after)
+            down = await asyncio.to_thread(mark_silent_hosts_down, app.state.db, s.host_down_after,
+                                           s.gateway_down_after, app.state.beats)
             for name in down:
                 log.warning("host %s silent too long: marked down, its ports DOWN", name)
         except Exception as e:  # keep checking through transient database errors

@@ -149,7 +149,6 @@ class Database:
         self.engine = make_engine(url, synchronous)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.listeners: list[Callable[[ChangeSet], None]] = []
-        self.seen_written: dict[str, float] = {}  # host -> when this process last wrote its last_seen (monotonic)
 
     @property
     def is_postgres(self) -> bool:

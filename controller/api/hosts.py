@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -131,11 +130,10 @@ def host_status(name: str, body: PortStatusReport, request: Request,
                 p: Principal = Depends(require_infra)) -> dict:
     """Heartbeat plus port UP/DOWN reports. Only a change of state is a write that bumps the revision.
 
-    Every agent beats every 2 s, so a beat that changes nothing must cost little: one read, and `last_seen`
-    written only when it is a fifth of the way to the host being declared down (not on every beat)."""
+    Every agent beats every 2 s, so a beat that changes nothing must cost little: one read, and its `last_seen`
+    noted in memory, written with every other host's at the next liveness tick (controller/liveness.py)."""
     own_host(p, name)
     db = db_of(request)
-    settings = request.app.state.settings
     with db.read(single=True) as s:  # no snapshot needed: a status that changes meanwhile is seen next beat
         h = s.execute(Q_LIVENESS, {"host": name}).one_or_none()
         if h is None:
@@ -151,13 +149,8 @@ def host_status(name: str, body: PortStatusReport, request: Request,
                 if ids := [pid for pid, v in changed.items() if v == st]:
                     t.session.execute(update(_PORTS).where(_PORTS.c.host == name, _PORTS.c.id.in_(ids))
                                       .values(status=st))
-        db.seen_written[name] = time.monotonic()
     else:
-        every = (settings.gateway_down_after if h.kind == "gateway" else settings.host_down_after) / 5
-        if time.monotonic() - db.seen_written.get(name, float("-inf")) >= every:
-            with db.sessions() as s, s.begin():
-                s.execute(update(_HOSTS).where(_HOSTS.c.name == name).values(last_seen=now()))
-            db.seen_written[name] = time.monotonic()
+        request.app.state.beats.note(name)
     return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current))}
 
 
@@ -224,30 +217,3 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
         raise not_found("host", name)
     return Response(cfg.model_dump_json(), media_type="application/json",
                     headers={"X-Tianji-Revision": str(cfg.revision)})
-
-
-def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float | None = None) -> list[str]:
-    """Hosts silent for longer than `silence` seconds (gateways: `gateway_silence`) go down, and their ports
-    DOWN; the topology stamp moves, so gateway targets and EIP homes follow."""
-    cutoffs = {"hypervisor": now() - timedelta(seconds=silence),
-               "gateway": now() - timedelta(seconds=gateway_silence or silence)}
-    with db.read() as s:
-        stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
-                                                    .where(m.Host.status == "up"))
-                 if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"])]
-    if not stale:
-        return []
-    with db.write() as t:
-        t.touch_topology()
-        for name, kind in stale:
-            t.session.execute(update(m.Host).where(m.Host.name == name,
-                                                   m.Host.last_seen < cutoffs.get(kind, cutoffs["hypervisor"]))
-                              .values(status="down"))
-            t.session.execute(update(m.Port).where(m.Port.host == name).values(status="DOWN"))
-    return [n for n, _ in stale]
-
-
-def _aware(t):  # SQLite hands back naive datetimes (stored as UTC)
-    from datetime import UTC
-
-    return t if t.tzinfo else t.replace(tzinfo=UTC)

@@ -1,0 +1,75 @@
+"""Heartbeats: noted in memory, all of a tick's written in one transaction, never moving a host's `last_seen` back;
+the down check writes what it holds before it judges."""
+
+from __future__ import annotations
+
+from datetime import UTC, timedelta
+
+from sqlalchemy import event, insert, select
+
+from controller import models as m
+from controller.db import Database
+from controller.liveness import Beats, mark_silent_hosts_down
+
+HOSTS = m.Host.__table__
+
+
+def hosts(db: Database, n: int, seen_ago: float) -> list[str]:
+    names = [f"hv{i}" for i in range(n)]
+    seen = m.now() - timedelta(seconds=seen_ago)
+    with db.sessions() as s, s.begin():
+        s.execute(insert(HOSTS), [{"name": h, "vtep_ip": f"172.16.0.{i + 1}", "kind": "hypervisor", "status": "up",
+                                   "last_seen": seen, "registered_at": seen, "config_revision": 0}
+                                  for i, h in enumerate(names)])
+    return names
+
+
+def last_seen(db: Database) -> dict:
+    with db.read() as s:
+        return {h: (t if t.tzinfo else t.replace(tzinfo=UTC)) for h, t in s.execute(select(HOSTS.c.name,
+                                                                                         HOSTS.c.last_seen))}
+
+
+def test_a_tick_of_beats_is_one_transaction(database: Database) -> None:
+    names = hosts(database, 60, seen_ago=30)
+    beats = Beats()
+    for h in names[:50]:
+        beats.note(h)
+    commits = []
+
+    def count(conn) -> None:
+        commits.append(1)
+
+    event.listen(database.engine, "commit", count)
+    try:
+        assert beats.flush(database) == 50
+    finally:
+        event.remove(database.engine, "commit", count)
+    assert len(commits) == 1
+    seen = last_seen(database)
+    fresh = m.now() - timedelta(seconds=5)
+    assert all(seen[h] > fresh for h in names[:50]) and all(seen[h] < fresh for h in names[50:])
+    assert beats.flush(database) == 0 and beats.pending() == 0
+
+
+def test_the_down_check_writes_pending_beats_first(database: Database) -> None:
+    names = hosts(database, 4, seen_ago=30)
+    beats = Beats()
+    beats.note("hv0")
+    beats.note("hv1")
+    down = mark_silent_hosts_down(database, silence=10, beats=beats)
+    assert sorted(down) == ["hv2", "hv3"]
+    with database.read() as s:
+        status = dict(s.execute(select(HOSTS.c.name, HOSTS.c.status)).all())
+    assert status == dict(zip(names, ("up", "up", "down", "down"), strict=True))
+
+
+def test_a_late_beat_never_moves_last_seen_back(database: Database) -> None:
+    hosts(database, 1, seen_ago=30)
+    beats = Beats()
+    beats.note("hv0")  # then a status write stamps a newer time before the flush
+    newer = m.now() + timedelta(seconds=60)
+    with database.sessions() as s, s.begin():
+        s.execute(HOSTS.update().values(last_seen=newer))
+    beats.flush(database)
+    assert abs((last_seen(database)["hv0"] - newer).total_seconds()) < 1e-3
