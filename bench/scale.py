@@ -30,6 +30,7 @@ import multiprocessing as mp
 import os
 import pty
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -247,7 +248,7 @@ class Run:
         watch = FlowWatch(self.hv)
         watch.start()
         time.sleep(0.5)
-        b, c, d, vsctl = [], [], [], []
+        b, c, d, vsctl, api = [], [], [], [], []
         placer = self.ctl.orchestrator()  # binds ports to hosts, as Nova would
         try:
             for r in range(self.args.reps):
@@ -270,6 +271,7 @@ class Run:
                 mark, t0 = watch.mark(), now()
                 q = placer.post("/v1/ports", {"subnet_id": sn["id"], "name": f"c{r}",
                                               "host": f"h{r % OTHER_HOSTS:02d}"})
+                api.append(now() - t0)
                 c.append(watch.wait(mark, [(50, f"nw_dst={q['ip']}")], 30) - t0)
                 time.sleep(0.05)
         finally:
@@ -283,6 +285,9 @@ class Run:
         self.res["d_vif_plug"]["of_which_vsctl_p50_ms"] = round(statistics.median(vsctl) * 1000, 1)
         self.log(f"    of (d): ovs-vsctl add-port itself (until ovs-vswitchd made the interface) p50 "
                  f"{statistics.median(vsctl) * 1000:.1f} ms")
+        self.res["c_port_elsewhere"]["of_which_api_p50_ms"] = round(statistics.median(api) * 1000, 1)
+        self.log(f"    of (c): the API call itself (until the controller answered) p50 "
+                 f"{statistics.median(api) * 1000:.1f} ms")
 
     def memory(self) -> None:
         ctl_pids = [self.ctl.proc.pid, *children(self.ctl.proc.pid)]
@@ -322,6 +327,13 @@ class Run:
                                                          "last_error")}
         finally:
             stop.set()
+            if self.args.logs:
+                self.args.logs.mkdir(parents=True, exist_ok=True)
+                for name in ("agent-hv0.log",):
+                    src = self.fabric.base / name
+                    if src.exists():
+                        shutil.copy(src, self.args.logs / f"{self.backend}-{self.n}-{name}")
+                shutil.copy(self.ctl.state / "log", self.args.logs / f"{self.backend}-{self.n}-controller.log")
             self.fabric.teardown()
             self.ctl.stop()
             if pg:
@@ -384,6 +396,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="controller worker processes on PostgreSQL")
     ap.add_argument("--bulk-timeout", type=float, default=900)
     ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--logs", type=Path, help="keep the agent's and the controller's logs in this directory")
     args = ap.parse_args()
     backends = args.backends.split(",")
     bad = [b for b in backends if b not in ("sqlite", "postgres")]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import bindparam, select, text
@@ -366,19 +368,54 @@ def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | No
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
-    return delta_of(out.config, base, changed)
+    return delta_of(out.config, base, None) if changed is None else out.delta(base, changed)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Compiled:
-    """A host's config and the stamps it was compiled from."""
+    """A host's config, per VPC, and the stamps it was compiled from. The whole config is assembled only when
+    asked for: a delta takes the changed VPCs' sections alone (at 20,000 ports a host's config holds 20,000
+    endpoints, a port created in one VPC changes a hundred)."""
 
-    config: HostConfig
+    host: str
+    revision: int
+    vtep_ip: str | None
     host_stamp: int
     topology: int
     vpc_revisions: dict[str, int]
     own: frozenset[str]  # VPCs with a port on the host
     peers: dict[str, list[tuple[str, str]]]  # VPC -> [(peering id, peer VPC)], for the peerings of own VPCs
+    relevant: list[str]  # every VPC of the config, in its order
+    entries: dict[str, VpcInfo]
+    local: dict[str, list[PortInfo]]  # own VPC -> the host's ports in it
+    endpoints: dict[str, list[Endpoint]]
+    groups: dict[str, SecurityGroupInfo]  # id -> group, of the own VPCs
+    vteps: list[Vtep]
+
+    def _groups_of(self, vpcs: Iterable[str]) -> list[SecurityGroupInfo]:
+        used = {g for vid in vpcs for p in self.local[vid] for g in p.security_group_ids}
+        return [self.groups[g] for g in sorted(used)]
+
+    @cached_property
+    def config(self) -> HostConfig:
+        own = sorted(self.own)
+        # every part is a validated wire model already: construct without validating the ~1,000 of them again
+        return HostConfig.model_construct(
+            host=self.host, revision=self.revision, vtep_ip=self.vtep_ip, mtu=OVERLAY_MTU,
+            ports=[p for vid in own for p in self.local[vid]], vpcs=[self.entries[vid] for vid in self.relevant],
+            endpoints=[e for vid in self.relevant for e in self.endpoints[vid]],
+            security_groups=self._groups_of(own), vteps=list(self.vteps))
+
+    def delta(self, base: int, changed: set[str]) -> HostConfigDelta:
+        """What delta_of(self.config, base, changed) is, from the changed VPCs' sections alone."""
+        keep = [vid for vid in self.relevant if vid in changed]
+        own = sorted(self.own & set(keep))
+        return HostConfigDelta.model_construct(
+            host=self.host, revision=self.revision, base=base, vtep_ip=self.vtep_ip, mtu=OVERLAY_MTU,
+            vpc_ids=list(self.relevant), changed_vpcs=sorted(keep), vpcs=[self.entries[vid] for vid in keep],
+            endpoints=[e for vid in keep for e in self.endpoints[vid]],
+            security_groups=[g for g in self._groups_of(self.own) if g.vpc_id in changed],
+            ports=[p for vid in own for p in self.local[vid]], vteps=None)
 
 
 def _compile_host(s: Session, host: str) -> Compiled | None:
@@ -449,12 +486,5 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
                                                router_mac=v.router_mac, subnets=list(subnets[vid]), routes=routes)
         FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
-    ports = [p for vid in sorted(own) for p in local[vid]]
-    by_id = {gid: g for vid in own for gid, g in groups[vid].items()}
-    # every part is a validated wire model already: construct without validating the ~1,000 of them again
-    cfg = HostConfig.model_construct(
-        host=host, revision=view.revision, vtep_ip=view.vtep_ip, mtu=OVERLAY_MTU, ports=ports,
-        vpcs=[entries[vid] for vid in relevant], endpoints=[e for vid in relevant for e in endpoints[vid]],
-        security_groups=[by_id[g] for g in sorted({g for p in ports for g in p.security_group_ids})],
-        vteps=list(vteps))
-    return Compiled(cfg, view.stamp, topology, revs, own, view.peers)
+    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
+                    entries, local, endpoints, {gid: g for vid in own for gid, g in groups[vid].items()}, vteps)

@@ -348,6 +348,7 @@ class AgentApp(app_manager.OSKenApp):
         local_vpcs = {p.vpc_id for p in cfg.ports}
         zones = self.zones.assign(local_vpcs, {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs})
         diff = self.engine.update(cfg, self.ofports, self.tunnel_ofport, zones, hints)
+        t_computed = time.monotonic()
         st = self.state
         st["passes"] += 1
         st["flows"] = len(self.engine.desired)
@@ -363,8 +364,9 @@ class AgentApp(app_manager.OSKenApp):
             st["flow_deletes"] += len(diff.delete)
             self.last_change = time.monotonic()
             st["last_change_ms"] = round((self.last_change - t0) * 1000, 1)
-            log.info("revision %d: +%d -%d flows in %.1f ms, %d desired", cfg.revision, len(diff.add),
-                     len(diff.delete), st["last_change_ms"], len(self.engine.desired))
+            log.info("revision %d: +%d -%d flows in %.1f ms (computed in %.1f, the switch took %.1f), %d desired",
+                     cfg.revision, len(diff.add), len(diff.delete), st["last_change_ms"], (t_computed - t0) * 1000,
+                     (self.last_change - t_computed) * 1000, len(self.engine.desired))
         if s.swept and st["revision"] != cfg.revision:
             st["revision"] = cfg.revision
             st["converged_at"], st["converged_revision"] = time.time(), cfg.revision
