@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from bench.control_plane import ControllerProcess, heartbeat_process
 from bench.gateway import link_mac
 from controller.client import Client
-from nfv_gateways.packet import csum
+from tianji.inet import checksum
 from topologies import gwlab
 from topologies.gwlab import GatewayLab
 
@@ -65,7 +65,7 @@ def socket_in(ns: str, *args: int) -> socket.socket:
 def ipv4(src: str, dst: str, proto: int, payload: bytes) -> bytes:
     h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 0, 0x4000, 64, proto, 0,
                     socket.inet_aton(src), socket.inet_aton(dst))
-    return h[:10] + struct.pack("!H", csum(h)) + h[12:] + payload
+    return h[:10] + struct.pack("!H", checksum(h)) + h[12:] + payload
 
 
 class Prober:

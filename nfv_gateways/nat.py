@@ -37,13 +37,13 @@ from nfv_gateways.packet import (
     PROTO_TCP,
     PROTO_UDP,
     Ip4,
-    csum,
     dec_ttl,
     l4_ports,
     parse_ip4,
     rewrite_addr,
     rewrite_port,
 )
+from tianji.inet import checksum, icmp_error
 from tianji.ratelimit import TokenBucket
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
@@ -379,13 +379,7 @@ class NatTable:
         if self.icmp_limit.take(now):
             self.counters[f"drop_{what}_rate"] += 1
             return None
-        sender, to = struct.unpack_from("!II", about, 12)
-        body = struct.pack("!BBH", typ, code, 0) + rest + about[:ihl + 8]
-        body = body[:2] + struct.pack("!H", csum(body)) + body[4:]
-        hdr = struct.pack("!BBHHHBBHII", 0x45, 0xC0, 20 + len(body), 0, 0, 64, PROTO_ICMP, 0,
-                          to if src is None else src, sender)
-        hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
-        buf[:] = hdr + body
+        buf[:] = icmp_error(about, typ, code, struct.unpack_from("!I", about, 16)[0] if src is None else src, rest)
         self.counters[what] += 1
         return Verdict("out")
 
@@ -414,7 +408,7 @@ class NatTable:
         # embedded header: source address and port back to the internal endpoint, its IP checksum recomputed
         struct.pack_into("!I", buf, inner.l4 - inner.ihl + 12, m.ip)
         struct.pack_into("!H", buf, inner.l4 - inner.ihl + 10, 0)
-        struct.pack_into("!H", buf, inner.l4 - inner.ihl + 10, csum(bytes(buf[inner.l4 - inner.ihl:inner.l4])))
+        struct.pack_into("!H", buf, inner.l4 - inner.ihl + 10, checksum(bytes(buf[inner.l4 - inner.ihl:inner.l4])))
         if inner.proto == PROTO_ICMP:
             struct.pack_into("!H", buf, inner.l4 + 4, m.port)
         else:
@@ -422,7 +416,7 @@ class NatTable:
         # the whole ICMP message's checksum, then the outer destination
         end = ip.l4 - ip.ihl + ip.total
         struct.pack_into("!H", buf, ip.l4 + 2, 0)
-        struct.pack_into("!H", buf, ip.l4 + 2, csum(bytes(buf[ip.l4:end])))
+        struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
         rewrite_addr(buf, ip, dst=m.ip)
         self.counters["in_icmp_error"] += 1
         return Verdict("in", m.vni, m.ip)
@@ -453,7 +447,7 @@ def fragment(pkt: bytes, mtu: int) -> tuple[bytes, ...]:
         struct.pack_into("!HHH", hdr, 2, len(h) + len(chunk), struct.unpack_from("!H", head, 4)[0],
                          (flags_off & 0x4000) | (more if last else 0x2000) | (base + off // 8))
         struct.pack_into("!H", hdr, 10, 0)
-        struct.pack_into("!H", hdr, 10, csum(bytes(hdr)))
+        struct.pack_into("!H", hdr, 10, checksum(bytes(hdr)))
         out.append(bytes(hdr) + chunk)
         off += len(chunk)
     return tuple(out)
@@ -464,7 +458,7 @@ def _parse_inner(buf: bytes | bytearray, off: int) -> Ip4 | None:
     if len(buf) - off < 20 or buf[off] >> 4 != 4:
         return None
     ihl = (buf[off] & 0xF) * 4
-    if ihl < 20 or len(buf) - off < ihl or csum(bytes(buf[off:off + ihl])) != 0:
+    if ihl < 20 or len(buf) - off < ihl or checksum(bytes(buf[off:off + ihl])) != 0:
         return None
     frag = struct.unpack_from("!H", buf, off + 6)[0]
     src, dst = struct.unpack_from("!II", buf, off + 12)

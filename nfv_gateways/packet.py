@@ -10,20 +10,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tianji.inet import checksum
+
 ETH_IP = 0x0800
 PROTO_ICMP, PROTO_TCP, PROTO_UDP = 1, 6, 17
 ICMP_ECHO_REPLY, ICMP_UNREACH, ICMP_ECHO, ICMP_TIME_EXCEEDED = 0, 3, 8, 11
 VXLAN_PORT = 4789
-
-
-def csum(data: bytes) -> int:
-    """The Internet checksum of `data`."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 def csum_update(old_sum: int, old: int, new: int) -> int:
@@ -66,7 +58,7 @@ def parse_ip4(buf: bytes | bytearray, off: int = 0) -> Ip4 | None:
     total = struct.unpack_from("!H", buf, off + 2)[0]
     if ihl < 20 or total < ihl or off + total > len(buf):
         return None
-    if csum(bytes(buf[off:off + ihl])) != 0:
+    if checksum(bytes(buf[off:off + ihl])) != 0:
         return None
     frag = struct.unpack_from("!H", buf, off + 6)[0]
     src, dst = struct.unpack_from("!II", buf, off + 12)

@@ -36,7 +36,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
 from nfv_gateways.nat import NatConfig, NatTable, SnatRule, Verdict, ip2int
-from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, csum
+from nfv_gateways.packet import PROTO_TCP, PROTO_UDP
+from tianji.inet import checksum
 from tianji.southbound import (
     DnatInfo,
     Endpoint,
@@ -85,7 +86,7 @@ def vxlan_ip_udp(src: int, dst: int, inner_ip: bytes, vxlan: bytes) -> bytes:
     udp = struct.pack("!HHHH", sport, VXLAN_PORT, 8 + len(vxlan), 0)
     hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(vxlan), 0, 0x4000, 64, 17, 0,
                                 src.to_bytes(4, "big"), dst.to_bytes(4, "big")))
-    hdr[10:12] = csum(bytes(hdr)).to_bytes(2, "big")
+    hdr[10:12] = checksum(bytes(hdr)).to_bytes(2, "big")
     return bytes(hdr) + udp + vxlan
 
 
@@ -412,7 +413,7 @@ class Gateway:
                 or struct.unpack_from("!H", ip, 22)[0] != VXLAN_PORT):
             self.counters["drop_underlay_not_vxlan"] += 1
             return
-        if struct.unpack_from("!H", ip, 6)[0] & 0x3FFF or csum(ip[:20]) != 0:
+        if struct.unpack_from("!H", ip, 6)[0] & 0x3FFF or checksum(ip[:20]) != 0:
             self.counters["drop_malformed"] += 1  # outer fragments (the underlay MTU carries VXLAN whole) or bad sums
             return
         self.from_tenant(ip[28:], socket.inet_ntoa(ip[12:16]))

@@ -8,20 +8,11 @@ import socket
 import struct
 import time
 
+from tianji.inet import icmp_error
 from tianji.ratelimit import TokenBucket
 
 ETH_IP = 0x0800
 ICMP_TIME_EXCEEDED = 11
-QUOTE = 8  # bytes of the offending datagram's payload quoted after its header (RFC 792)
-
-
-def checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    s = (s >> 16) + (s & 0xFFFF)
-    s += s >> 16
-    return ~s & 0xFFFF
 
 
 def time_exceeded(frame: bytes, router_mac: str, router_ip: str) -> bytes | None:
@@ -41,13 +32,8 @@ def time_exceeded(frame: bytes, router_mac: str, router_ip: str) -> bytes | None
         return None  # never an ICMP error about an ICMP error
     if src[0] in (0, 127) or src[0] >= 224:
         return None
-    quoted = ip[:ihl + QUOTE]
-    icmp = struct.pack("!BBHI", ICMP_TIME_EXCEEDED, 0, 0, 0) + quoted
-    icmp = icmp[:2] + struct.pack("!H", checksum(icmp)) + icmp[4:]
-    total = 20 + len(icmp)
-    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0xC0, total, 0, 0, 64, 1, 0, socket.inet_aton(router_ip), src)
-    hdr = hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:]
-    return frame[6:12] + bytes.fromhex(router_mac.replace(":", "")) + struct.pack("!H", ETH_IP) + hdr + icmp
+    answer = icmp_error(ip, ICMP_TIME_EXCEEDED, 0, struct.unpack("!I", socket.inet_aton(router_ip))[0])
+    return frame[6:12] + bytes.fromhex(router_mac.replace(":", "")) + struct.pack("!H", ETH_IP) + answer
 
 
 class RateLimit(TokenBucket):
