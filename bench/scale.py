@@ -289,6 +289,28 @@ class Run:
         self.log(f"    of (c): the API call itself (until the controller answered) p50 "
                  f"{statistics.median(api) * 1000:.1f} ms")
 
+    def ovs_floor(self) -> None:
+        """The baseline of (d): `ovs-vsctl add-port` on a bare Open vSwitch (its own, no agent, no flows) holding
+        as many internal interfaces as hv0: what plugging a VIF costs before any controller is involved."""
+        n = self.res["local_ports"] + self.args.reps  # hv0 holds its bulk VIFs and one per repetition
+        bare = self.fabric.add_hypervisor("floor")
+        bare.vsctl("--may-exist", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+        for i in range(0, n, 500):
+            args = []
+            for j in range(i, min(n, i + 500)):
+                args += ["--", "add-port", "br-int", f"f{j:012d}", "--", "set", "Interface", f"f{j:012d}",
+                         "type=internal"]
+            bare.vsctl("--timeout=600", *args)
+        xs = []
+        for k in range(min(self.args.reps, 10)):
+            t0 = now()
+            bare.vsctl("--", "add-port", "br-int", f"g{k:012d}", "--", "set", "Interface", f"g{k:012d}",
+                       "type=internal")
+            xs.append(now() - t0)
+        self.res["d_vif_plug"]["bare_ovs_add_port_p50_ms"] = round(statistics.median(xs) * 1000, 1)
+        self.log(f"    (d)'s floor: add-port on a bare OVS with {n} internal interfaces p50 "
+                 f"{statistics.median(xs) * 1000:.1f} ms")
+
     def memory(self) -> None:
         ctl_pids = [self.ctl.proc.pid, *children(self.ctl.proc.pid)]
         vswitchd = int((self.hv.rundir / "ovs-vswitchd.pid").read_text())
@@ -322,6 +344,7 @@ class Run:
             self.incremental(tenants)
             self.check("incremental")
             self.memory()
+            self.ovs_floor()
             st = self.fabric.agent_status(self.hv)
             self.res["agent"] = {k: st.get(k) for k in ("flows", "connects", "audit_sweeps", "audit_repairs",
                                                          "last_error")}
