@@ -27,19 +27,19 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
                                                           "TIANJI_GATEWAY_DOWN_AFTER should be several of them)"),
         log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
-    if role != "nat":
-        console.print(f"[red]error:[/red] role {role!r} is not available yet: use nat")
+    from nfv_gateways.framework import ROLES, GatewayOptions, role_class
+
+    if role not in ROLES:
+        console.print(f"[red]error:[/red] role {role!r} is not available: choose one of {', '.join(sorted(ROLES))}")
         raise typer.Exit(2)
     if config_file is None and not (controller and token):
         console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
-    from nfv_gateways.runtime import Gateway, GatewayOptions
-
-    Gateway(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
-                           vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath, state_dir=state_dir,
-                           metrics_port=metrics_port, config_file=config_file,
-                           beat_interval=beat_interval)).run()
+    role_class(role)(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
+                                    vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath,
+                                    state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
+                                    beat_interval=beat_interval)).run()
 
 
 @gateway_app.command("status")
@@ -55,10 +55,10 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
         console.print_json(json.dumps(st))
         return
     t = Table(title=f"gateway {name}: fast path {st['fastpath']}, revision {st['revision']}, "
-                    f"{st['mappings']} mappings, EIPs {', '.join(st['eips'])}", header_style="bold cyan")
+                    f"{st.get('mappings', 0)} mappings, EIPs {', '.join(st['eips'])}", header_style="bold cyan")
     t.add_column("counter")
     t.add_column("value", justify="right")
-    rows = {**st["counters"], **{f"nat.{k}": v for k, v in st["nat"].items()},
+    rows = {"role": st.get("role", "nat"), **st["counters"], **{f"nat.{k}": v for k, v in st.get("nat", {}).items()},
             **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()}}
     for k, v in sorted(rows.items()):
         t.add_row(k, str(v))

@@ -192,7 +192,8 @@ class NativeDataPlane:
     def set_config(self, vteps: list[int], routers: dict[int, bytes],
                    endpoints: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
         """VTEPs, router MACs and endpoints, the endpoints packed per VPC (native uint32 VNIs, IPs and VTEPs, and
-        6-byte MACs; see runtime.parts_of): joining 1,000 VPCs' bytes costs a fraction of building 10,000 entries."""
+        6-byte MACs; see framework.wire_parts): joining 1,000 VPCs' bytes costs a fraction of building 10,000
+        entries."""
         vni_b, ip_b, vtep_b, mac_b = (b"".join(p[i] for p in endpoints) for i in range(4))
         n, vnis, u32 = len(vni_b) // 4, list(routers), ctypes.c_uint32
 

@@ -1,6 +1,6 @@
 """The native data plane (gw_dp.c, memory backend) against the pure-Python gateway, frame for frame.
 
-Both are a whole gateway instance (`Gateway`) with the same config: one pushes each frame through the C loop
+Both are a whole gateway instance (`NatGateway`) with the same config: one pushes each frame through the C loop
 (decapsulation, established-flow NAT, encapsulation in C; the rest punted to the same Python code), the other
 hands every frame to Python with the reference NAT table. Hypothesis generates frame sequences from the underlay
 and the external side (TCP, UDP, ICMP echo and errors, ARP, two tenants with the same private addresses, hairpin,
@@ -20,8 +20,9 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.dataplane import NativeDataPlane
+from nfv_gateways.framework import EXT, UL, GatewayOptions
 from nfv_gateways.nat import NatConfig, NatTable, ip2int
-from nfv_gateways.runtime import EXT, UL, Gateway, GatewayOptions
+from nfv_gateways.nat_role import NatGateway
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -79,9 +80,9 @@ class Pair:
     def __init__(self, tmp: Path) -> None:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
         self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
-        self.native = Gateway(options(tmp), dataplane=self.dp)
+        self.native = NatGateway(options(tmp), dataplane=self.dp)
         self.ref_dp = PythonFrames()
-        self.ref = Gateway(options(tmp), dataplane=self.ref_dp)
+        self.ref = NatGateway(options(tmp), dataplane=self.ref_dp)
         cfg = config()
         self.native.apply(cfg)
         self.ref.apply(cfg)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from scapy.layers.inet import IP, UDP
 
+from nfv_gateways.framework import GatewayOptions, ip2int
 from nfv_gateways.nat import PROTO_UDP
-from nfv_gateways.runtime import Gateway, GatewayOptions, ip2int
+from nfv_gateways.nat_role import NatGateway
 from tianji.southbound import Endpoint, GatewayConfig, GatewayVpc, SnatInfo, Vtep
 
 
@@ -45,8 +46,8 @@ def config(revision: int, eips: list[str], snat_b: str = "10.2.0.0/16") -> Gatew
         eips=eips, vteps=[Vtep(host="hv1", ip="172.31.0.1")])
 
 
-def gateway(tmp_path: Path) -> tuple[Gateway, Wire]:
-    g = Gateway(GatewayOptions(name="gw", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.1/24",
+def gateway(tmp_path: Path) -> tuple[NatGateway, Wire]:
+    g = NatGateway(GatewayOptions(name="gw", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.1/24",
                                external_if="ext0", fastpath="python", state_dir=tmp_path,
                                macs=("02:00:00:00:01:01", "02:00:00:00:01:02")))
     w = Wire()

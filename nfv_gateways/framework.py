@@ -1,19 +1,22 @@
-"""A NAT gateway instance: a VTEP on the underlay, an Ethernet port on the external segment, NAT in between.
+"""The gateway framework: what every gateway role shares, written once. A role (NAT today; load balancer and private
+line next) plugs in by subclassing `Gateway` and supplying its policy per VPC section, its packet stage (the
+Python reference of its semantics, or the native data plane that runs the same in C) and its status.
 
-Two ways to move packets, chosen by `--fastpath`:
+An instance is a VTEP on the underlay and an Ethernet port on the external segment. Two ways to move packets,
+chosen by `--fastpath`:
 
-* native (`dpdk`, `xdp`, `packet`; `auto` takes the best that starts): the C data plane (dataplane.py, gw_dp.c)
-  owns both interfaces, decapsulates, translates established flows, encapsulates and transmits in bursts. It punts
-  what it cannot decide (ARP, new flows, ICMP errors, hairpin, DNAT...) to `punt_loop`, which runs the same Python
-  code as the socket path below and sends its answers back through the data plane. On the underlay, the instance
-  itself answers ARP for its VTEP address and resolves the hypervisors' VTEPs.
+* native (`dpdk`, `xdp`, `packet`; `auto` takes the best that starts): the C data plane (dataplane.py, native/)
+  owns both interfaces, decapsulates, runs the role's stage on established flows, encapsulates and transmits in
+  bursts. It punts what it cannot decide (ARP, new flows, ICMP errors...) to `punt_loop`, which runs the same
+  Python code as the socket path below and sends its answers back through the data plane. On the underlay, the
+  instance itself answers ARP for its VTEP address and resolves the hypervisors' VTEPs.
 * sockets (`c`, `python`): tenant traffic arrives in VXLAN on a UDP socket bound to the VTEP address (the kernel
-  decapsulates); the external side is an AF_PACKET socket. `c` translates established flows in C, one ctypes call
-  per packet; `python` is the reference.
+  decapsulates); the external side is an AF_PACKET socket.
 
 Either way replies go back in VXLAN to the VTEP of the host holding the destination port, with the VPC's VNI and
-router MAC, and on the external side the instance answers ARP for the EIPs it serves and resolves its next hops.
-"""
+router MAC, and on the external side the instance answers ARP for the addresses it serves and resolves its next
+hops. The framework owns: registration and heartbeat, the config watch (a delta per VPC section), VTEP and
+underlay handling, neighbours and ARP, the punt/inject slow path, status file and metrics."""
 
 from __future__ import annotations
 
@@ -27,106 +30,91 @@ import threading
 import time
 from array import array
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+from nfv_gateways import metrics
 from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, Verdict, ip2int
-from nfv_gateways.packet import PROTO_TCP, PROTO_UDP
+from nfv_gateways.nat import Verdict, ip2int
+from nfv_gateways.underlay import (
+    BCAST,
+    ETH_ARP,
+    ETH_IP,
+    ETH_P_ALL,
+    PACKET_OUTGOING,
+    VXLAN_PORT,
+    mac_bytes,
+    vxlan_ip_udp,
+)
 from tianji.inet import checksum
 from tianji.southbound import (
-    DnatInfo,
     Endpoint,
     GatewayConfig,
     GatewayConfigDelta,
     GatewayHeld,
+    GatewaySection,
     GatewayVpc,
-    StaticEip,
     apply_gateway_delta,
     vtep_interface,
 )
 from tianji.southbound_client import Southbound
 from tianji.statusfile import write_atomic
 
+__all__ = ["EXT", "ROLES", "UL", "Gateway", "GatewayOptions", "PacketStage", "VpcParts", "ip2int", "role_class"]
+
 log = logging.getLogger("tianji.gateway")
-ETH_P_ALL, ETH_IP, ETH_ARP = 0x0003, 0x0800, 0x0806
-PACKET_OUTGOING = 4
-VXLAN_PORT = 4789
-PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
+ROLES = {"nat": "nfv_gateways.nat_role:NatGateway"}  # role -> its Gateway subclass (imported when run)
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "c", "python")
-BCAST = b"\xff" * 6
+GARP_REPEAT_S = 1.2  # an announcement is repeated once (RFC 5227 sends two): one lost frame does not strand an address
 
 
-GARP_REPEAT_S = 1.2  # an announcement is repeated once (RFC 5227 sends two): one lost frame does not strand an EIP
+class PacketStage(Protocol):
+    """A role's packet semantics (the Python reference, or the C stage behind the native data plane)."""
+
+    counters: Any
+
+    def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None: ...
+    def inbound(self, buf: bytearray, now: float) -> Verdict | None: ...
+    def expire(self, now: float) -> int: ...
 
 
-def mac_bytes(mac: str) -> bytes:
-    return bytes.fromhex(mac.replace(":", ""))
+def role_class(role: str) -> type[Gateway]:
+    """The Gateway subclass that runs `role`; SystemExit naming the roles there are for an unknown one."""
+    if role not in ROLES:
+        raise SystemExit(f"role {role!r} is not available: choose one of {', '.join(sorted(ROLES))}")
+    module, cls = ROLES[role].split(":")
+    import importlib
 
-
-def mix64(x: int) -> int:
-    """gw_dp.c's mix(): the 64-bit finaliser of MurmurHash3, truncated to 32 bits."""
-    m = (1 << 64) - 1
-    x ^= x >> 33
-    x = x * 0xFF51AFD7ED558CCD & m
-    x ^= x >> 33
-    x = x * 0xC4CEB9FE1A85EC53 & m
-    x ^= x >> 33
-    return x & 0xFFFFFFFF
-
-
-def vxlan_ip_udp(src: int, dst: int, inner_ip: bytes, vxlan: bytes) -> bytes:
-    """Outer IPv4 + UDP for a VXLAN payload, as the C data plane writes it (source port from the inner flow)."""
-    a, b = int.from_bytes(inner_ip[12:16], "big"), int.from_bytes(inner_ip[16:20], "big")
-    sport = 49152 | (mix64(a ^ b ^ inner_ip[9] << 32) & 0x3FFF)
-    udp = struct.pack("!HHHH", sport, VXLAN_PORT, 8 + len(vxlan), 0)
-    hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(vxlan), 0, 0x4000, 64, 17, 0,
-                                src.to_bytes(4, "big"), dst.to_bytes(4, "big")))
-    hdr[10:12] = checksum(bytes(hdr)).to_bytes(2, "big")
-    return bytes(hdr) + udp + vxlan
+    return getattr(importlib.import_module(module), cls)
 
 
 @dataclass(frozen=True)
 class VpcParts:
-    """What one VPC's section contributes, in the forms the NAT table and the data plane take: built once per
+    """What one VPC's section contributes, in the forms the role's stage and the data plane take: built once per
     section received, so that an apply costs the sections that changed, not the 1,000 others."""
 
     vni: int
     router_mac: bytes
-    snat: tuple[SnatRule, ...]
-    static: tuple[tuple[int, int, int], ...]
-    dnat: tuple[tuple[int, int, int, int, int, int], ...]
     endpoints: tuple[tuple[tuple[int, int], tuple[str, bytes, int]], ...]  # (VNI, IP) -> (VTEP, MAC, VTEP as int)
     packed: tuple[bytes, bytes, bytes, bytes]  # the endpoints as the data plane takes them (set_config)
-
-    def nat(self) -> tuple:
-        """What the NAT table takes from this VPC."""
-        return self.snat, self.static, self.dnat
+    policy: tuple  # the role's own part (compared, never looked into, by the framework)
 
     def wire(self) -> tuple:
         """What the data plane takes from this VPC (the packed endpoints follow from `endpoints`)."""
         return self.endpoints, self.router_mac
 
 
-def parts_of(vpc: GatewayVpc, static: list[StaticEip], dnat: list[DnatInfo], endpoints: list[Endpoint]) -> VpcParts:
+def wire_parts(vpc: GatewayVpc, endpoints: list[Endpoint], policy: tuple) -> VpcParts:
     eps = tuple(((e.vni, ip2int(e.ip)), (e.vtep_ip, mac_bytes(e.mac), ip2int(e.vtep_ip))) for e in endpoints)
     packed = (array("I", [k[0] for k, _ in eps]).tobytes(), array("I", [k[1] for k, _ in eps]).tobytes(),
               array("I", [v[2] for _, v in eps]).tobytes(), b"".join(v[1] for _, v in eps))
-    return VpcParts(
-        vpc.vni, mac_bytes(vpc.router_mac),
-        tuple(SnatRule(vpc.vni, r.cidr, tuple(ip2int(e) for e in r.eips)) for r in vpc.snat if r.eips),
-        tuple((x.vni, ip2int(x.ip), ip2int(x.eip)) for x in static),
-        tuple((ip2int(d.eip), PROTO[d.protocol], d.external_port, d.vni, ip2int(d.ip), d.internal_port)
-              for d in dnat),
-        eps, packed)
+    return VpcParts(vpc.vni, mac_bytes(vpc.router_mac), eps, packed, policy)
 
 
-def parts_by_vpc(cfg: GatewayConfig) -> dict[str, VpcParts]:
-    """A whole config's parts, grouped by VPC (a VNI names one VPC)."""
+def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
+    """A whole config cut into its VPCs' sections (a VNI names one VPC)."""
     static, dnat, eps = defaultdict(list), defaultdict(list), defaultdict(list)
     for x in cfg.static:
         static[x.vni].append(x)
@@ -134,13 +122,8 @@ def parts_by_vpc(cfg: GatewayConfig) -> dict[str, VpcParts]:
         dnat[d.vni].append(d)
     for e in cfg.endpoints:
         eps[e.vni].append(e)
-    return {v.id: parts_of(v, static[v.vni], dnat[v.vni], eps[v.vni]) for v in cfg.vpcs}
-
-
-def nat_config(parts: dict[str, VpcParts]) -> NatConfig:
-    ordered = [parts[v] for v in sorted(parts)]
-    return NatConfig(snat=tuple(r for p in ordered for r in p.snat), static=tuple(x for p in ordered for x in p.static),
-                     dnat=tuple(d for p in ordered for d in p.dnat))
+    return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
+                                                 endpoints=eps[v.vni], eips=[]) for v in cfg.vpcs}
 
 
 @dataclass
@@ -156,24 +139,29 @@ class GatewayOptions:
     metrics_port: int = 9477  # Prometheus text on 127.0.0.1 (in the gateway host's namespace)
     config_file: Path | None = None  # standalone: a fixed GatewayConfig instead of the controller (benchmarks, labs)
     macs: tuple[str, str] | None = None  # (underlay, external) instead of reading the interfaces (tests)
-    # a beat this often: the controller moves an instance's EIPs after TIANJI_GATEWAY_DOWN_AFTER of silence
+    # a beat this often: the controller moves an instance's addresses after TIANJI_GATEWAY_DOWN_AFTER of silence
     # (2 s by default, 0.5 s on the emulated cluster), so failover takes that, a liveness tick, and the propagation
     beat_interval: float = 0.1
 
 
 class Gateway:
-    def __init__(self, o: GatewayOptions, dataplane: object = None) -> None:
+    """The framework's instance. A role overrides: `make_stage` (its stage and the data plane, by --fastpath),
+    `policy_of` (its part of a VPC's section), `apply_policy` (install the policy of the VPCs that changed) and
+    `role_status`."""
+
+    role = "gateway"
+
+    def __init__(self, o: GatewayOptions, dataplane: Any = None) -> None:
         self.o = o
         self.api = Southbound(o.controller, o.token)
         self.vtep = str(vtep_interface(o.vtep_ip).ip)
         self.revision: int | None = None  # of the config applied
         self.eips: list[str] = []  # homed here (answered ARP for)
         self.counters: Counter[str] = Counter()
-        self.natc: NatConfig | None = None  # the NAT rules applied
         self.parts: dict[str, VpcParts] = {}  # VPC id -> what its section contributes (applied)
         self.apply_ms: deque[float] = deque(maxlen=32)  # the last answers: received -> applied
         self.compile_ms: deque[float] = deque(maxlen=32)  # ... and the controller's time to make them
-        self.garp_again: list[tuple[float, list[str]]] = []  # (when, EIPs) to announce once more (status_loop)
+        self.garp_again: list[tuple[float, list[str]]] = []  # (when, addresses) to announce once more
         self.endpoints: dict[tuple[int, int], tuple[str, bytes, int]] = {}  # (VNI, IP) -> (VTEP, MAC, VTEP)
         self.router_mac: dict[int, bytes] = {}
         self.vteps: set[str] = set()
@@ -186,56 +174,47 @@ class Gateway:
         self.mac = {UL: mac_bytes(macs[0]), EXT: mac_bytes(macs[1])}
         self.vtep_int = ip2int(self.vtep)
         self.dp = dataplane  # given: a data plane built by the caller (tests); else chosen by --fastpath
-        if dataplane is not None:
-            self.table, self.fastpath = dataplane.nat, dataplane.backend
-        else:
-            self.table, self.fastpath = self._make_table(NatConfig())
+        if self.o.fastpath not in FASTPATHS:
+            raise SystemExit(f"--fastpath {self.o.fastpath}: choose one of {', '.join(FASTPATHS)}")
+        self.table, self.fastpath = self.make_stage()
 
-    def _make_table(self, config: NatConfig):
-        fp = self.o.fastpath
-        if fp not in FASTPATHS:
-            raise SystemExit(f"--fastpath {fp}: choose one of {', '.join(FASTPATHS)}")
-        from nfv_gateways.dataplane import BACKENDS, NativeDataPlane
+    # --- what a role supplies ------------------------------------------------------------------------------------
+    def make_stage(self) -> tuple[PacketStage, str]:
+        """The role's packet stage and a description of the fast path chosen (sets self.dp for a native one)."""
+        raise NotImplementedError
 
-        for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
-            try:
-                self.dp = NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if,
-                                          self.mac[UL], self.mac[EXT], self.vtep_int, config)
-                return self.dp.nat, f"{backend} (packet I/O and established flows in C, new flows in Python)"
-            except Exception as e:  # auto goes on to the next backend, and says why
-                if fp != "auto":
-                    raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e
-                log.warning("fast path %s unavailable: %s", backend, e)
-        if fp in ("auto", "c"):
-            try:
-                from nfv_gateways.fastpath import FastNat
+    def policy_of(self, section: Any) -> tuple:
+        """The role's part of one VPC's section (hashable, compared for equality)."""
+        raise NotImplementedError
 
-                return FastNat(config), "c (sockets; established flows in C, new flows in Python)"
-            except Exception as e:
-                if fp == "c":
-                    raise
-                log.warning("native fast path unavailable (%s): using the Python path", e)
-        return NatTable(config), "python"
+    def apply_policy(self, parts: dict[str, VpcParts], touched: set[str], first: bool) -> None:
+        """Install the policy of `parts` (every VPC held), knowing which VPCs' sections changed."""
+        raise NotImplementedError
 
-    # --- controller --------------------------------------------------------------------------------------------
+    def role_status(self) -> dict:
+        return {}
+
+    # --- controller ----------------------------------------------------------------------------------------------
+    def parts_of(self, section: Any) -> VpcParts:
+        return wire_parts(section.vpc, section.endpoints, self.policy_of(section))
+
     def apply(self, cfg: GatewayConfig) -> None:
         """Apply a whole config (a config file, tests): what differs from what is held, as apply_parts does."""
-        self.apply_parts(cfg.revision, cfg.eips, cfg.vteps, parts_by_vpc(cfg), whole=True)
+        self.apply_parts(cfg.revision, cfg.eips, cfg.vteps,
+                         {v: self.parts_of(x) for v, x in sections_of(cfg).items()}, whole=True)
 
     def apply_sections(self, held: GatewayHeld, changed: set[str]) -> None:
         """Apply a delta's outcome: the sections of `changed` (a VPC whose section went is gone)."""
-        parts = {v: parts_of(x.vpc, x.static, x.dnat, x.endpoints) if (x := held.sections.get(v)) else None
-                 for v in changed}
+        parts = {v: self.parts_of(x) if (x := held.sections.get(v)) else None for v in changed}
         eips = sorted({a for x in held.sections.values() for a in x.eips})
         self.apply_parts(held.revision, eips, held.vteps, parts, whole=False)
 
     def apply_parts(self, revision: int, eips: list[str], vteps_cfg: list, new: dict[str, VpcParts | None],
                     whole: bool) -> None:
         """Apply what differs from what is held. `new`: VPC id -> its parts (None: gone); `whole`: `new` is every
-        VPC (the others go). The NAT rules are replaced only if a VPC's rules differ (and then only the mappings
-        of the VPCs whose SNAT rules changed are looked at), the data plane's endpoints only if a VPC's endpoints
-        or the VTEPs differ, and a gratuitous ARP goes for each EIP newly homed here, not for every EIP on every
-        change."""
+        VPC (the others go). The role's policy is installed only if a VPC's policy differs, the data plane's
+        endpoints only if a VPC's endpoints or the VTEPs differ, and a gratuitous ARP goes for each address newly
+        homed here, not for every address on every change."""
         first = self.revision is None
         parts = {} if whole else dict(self.parts)
         for vid, p in new.items():
@@ -245,20 +224,19 @@ class Gateway:
                 parts[vid] = p
         touched = {v for v in parts.keys() | self.parts.keys()
                    if parts.get(v) is not self.parts.get(v) and parts.get(v) != self.parts.get(v)}
+
         def differ(side: Callable[[VpcParts], tuple]) -> bool:
             return any((side(p) if p else None) != (side(q) if q else None)
                        for p, q in ((parts.get(v), self.parts.get(v)) for v in touched))
 
         vteps = {v.ip for v in vteps_cfg}
-        nat_moved = first or differ(VpcParts.nat)
+        policy_moved = first or differ(lambda p: p.policy)
         moved = first or vteps != self.vteps or differ(VpcParts.wire)
         old_eips = set(self.eips)
         with self.lock:
             self.revision, self.eips = revision, eips
-            if nat_moved:
-                self.natc = nat_config(parts)
-                self.table.update_config(self.natc)
-                self.counters["config_nat_applies"] += 1
+            if policy_moved:
+                self.apply_policy(parts, touched, first)
             for v in touched:
                 if (q := self.parts.get(v)) is not None:
                     for k, _ in q.endpoints:
@@ -286,9 +264,9 @@ class Gateway:
             self.garp_again.append((time.monotonic() + GARP_REPEAT_S, new_eips))
 
     def announce(self, eips: list[str], repeat: bool = False) -> None:
-        """Gratuitous ARP for EIPs this instance homes: the external segment learns that they live here now. The
-        request form (RFC 5227 announcement, as `arping -U` sends): Linux overrides an entry with it at once, while
-        a broadcast reply whose target MAC is not the sender's counts as gratuitous only after the locktime."""
+        """Gratuitous ARP for addresses this instance homes: the external segment learns that they live here now.
+        The request form (RFC 5227 announcement, as `arping -U` sends): Linux overrides an entry with it at once,
+        while a broadcast reply whose target MAC is not the sender's counts as gratuitous only after the locktime."""
         for eip in eips:
             if repeat and ip2int(eip) not in self.served:
                 continue  # moved on again meanwhile
@@ -354,7 +332,7 @@ class Gateway:
             with self.lock:
                 self.counters["expired"] += self.table.expire(time.time())
 
-    # --- data plane --------------------------------------------------------------------------------------------
+    # --- data plane ----------------------------------------------------------------------------------------------
     def open_sockets(self) -> None:
         if self.dp is not None:
             return
@@ -473,14 +451,15 @@ class Gateway:
         self.deliver(v, buf)
 
     def deliver(self, v: Verdict, buf: bytearray) -> None:
-        """Where the NAT said: out to the internet (a translated packet, or an ICMP error the gateway answers with),
-        or into a VPC, whole or as the fragments that fit the VPC's MTU."""
+        """Where the stage said: out to the internet (a translated packet, or an ICMP error the gateway answers
+        with), or into a VPC, whole or as the fragments that fit the VPC's MTU."""
         if v.direction == "out":
             self.to_external(bytes(buf))
             return
         for pkt in v.fragments or (bytes(buf),):
             self.to_tenant(v.vni, v.ip, pkt)
 
+    # --- neighbours ----------------------------------------------------------------------------------------------
     def on_arp(self, port: int, frame: bytes) -> None:
         """Learn the sender, release what waited for it, answer for our addresses (EIPs outside, the VTEP inside)."""
         if len(frame) < 42 or frame[14:20] != b"\x00\x01\x08\x00\x06\x04":
@@ -537,48 +516,24 @@ class Gateway:
             return
         self.resolve_and_send(UL, vtep_int, vxlan_ip_udp(self.vtep_int, vtep_int, pkt, vx), self.vtep_int)
 
-    # --- status ------------------------------------------------------------------------------------------------
+    # --- status --------------------------------------------------------------------------------------------------
     def status(self) -> dict:
-        nat = self.table.counters
-        return {"name": self.o.name, "fastpath": self.fastpath, "revision": self.revision,
-                "eips": self.eips, "mappings": len(getattr(self.table, "ref", self.table)
-                                                                              .by_inside),
-                "counters": dict(self.counters), "nat": dict(nat), "pid": os.getpid(), "updated": time.time(),
+        return {"name": self.o.name, "role": self.role, "fastpath": self.fastpath, "revision": self.revision,
+                "eips": self.eips, "counters": dict(self.counters), "pid": os.getpid(), "updated": time.time(),
                 "dataplane": self.dp.stats() if self.dp is not None else {},
-                "last_applies_ms": list(self.apply_ms), "last_compiles_ms": list(self.compile_ms)}
+                "last_applies_ms": list(self.apply_ms), "last_compiles_ms": list(self.compile_ms)} \
+            | self.role_status()
 
     def write_status(self) -> None:
         write_atomic(self.o.state_dir / f"gateway-{self.o.name}.json", json.dumps(self.status(), indent=1))
 
     def metrics(self) -> bytes:
-        """Prometheus exposition (prometheus_client: HELP and TYPE lines, escaped labels) of the status."""
-        registry = CollectorRegistry()
-        registry.register(_StatusCollector(self))
-        return generate_latest(registry)
-
-    def serve_metrics(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        gw = self
-
-        class Metrics(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # http.server's API
-                body = gw.metrics()
-                self.send_response(200 if self.path in ("/metrics", "/") else 404)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_a: object) -> None:
-                pass
-
-        ThreadingHTTPServer(("127.0.0.1", self.o.metrics_port), Metrics).serve_forever()
+        return metrics.exposition(self)
 
     def run(self) -> None:
         self.open_sockets()
-        log.info("gateway %s: VTEP %s on %s, external %s, fast path: %s", self.o.name, self.vtep, self.o.underlay_if,
-                 self.o.external_if, self.fastpath)
+        log.info("gateway %s (%s): VTEP %s on %s, external %s, fast path: %s", self.o.name, self.role, self.vtep,
+                 self.o.underlay_if, self.o.external_if, self.fastpath)
         io = (self.punt_loop,) if self.dp is not None else (self.vxlan_loop, self.ext_loop)
         if self.dp is not None:
             self.dp.start()
@@ -586,8 +541,8 @@ class Gateway:
         if self.o.config_file is not None:
             self.apply(GatewayConfig.model_validate_json(self.o.config_file.read_text()))
             control = (self.status_loop,)
-        for fn in (*control, *io, self.expiry_loop, self.serve_metrics):
-            threading.Thread(target=fn, name=fn.__name__, daemon=True).start()
+        for fn in (*control, *io, self.expiry_loop, lambda: metrics.serve(self, self.o.metrics_port)):
+            threading.Thread(target=fn, name=getattr(fn, "__name__", "metrics"), daemon=True).start()
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_a: stop.set())
@@ -597,30 +552,3 @@ class Gateway:
             if self.dp is not None:
                 self.dp.close()
             log.info("gateway %s stopped", self.o.name)
-
-
-class _StatusCollector:
-    """The instance's status as metric families, read at each scrape (one source: `Gateway.status`)."""
-
-    COUNTERS = (("tianji_gateway_packets", "the instance's packet and control counters", "counters"),
-                ("tianji_gateway_nat", "the NAT table's counters (the Python reference)", "nat"),
-                ("tianji_gateway_dataplane", "the native data plane's counters", "dataplane"))
-
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        st, name = self.gw.status(), self.gw.o.name
-        for metric, help_, value in (("tianji_gateway_mappings", "NAT mappings held", st["mappings"]),
-                                     ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
-            g = GaugeMetricFamily(metric, help_, labels=["gateway"])
-            g.add_metric([name], value)
-            yield g
-        sources = [(m, h, st.get(k) or {}) for m, h, k in self.COUNTERS]
-        if hasattr(self.gw.table, "stats"):
-            sources.append(("tianji_gateway_fastpath", "the C NAT fast path's counters", self.gw.table.stats()))
-        for metric, help_, values in sources:
-            c = CounterMetricFamily(metric, help_, labels=["gateway", "counter"])
-            for k, v in sorted(values.items()):
-                c.add_metric([name, k], v)
-            yield c

@@ -1,0 +1,64 @@
+"""A gateway instance's Prometheus exposition (prometheus_client: HELP and TYPE lines, escaped labels), read from
+its status at each scrape, and the small HTTP server that serves it on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from nfv_gateways.framework import Gateway
+
+
+def exposition(gw: Gateway) -> bytes:
+    registry = CollectorRegistry()
+    registry.register(StatusCollector(gw))
+    return generate_latest(registry)
+
+
+def serve(gw: Gateway, port: int) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's API
+            body = exposition(gw)
+            self.send_response(200 if self.path in ("/metrics", "/") else 404)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a: object) -> None:
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Metrics).serve_forever()
+
+
+class StatusCollector:
+    """The instance's status as metric families, read at each scrape (one source: `Gateway.status`)."""
+
+    COUNTERS = (("tianji_gateway_packets", "the instance's packet and control counters", "counters"),
+                ("tianji_gateway_nat", "the NAT table's counters (the Python reference)", "nat"),
+                ("tianji_gateway_dataplane", "the native data plane's counters", "dataplane"))
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        st, name = self.gw.status(), self.gw.o.name
+        for metric, help_, value in (("tianji_gateway_mappings", "NAT mappings held", st.get("mappings", 0)),
+                                     ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
+            g = GaugeMetricFamily(metric, help_, labels=["gateway"])
+            g.add_metric([name], value)
+            yield g
+        sources = [(m, h, st.get(k) or {}) for m, h, k in self.COUNTERS]
+        if hasattr(self.gw.table, "stats"):
+            sources.append(("tianji_gateway_fastpath", "the C NAT fast path's counters", self.gw.table.stats()))
+        for metric, help_, values in sources:
+            c = CounterMetricFamily(metric, help_, labels=["gateway", "counter"])
+            for k, v in sorted(values.items()):
+                c.add_metric([name, k], v)
+            yield c
