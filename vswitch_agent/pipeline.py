@@ -15,51 +15,145 @@ not their product; the conj_id flow of a rule commits the connection.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+class PipelineViolation(ValueError):
+    """A flow that breaks its table's declaration (matches, sets or goes where the table may not)."""
 
 
 @dataclass(frozen=True)
 class Table:
+    """One table: what it is for (`matches`, `does`: the docs) and what its flows may do, enforced on every flow
+    built (`verify`, as Faucet's _verify_flowmod): the fields they may match and set, the action kinds, and the
+    tables they may go to (always later ones: the pipeline has no loops)."""
+
     id: int
     name: str
     matches: str
     does: str
+    may_match: frozenset[str] = frozenset()
+    may_set: frozenset[str] = frozenset()
+    may_do: frozenset[str] = frozenset()
+    next: frozenset[int] = frozenset()
+
+    def __post_init__(self) -> None:
+        if any(t <= self.id for t in self.next):
+            raise PipelineViolation(f"table {self.name} goes back to {sorted(self.next)}: the pipeline has no loops")
+
+    def verify(self, match: Iterable[str], actions: Iterable[tuple]) -> None:
+        """Raises PipelineViolation naming what a flow does that this table does not declare."""
+        if bad := set(match) - self.may_match:
+            raise PipelineViolation(f"table {self.name} may not match {sorted(bad)}")
+        for a in actions:
+            if a[0] not in self.may_do:
+                raise PipelineViolation(f"table {self.name} may not {a[0]}: {a}")
+            if bad := _targets(a) - self.next:
+                raise PipelineViolation(f"table {self.name} may not go to table(s) {sorted(bad)}: {a}")
+            if bad := _sets(a) - self.may_set:
+                raise PipelineViolation(f"table {self.name} may not set {sorted(bad)}: {a}")
+
+
+def _targets(a: tuple) -> set[int]:
+    if a[0] == "goto":
+        return {a[1]}
+    if a[0] == "ct" and a[3] is not None:  # ("ct", commit, zone, recirculate to table, exec actions)
+        return {a[3]}
+    return set()
+
+
+def _sets(a: tuple) -> set[str]:
+    if a[0] in ("set", "load"):
+        return {a[1]}
+    if a[0] == "move":
+        return {a[2]}
+    if a[0] == "ct":
+        return set().union(*(_sets(x) for x in a[4]))
+    return set()
+
+
+def _d(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+IP4 = _d("eth_type", "ip_proto")
+RULE_PORTS = _d("tcp_dst", "udp_dst")  # a rule's port blocks (masked); its remote address is ipv4_src/ipv4_dst
 
 
 CLASSIFY = Table(0, "classify", "in_port (VM port or VXLAN port + tun_src)",
-                 "VM port: metadata=VNI, to PORT_SECURITY. VXLAN from a registered VTEP: to TUNNEL_VNI. Else drop.")
+                 "VM port: metadata=VNI, to PORT_SECURITY. VXLAN from a registered VTEP: to TUNNEL_VNI. Else drop.",
+              may_match=_d("in_port", "tun_ipv4_src"),
+              may_set=_d("metadata"),
+              may_do=_d("goto", "set"), next=frozenset({5, 10}))
 TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id",
-                   "VNI of a VPC with ports on this host: metadata=VNI, reg0=1, to FORWARD. Else drop.")
+                   "VNI of a VPC with ports on this host: metadata=VNI, reg0=1, to FORWARD. Else drop.",
+              may_match=_d("tunnel_id"),
+              may_set=_d("metadata", "reg0"),
+              may_do=_d("goto", "set", "load"), next=frozenset({50}))
 PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP",
                       "DHCP server messages (UDP from port 67): drop, a VM is never a DHCP server. The VM's own "
-                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP to the agent. Else drop.")
+                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP to the agent. Else drop.",
+              may_match=IP4 | _d("in_port", "eth_src", "ipv4_src", "arp_spa", "arp_sha", "udp_src", "udp_dst"),
+              may_set=_d(),
+              may_do=_d("goto", "controller"), next=frozenset({20, 30}))
 ARP_RESPONDER = Table(20, "arp_responder", "metadata, arp_op=request, arp_tpa",
-                      "Known IP (gateway, VPC port, peered port): reply in the switch out of in_port. Else drop.")
-EGRESS_CT = Table(30, "egress_ct", "metadata", "ct(zone of the VPC) then EGRESS_ACL")
+                      "Known IP (gateway, VPC port, peered port): reply in the switch out of in_port. Else drop.",
+              may_match=_d("metadata", "eth_type", "arp_op", "arp_tpa"),
+              may_set=_d("eth_dst", "eth_src", "arp_op", "arp_sha", "arp_spa", "arp_tha", "arp_tpa"),
+              may_do=_d("load", "move", "output", "set"), next=frozenset())
+EGRESS_CT = Table(30, "egress_ct", "metadata", "ct(zone of the VPC) then EGRESS_ACL",
+              may_match=_d("metadata", "eth_type"),
+              may_set=_d(),
+              may_do=_d("ct"), next=frozenset({31}))
 EGRESS_ACL = Table(31, "egress_acl", "ct_state, ct_mark; conjunctions: in_port (clause 1), metadata + remote "
                    "address/protocol/ports (clause 2); conj_id",
                    "inv: drop. est/rel with a live (or no) egress rule mark: EGRESS_ACL_LABEL. new, and a rule's "
                    "conjunction complete (the sending port is in its group, the packet matches its remote side): "
-                   "conj_id=rule: commit with ct_mark=rule, to ROUTING. Else drop.")
+                   "conj_id=rule: commit with ct_mark=rule, to ROUTING. Else drop.",
+              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "in_port", "metadata", "ipv4_dst"),
+              may_set=_d("ct_mark"),
+              may_do=_d("conj", "ct", "goto"), next=frozenset({32, 40}))
 EGRESS_ACL_LABEL = Table(32, "egress_acl_label", "ct_label[0..31]",
-                         "live (or no) ingress rule id: ROUTING. Else drop (its rule was removed).")
+                         "live (or no) ingress rule id: ROUTING. Else drop (its rule was removed).",
+              may_match=_d("ct_label"),
+              may_set=_d(),
+              may_do=_d("goto"), next=frozenset({40}))
 ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest prefix first); for NAT "
                 "gateways with several instances also ipv4_src & 7 (the VM's bucket); a port's own EIP: ipv4_src",
                 "local: TTL-1 (TTL run out: to the agent, which answers time exceeded from the subnet gateway), "
                 "eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway: TTL-1, "
                 "tunnel to the instance serving the bucket (or homing the port's EIP), in the VPC's VNI. "
-                "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.")
+                "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.",
+              may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src"),
+              may_set=_d("eth_src", "metadata", "tun_ipv4_dst", "tunnel_id"),
+              may_do=_d("dec_ttl", "goto", "output", "set"), next=frozenset({50}))
 FORWARD = Table(50, "forward", "metadata, ipv4_dst, reg0",
                 "local port: eth_dst, reg7=ofport, INGRESS_CT. remote port (not from tunnel): eth_dst, "
-                "tun_id=VNI, tun_dst=VTEP, out VXLAN. Unknown: drop (counted).")
-INGRESS_CT = Table(60, "ingress_ct", "metadata", "ct(zone of the VPC) then INGRESS_ACL")
+                "tun_id=VNI, tun_dst=VTEP, out VXLAN. Unknown: drop (counted).",
+              may_match=_d("metadata", "eth_type", "ipv4_dst", "reg0"),
+              may_set=_d("eth_dst", "reg7", "tun_ipv4_dst", "tunnel_id"),
+              may_do=_d("goto", "load", "output", "set"), next=frozenset({60}))
+INGRESS_CT = Table(60, "ingress_ct", "metadata", "ct(zone of the VPC) then INGRESS_ACL",
+              may_match=_d("metadata", "eth_type"),
+              may_set=_d(),
+              may_do=_d("ct"), next=frozenset({61}))
 INGRESS_ACL = Table(61, "ingress_acl", "ct_state, ct_mark; conjunctions: reg7 (clause 1), metadata + remote "
                     "address/protocol/ports (clause 2); conj_id",
                     "inv: drop. est/rel with a live (or no) egress mark: INGRESS_ACL_LABEL. new, and a rule's "
                     "conjunction complete (receiving port in its group, remote side matched): conj_id=rule: commit "
-                    "with ct_label=rule, DELIVER. Else drop.")
-INGRESS_ACL_LABEL = Table(62, "ingress_acl_label", "ct_label[0..31]", "live (or no) ingress rule: DELIVER.")
-DELIVER = Table(70, "deliver", "-", "output to reg7")
+                    "with ct_label=rule, DELIVER. Else drop.",
+              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "reg7", "metadata", "ipv4_src"),
+              may_set=_d("ct_label"),
+              may_do=_d("conj", "ct", "goto"), next=frozenset({62, 70}))
+INGRESS_ACL_LABEL = Table(62, "ingress_acl_label", "ct_label[0..31]", "live (or no) ingress rule: DELIVER.",
+              may_match=_d("ct_label"),
+              may_set=_d(),
+              may_do=_d("goto"), next=frozenset({70}))
+DELIVER = Table(70, "deliver", "-", "output to reg7",
+              may_match=_d(),
+              may_set=_d(),
+              may_do=_d("output_reg"), next=frozenset())
 
 TABLES: tuple[Table, ...] = (CLASSIFY, TUNNEL_VNI, PORT_SECURITY, ARP_RESPONDER, EGRESS_CT, EGRESS_ACL,
                              EGRESS_ACL_LABEL, ROUTING, FORWARD, INGRESS_CT, INGRESS_ACL, INGRESS_ACL_LABEL, DELIVER)
@@ -79,6 +173,7 @@ OFPP_CONTROLLER = 0xFFFFFFFD
 
 def describe() -> str:
     """The pipeline as a table, for docs and `tianji agent pipeline`."""
-    lines = ["| table | name | matches | does |", "|---|---|---|---|"]
-    lines += [f"| {t.id} | {t.name} | {t.matches} | {t.does} |" for t in TABLES]
+    lines = ["| table | name | matches | does | goes to |", "|---|---|---|---|---|"]
+    lines += [f"| {t.id} | {t.name} | {t.matches} | {t.does} | {', '.join(map(str, sorted(t.next))) or '-'} |"
+              for t in TABLES]
     return "\n".join(lines)
