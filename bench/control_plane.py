@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import subprocess
 
 from controller.client import Client
-from controller.compiler import FRAGMENTS, compile_host
+from controller.compiler import compile_host
 from controller.db import Database
+from controller.fragments import FRAGMENTS
 from tests.support.controller import PgDatabase, free_port
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 

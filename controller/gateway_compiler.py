@@ -19,18 +19,10 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.compiler import (
-    FRAGMENTS,
-    Q_ENDPOINTS,
-    Q_HOSTS,
-    Reads,
-    _cached,
-    _endpoints_fragments,
-    _hosts_fragment,
-    _store,
-    home,
-    nat_buckets,
-)
+from controller.compiler import endpoints_fragments, hosts_fragment
+from controller.fragments import FRAGMENTS, cached, store
+from controller.host_reads import Q_ENDPOINTS, Q_HOSTS, Reads
+from controller.placement import home, nat_buckets
 from controller.sqlset import in_ids
 from tianji.southbound import (
     DnatInfo,
@@ -134,7 +126,7 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     if hosts_frag is None:
         reads.add("hosts", Q_HOSTS)
     # a VPC's endpoints are the same fragment the hosts' compiles use, at the same (revision, topology)
-    endpoints, stale_endpoints = _cached(s, "endpoints", {v: versions[v] for v in stale})
+    endpoints, stale_endpoints = cached(s, "endpoints", {v: versions[v] for v in stale})
     if stale:
         for key, stmt in (("gateways", Q_NAT_GATEWAYS), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT)):
             reads.add(key, stmt, vpcs=stale)
@@ -142,13 +134,13 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
         reads.add("endpoints", Q_ENDPOINTS, vpcs=stale_endpoints)
     got_rows = reads.run(s)
     if hosts_frag is None:
-        hosts_frag = _hosts_fragment(got_rows["hosts"])
+        hosts_frag = hosts_fragment(got_rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
     vteps, instances = hosts_frag
     instances = instances or ({name: vtep_ip} if vtep_ip else {})  # no live instance: compile as if this one were
     if stale:
-        _store(s, "endpoints", versions,
-               _endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints}), endpoints)
+        store(s, "endpoints", versions,
+               endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints}), endpoints)
         built = _sections(name, {v: _Vpc(*vpcs[v]) for v in stale}, got_rows, endpoints, instances)
         for vid in stale:
             sections[vid] = built.get(vid)

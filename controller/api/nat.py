@@ -26,9 +26,9 @@ from controller.api.schemas import (
     SnatRuleOut,
 )
 from controller.auth import Principal, require_admin, require_tenant_api
-from controller.compiler import home
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import overlaps
+from controller.placement import home
 
 router = APIRouter(tags=["nat"])
 

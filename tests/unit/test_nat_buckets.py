@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.compiler import NAT_BUCKETS, home, nat_buckets
+from controller.placement import NAT_BUCKETS, home, nat_buckets
 
 ids = st.text(alphabet="0123456789abcdef", min_size=8, max_size=8)
 

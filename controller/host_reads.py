@@ -1,0 +1,121 @@
+"""The database reads of the host compile: what a host's config is made of (Q_HOST_VPCS: its stamps and VPCs), and
+the statements that read the fragments the cache lacks, sent together."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.sqlset import fetch_all, in_ids
+
+# The watch path's statements, built once on the Core tables with bound parameters: SQLAlchemy then finds each
+# compiled form by a cache key memoised on the statement, instead of building the statement and hashing it (and
+# its ORM entities) on every compile, which cost more than the database's answer.
+_PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
+_ROUTES, _SUBNETS, _PSG, _EIPS = m.Route.__table__, m.Subnet.__table__, m.PortSecurityGroup.__table__, m.Eip.__table__
+_NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
+_SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
+
+# The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
+# peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
+# NULL VPC columns when there is none; no row when the host is not registered.
+Q_HOST_VPCS = text("""
+    WITH own AS (SELECT DISTINCT vpc_id AS id FROM ports WHERE host = :host),
+         rel AS (SELECT id, NULL AS peering_id, NULL AS peer_of FROM own
+                 UNION ALL
+                 SELECT accepter_vpc_id, id, requester_vpc_id FROM peerings
+                 WHERE status = 'active' AND requester_vpc_id IN (SELECT id FROM own)
+                 UNION ALL
+                 SELECT requester_vpc_id, id, accepter_vpc_id FROM peerings
+                 WHERE status = 'active' AND accepter_vpc_id IN (SELECT id FROM own))
+    SELECT h.config_revision, h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
+           v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.revision, v.peering_id, v.peer_of
+    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.revision,
+                                   rel.peering_id, rel.peer_of
+                            FROM rel JOIN vpcs ON vpcs.id = rel.id) v ON 1 = 1
+    WHERE h.name = :host""")
+Q_HOSTS = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind, _HOSTS.c.status).order_by(_HOSTS.c.name)
+Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
+    .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
+Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
+    .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
+    .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
+Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip) \
+    .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(in_ids(_PORTS.c.vpc_id, "vpcs")) \
+    .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
+Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
+    .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
+Q_GROUP_RULES = select(_SG.c.vpc_id, _SG.c.id.label("group_id"), _RULES.c.id, _RULES.c.direction, _RULES.c.protocol,
+                       _RULES.c.port_range_min, _RULES.c.port_range_max, _RULES.c.remote_cidr,
+                       _RULES.c.remote_group_id) \
+    .outerjoin(_RULES, _RULES.c.group_id == _SG.c.id).where(in_ids(_SG.c.vpc_id, "vpcs")) \
+    .order_by(_SG.c.id, _RULES.c.id)
+Q_GROUP_MEMBERS = select(_PSG.c.group_id, _PORTS.c.ip).join(_PORTS, _PORTS.c.id == _PSG.c.port_id) \
+    .where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_PORTS.c.ip_int)
+Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
+                 _EIPS.c.id.label("eip_id")) \
+    .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
+    .where(_PORTS.c.host == bindparam("host"), in_ids(_PORTS.c.vpc_id, "vpcs")) \
+    .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
+
+
+@dataclass(frozen=True)
+class HostView:
+    """A host's stamps and the VPCs its config holds (Q_HOST_VPCS): what decides whether its config changed, and
+    which fragments it is made of."""
+
+    stamp: int  # the host's own stamp (its ports bound, unbound, moved)
+    vtep_ip: str | None
+    topology: int
+    vpcs: dict[str, Any]  # id -> row (tenant_id, vni, cidr, router_mac, revision)
+    own: frozenset[str]  # VPCs with a port on the host
+    peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
+
+    @property
+    def revision(self) -> int:
+        """The config's revision: the newest stamp among what it depends on."""
+        return max([self.stamp, self.topology, *(v.revision for v in self.vpcs.values())])
+
+
+def host_view(s: Session, host: str) -> HostView | None:
+    rows = s.execute(Q_HOST_VPCS, {"host": host}).all()
+    if not rows:
+        return None
+    vpcs, own, peers = {}, set(), defaultdict(list)
+    for r in rows:
+        if r.id is None:
+            continue
+        vpcs[r.id] = r
+        if r.peering_id is None:
+            own.add(r.id)
+        else:
+            peers[r.peer_of].append((r.peering_id, r.id))
+    return HostView(rows[0].config_revision, rows[0].vtep_ip, rows[0].topology, vpcs, frozenset(own), dict(peers))
+
+
+def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:
+    """The revision of this host's config (the newest stamp among what it depends on), and the VPCs it
+    depends on. None if the host is not registered. One round trip."""
+    view = host_view(s, host)
+    return (view.revision, set(view.vpcs)) if view else None
+
+
+class Reads:
+    """The reads a compile still needs, sent together (sqlset.fetch_all: one round trip on PostgreSQL)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, Any, dict]] = []
+
+    def add(self, name: str, stmt: Any, **params: Any) -> None:
+        self.reads.append((name, stmt, params))
+
+    def run(self, s: Session) -> dict[str, list]:
+        rows = fetch_all(s, [(stmt, params) for _, stmt, params in self.reads]) if self.reads else []
+        out: dict[str, list] = defaultdict(list)  # nothing read: no rows
+        out.update((name, r) for (name, _, _), r in zip(self.reads, rows, strict=True))
+        return out

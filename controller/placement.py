@@ -1,0 +1,45 @@
+"""Placement, as pure functions every controller process computes alike: which gateway instance homes an EIP
+(rendezvous hashing) and which instance serves each source-address bucket of a NAT gateway."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+
+def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
+    """Rendezvous (highest random weight) hashing: every controller computes the same home, and when an instance
+    dies only what it homed moves; what lives on the survivors stays where it is."""
+    if not instances:
+        return None
+    return max(instances, key=lambda i: _weight(key, i))
+
+
+def _weight(key: str, instance: str) -> bytes:
+    return hashlib.blake2b(f"{key}|{instance}".encode(), digest_size=8).digest()
+
+
+NAT_BUCKETS = 8  # source-address buckets (the low 3 bits of a VM's address) a NAT gateway's traffic is split into
+
+
+def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) -> list[str]:
+    """The instance serving each source-address bucket of a NAT gateway's traffic.
+
+    Every EIP is homed on one live instance (rendezvous hashing, like 1:1 EIPs); the instances homing a NAT
+    gateway's EIPs serve it, each translating with the EIPs it homes, and the buckets are spread over them, again
+    by rendezvous hashing. A VM's address picks its bucket, so all its flows meet one instance and keep one EIP
+    (paired pooling, endpoint-independent mapping); when an instance dies, only its EIPs and buckets move."""
+    serving = sorted({h for e in eip_ids if (h := home(f"eip:{e}", instances))}) or \
+        [h for h in [home(f"natgw:{gateway_id}", instances)] if h]
+    if not serving:
+        return []
+    owners = [home(f"natgw:{gateway_id}:{b}", serving) for b in range(NAT_BUCKETS)]
+    # Every serving instance takes a bucket, or the EIPs it homes would go unused (rendezvous hashing alone
+    # leaves one of three instances without any of 8 buckets about one time in eight): an instance left without
+    # takes, from an instance holding several, the bucket it weighs highest for. Only those buckets move.
+    for inst in serving:
+        held = Counter(owners)
+        spare = [b for b in range(NAT_BUCKETS) if held[owners[b]] > 1]
+        if inst not in held and spare:
+            owners[max(spare, key=lambda b: _weight(f"natgw:{gateway_id}:{b}", inst))] = inst
+    return owners
