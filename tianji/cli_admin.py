@@ -1,0 +1,124 @@
+"""`tianji` commands for the operator: tenants, credentials, the audit log, hosts."""
+
+from __future__ import annotations
+
+import typer
+
+from tianji.cli import app, call, console, fail, resource, show
+
+tenant = resource("tenant", "Tenants (admin).")
+TENANT_COLS = ["id", "name", "token"]
+
+
+@tenant.command("create")
+def tenant_create(ctx: typer.Context, name: str) -> None:
+    show(ctx, call(ctx, "POST", "/v1/tenants", {"name": name}), TENANT_COLS, "tenant (keep the token: shown once)")
+
+
+@tenant.command("list")
+def tenant_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/tenants"), ["id", "name"])
+
+
+@tenant.command("delete")
+def tenant_delete(ctx: typer.Context, tenant_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/tenants/{tenant_id}")
+    console.print(f"deleted tenant {tenant_id}")
+
+
+@tenant.command("token-create")
+def tenant_token_create(ctx: typer.Context, tenant_id: str, name: str = typer.Option(None)) -> None:
+    """A further token for the tenant (rotation: hand it out, then revoke the old one)."""
+    show(ctx, call(ctx, "POST", f"/v1/tenants/{tenant_id}/tokens", {"name": name}), ["id", "name", "token"],
+         "token (keep it: shown once)")
+
+
+@tenant.command("token-list")
+def tenant_token_list(ctx: typer.Context, tenant_id: str) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/tenants/{tenant_id}/tokens"), ["id", "name", "created_at"], "tokens")
+
+
+@tenant.command("token-revoke")
+def tenant_token_revoke(ctx: typer.Context, tenant_id: str, token_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/tenants/{tenant_id}/tokens/{token_id}")
+    console.print(f"revoked token {token_id}")
+
+
+@tenant.command("quota")
+def tenant_quota(ctx: typer.Context, tenant_id: str,
+                 set_: list[str] = typer.Option(None, "--set",
+                                                help="RESOURCE=LIMIT (-1 unlimited, 'default')")) -> None:
+    """Show a tenant's quotas and usage; with --set (admin), change them."""
+    if set_:
+        body: dict[str, int | None] = {}
+        for item in set_:
+            k, sep, v = item.partition("=")
+            if not sep:
+                fail(f"--set {item!r}: write RESOURCE=LIMIT, e.g. --set vpcs=100")
+            body[k.replace("-", "_")] = None if v == "default" else int(v) if v.lstrip("-").isdigit() else \
+                fail(f"--set {item!r}: LIMIT is a number, -1 (unlimited) or 'default'")
+        got = call(ctx, "PUT", f"/v1/tenants/{tenant_id}/quotas", body)
+    else:
+        got = call(ctx, "GET", f"/v1/tenants/{tenant_id}/quotas")
+    rows = [{"resource": r, "used": q["used"], "limit": "unlimited" if q["limit"] < 0 else q["limit"]}
+            for r, q in (got or {}).items()]
+    show(ctx, rows if not ctx.obj.as_json else got, ["resource", "used", "limit"], "quotas")
+
+
+credential = resource("credential", "Host and orchestrator credentials (admin).")
+CRED_COLS = ["id", "name", "kind", "host", "created_at"]
+
+
+@credential.command("host")
+def credential_host(ctx: typer.Context, host_name: str, kind: str = typer.Option("hypervisor"),
+                    name: str = typer.Option(None, help="the credential's name (default: the host's)")) -> None:
+    """A token for one host: it registers, beats, reports and reads that host's config, nothing else."""
+    show(ctx, call(ctx, "POST", "/v1/host-tokens", {"host": host_name, "kind": kind, "name": name}),
+         CRED_COLS + ["token"], "credential (keep the token: shown once)")
+
+
+@credential.command("orchestrator")
+def credential_orchestrator(ctx: typer.Context, name: str = typer.Argument("orchestrator")) -> None:
+    """A token for what places VMs: it creates and binds any tenant's ports to hosts, nothing else."""
+    show(ctx, call(ctx, "POST", "/v1/orchestrator-tokens", {"name": name}), CRED_COLS + ["token"],
+         "credential (keep the token: shown once)")
+
+
+@credential.command("list")
+def credential_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/host-tokens"), CRED_COLS, "credentials")
+
+
+@credential.command("revoke")
+def credential_revoke(ctx: typer.Context, credential_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/host-tokens/{credential_id}")
+    console.print(f"revoked credential {credential_id}")
+
+
+@app.command("audit")
+def audit(ctx: typer.Context, tenant_id: str = typer.Option(None, "--tenant"),
+          limit: int = typer.Option(100)) -> None:
+    """The audit log (admin): who wrote what, when, and the revision it made."""
+    show(ctx, call(ctx, "GET", "/v1/audit", tenant_id=tenant_id, limit=limit),
+         ["at", "actor_kind", "actor", "method", "path", "revision"], "audit log")
+
+
+host = resource("host", "Hypervisors and gateway hosts (admin).")
+HOST_COLS = ["name", "vtep_ip", "kind", "status", "ports", "last_seen"]
+
+
+@host.command("list")
+def host_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/hosts"), HOST_COLS, "hosts")
+
+
+@host.command("register")
+def host_register(ctx: typer.Context, name: str, vtep_ip: str = typer.Option(...),
+                  kind: str = typer.Option("hypervisor")) -> None:
+    show(ctx, call(ctx, "POST", "/v1/hosts", {"name": name, "vtep_ip": vtep_ip, "kind": kind}), HOST_COLS)
+
+
+@host.command("move-vtep")
+def host_move_vtep(ctx: typer.Context, name: str, vtep_ip: str) -> None:
+    """Move a host's VTEP (admin): a host's own token cannot, so that a stolen one cannot redirect its traffic."""
+    show(ctx, call(ctx, "PATCH", f"/v1/hosts/{name}", {"vtep_ip": vtep_ip}), HOST_COLS)

@@ -1,0 +1,287 @@
+"""`tianji` commands for tenants' networks: VPCs, subnets, ports, peerings, routes, security groups, EIPs, NAT
+gateways."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from tianji.cli import call, console, resource, show
+
+vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
+VPC_COLS = ["id", "name", "cidr", "vni", "tenant_id"]
+
+
+@vpc.command("create")
+def vpc_create(ctx: typer.Context, name: str, cidr: str = typer.Option(..., help="e.g. 10.0.0.0/16"),
+               tenant_id: str = typer.Option(None, help="admin only")) -> None:
+    body = {"name": name, "cidr": cidr} | ({"tenant_id": tenant_id} if tenant_id else {})
+    show(ctx, call(ctx, "POST", "/v1/vpcs", body), VPC_COLS)
+
+
+@vpc.command("list")
+def vpc_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/vpcs"), VPC_COLS, "VPCs")
+
+
+@vpc.command("show")
+def vpc_show(ctx: typer.Context, vpc_id: str) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/vpcs/{vpc_id}"), VPC_COLS + ["router_mac", "default_security_group_id"])
+
+
+@vpc.command("delete")
+def vpc_delete(ctx: typer.Context, vpc_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/vpcs/{vpc_id}")
+    console.print(f"deleted VPC {vpc_id}")
+
+
+subnet = resource("subnet", "Subnets of a VPC.")
+SUBNET_COLS = ["id", "name", "vpc_id", "cidr", "gateway_ip", "available_ips"]
+
+
+@subnet.command("create")
+def subnet_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc"),
+                  cidr: str = typer.Option(...)) -> None:
+    show(ctx, call(ctx, "POST", "/v1/subnets", {"vpc_id": vpc_id, "name": name, "cidr": cidr}), SUBNET_COLS)
+
+
+@subnet.command("list")
+def subnet_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/subnets", vpc_id=vpc_id), SUBNET_COLS, "subnets")
+
+
+@subnet.command("show")
+def subnet_show(ctx: typer.Context, subnet_id: str) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/subnets/{subnet_id}"), SUBNET_COLS)
+
+
+@subnet.command("delete")
+def subnet_delete(ctx: typer.Context, subnet_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/subnets/{subnet_id}")
+    console.print(f"deleted subnet {subnet_id}")
+
+
+port = resource("port", "Ports: a VM's address in a subnet, bound to a host.")
+PORT_COLS = ["id", "name", "ip", "mac", "host", "status", "security_group_ids"]
+
+
+@port.command("create")
+def port_create(ctx: typer.Context, name: str, subnet_id: str = typer.Option(..., "--subnet"),
+                ip: str = typer.Option(None), mac: str = typer.Option(None), host: str = typer.Option(None),
+                sg: list[str] = typer.Option(None, "--sg", help="security group id (repeatable)")) -> None:
+    body: dict[str, Any] = {"subnet_id": subnet_id, "name": name}
+    for k, v in (("ip", ip), ("mac", mac), ("host", host), ("security_group_ids", sg or None)):
+        if v:
+            body[k] = v
+    show(ctx, call(ctx, "POST", "/v1/ports", body), PORT_COLS)
+
+
+@port.command("list")
+def port_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc"),
+              subnet_id: str = typer.Option(None, "--subnet"), host: str = typer.Option(None)) -> None:
+    show(ctx, call(ctx, "GET", "/v1/ports", vpc_id=vpc_id, subnet_id=subnet_id, host=host), PORT_COLS, "ports")
+
+
+@port.command("show")
+def port_show(ctx: typer.Context, port_id: str) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/ports/{port_id}"), PORT_COLS + ["vpc_id", "subnet_id"])
+
+
+@port.command("bind")
+def port_bind(ctx: typer.Context, port_id: str, host: str) -> None:
+    """Bind (or migrate) a port to a host."""
+    show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", {"host": host}), PORT_COLS)
+
+
+@port.command("delete")
+def port_delete(ctx: typer.Context, port_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/ports/{port_id}")
+    console.print(f"deleted port {port_id}")
+
+
+peering = resource("peering", "VPC peering connections.")
+PEERING_COLS = ["id", "requester_vpc_id", "accepter_vpc_id", "status"]
+
+
+@peering.command("create")
+def peering_create(ctx: typer.Context, requester: str = typer.Option(..., help="your VPC id"),
+                   accepter: str = typer.Option(..., help="the peer VPC id")) -> None:
+    show(ctx, call(ctx, "POST", "/v1/peerings", {"requester_vpc_id": requester, "accepter_vpc_id": accepter}),
+         PEERING_COLS)
+
+
+@peering.command("list")
+def peering_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/peerings"), PEERING_COLS, "peerings")
+
+
+@peering.command("show")
+def peering_show(ctx: typer.Context, peering_id: str) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/peerings/{peering_id}"), PEERING_COLS)
+
+
+@peering.command("accept")
+def peering_accept(ctx: typer.Context, peering_id: str) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/peerings/{peering_id}/accept"), PEERING_COLS)
+
+
+@peering.command("reject")
+def peering_reject(ctx: typer.Context, peering_id: str) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/peerings/{peering_id}/reject"), PEERING_COLS)
+
+
+@peering.command("delete")
+def peering_delete(ctx: typer.Context, peering_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/peerings/{peering_id}")
+    console.print(f"deleted peering {peering_id}")
+
+
+route = resource("route", "VPC route tables.")
+ROUTE_COLS = ["destination", "target", "origin", "state", "id"]
+
+
+@route.command("list")
+def route_list(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc")) -> None:
+    show(ctx, call(ctx, "GET", f"/v1/vpcs/{vpc_id}/routes"), ROUTE_COLS, "route table")
+
+
+@route.command("show")
+def route_show(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc")) -> None:
+    route_list(ctx, vpc_id)
+
+
+@route.command("create")
+def route_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
+                 destination: str = typer.Option(...), target: str = typer.Option(..., help="peering:<id>")) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/vpcs/{vpc_id}/routes", {"destination": destination, "target": target}),
+         ROUTE_COLS)
+
+
+@route.command("delete")
+def route_delete(ctx: typer.Context, route_id: str, vpc_id: str = typer.Option(..., "--vpc")) -> None:
+    call(ctx, "DELETE", f"/v1/vpcs/{vpc_id}/routes/{route_id}")
+    console.print(f"deleted route {route_id}")
+
+
+sg = resource("sg", "Security groups and their rules.")
+SG_COLS = ["id", "name", "vpc_id", "is_default", "description"]
+RULE_COLS = ["id", "direction", "protocol", "port_range_min", "port_range_max", "remote_cidr", "remote_group_id"]
+
+
+@sg.command("create")
+def sg_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc"),
+              description: str = typer.Option("")) -> None:
+    show(ctx, call(ctx, "POST", "/v1/security-groups", {"vpc_id": vpc_id, "name": name,
+                                                        "description": description}), SG_COLS)
+
+
+@sg.command("list")
+def sg_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/security-groups", vpc_id=vpc_id), SG_COLS, "security groups")
+
+
+@sg.command("show")
+def sg_show(ctx: typer.Context, sg_id: str) -> None:
+    g = call(ctx, "GET", f"/v1/security-groups/{sg_id}")
+    show(ctx, g, SG_COLS)
+    if not ctx.obj.as_json:
+        show(ctx, g["rules"], RULE_COLS, f"rules of {g['name']}")
+
+
+@sg.command("delete")
+def sg_delete(ctx: typer.Context, sg_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/security-groups/{sg_id}")
+    console.print(f"deleted security group {sg_id}")
+
+
+@sg.command("rule-add")
+def sg_rule_add(ctx: typer.Context, sg_id: str,
+                direction: str = typer.Option(..., help="ingress|egress"),
+                protocol: str = typer.Option("any", help="tcp|udp|icmp|any"),
+                port: str = typer.Option(None, help="PORT or MIN-MAX (tcp/udp)"),
+                remote_cidr: str = typer.Option(None), remote_group: str = typer.Option(None)) -> None:
+    body: dict[str, Any] = {"direction": direction, "protocol": protocol}
+    if port:
+        lo, _, hi = port.partition("-")
+        body |= {"port_range_min": int(lo), "port_range_max": int(hi or lo)}
+    if remote_cidr:
+        body["remote_cidr"] = remote_cidr
+    if remote_group:
+        body["remote_group_id"] = remote_group
+    show(ctx, call(ctx, "POST", f"/v1/security-groups/{sg_id}/rules", body), RULE_COLS)
+
+
+@sg.command("rule-delete")
+def sg_rule_delete(ctx: typer.Context, sg_id: str, rule_id: int) -> None:
+    call(ctx, "DELETE", f"/v1/security-groups/{sg_id}/rules/{rule_id}")
+    console.print(f"deleted rule {rule_id}")
+
+
+eip = resource("eip", "Elastic IPs: public addresses from the operator's pool.")
+EIP_COLS = ["id", "address", "port_id", "tenant_id"]
+
+
+@eip.command("create")
+def eip_create(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "POST", "/v1/eips", {}), EIP_COLS)
+
+
+@eip.command("list")
+def eip_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/eips"), EIP_COLS, "EIPs")
+
+
+@eip.command("associate")
+def eip_associate(ctx: typer.Context, eip_id: str, port_id: str = typer.Option(..., "--port")) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/eips/{eip_id}/associate", {"port_id": port_id}), EIP_COLS)
+
+
+@eip.command("disassociate")
+def eip_disassociate(ctx: typer.Context, eip_id: str) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/eips/{eip_id}/disassociate"), EIP_COLS)
+
+
+@eip.command("delete")
+def eip_delete(ctx: typer.Context, eip_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/eips/{eip_id}")
+    console.print(f"released EIP {eip_id}")
+
+
+natgw = resource("nat-gateway", "NAT gateways: SNAT and DNAT for a VPC.")
+NATGW_COLS = ["id", "name", "vpc_id", "eip_ids"]
+
+
+@natgw.command("create")
+def natgw_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
+                 eips: list[str] = typer.Option(..., "--eip", help="EIP id (repeatable)"),
+                 name: str = typer.Option("nat")) -> None:
+    show(ctx, call(ctx, "POST", "/v1/nat-gateways", {"vpc_id": vpc_id, "name": name, "eip_ids": eips}), NATGW_COLS)
+
+
+@natgw.command("list")
+def natgw_list(ctx: typer.Context) -> None:
+    show(ctx, call(ctx, "GET", "/v1/nat-gateways"), NATGW_COLS, "NAT gateways")
+
+
+@natgw.command("delete")
+def natgw_delete(ctx: typer.Context, gw_id: str) -> None:
+    call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}")
+    console.print(f"deleted NAT gateway {gw_id}")
+
+
+@natgw.command("snat-add")
+def natgw_snat(ctx: typer.Context, gw_id: str, subnet_id: str = typer.Option(None, "--subnet"),
+               cidr: str = typer.Option(None), eips: list[str] = typer.Option(..., "--eip")) -> None:
+    body: dict[str, Any] = {"eip_ids": eips} | ({"subnet_id": subnet_id} if subnet_id else {"cidr": cidr})
+    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body), ["id", "cidr", "eip_ids"])
+
+
+@natgw.command("dnat-add")
+def natgw_dnat(ctx: typer.Context, gw_id: str, eip_id: str = typer.Option(..., "--eip"),
+               protocol: str = typer.Option("tcp"), external_port: int = typer.Option(...),
+               port_id: str = typer.Option(..., "--port"), internal_port: int = typer.Option(...)) -> None:
+    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/dnat-rules",
+                   {"eip_id": eip_id, "protocol": protocol, "external_port": external_port, "port_id": port_id,
+                    "internal_port": internal_port}), ["id", "eip_id", "protocol", "external_port", "port_id",
+                                                       "internal_port"])
