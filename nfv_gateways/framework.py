@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from nfv_gateways import metrics
 from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
-from nfv_gateways.nat import Verdict, ip2int
+from nfv_gateways.packet import Verdict, ip2int
 from nfv_gateways.underlay import (
     BCAST,
     ETH_ARP,

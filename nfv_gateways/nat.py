@@ -23,7 +23,6 @@ Behaviour:
 from __future__ import annotations
 
 import ipaddress
-import socket
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,8 +36,12 @@ from nfv_gateways.packet import (
     PROTO_TCP,
     PROTO_UDP,
     Ip4,
+    Verdict,
     dec_ttl,
+    fragment,
+    ip2int,
     l4_ports,
+    parse_inner,
     parse_ip4,
     rewrite_addr,
     rewrite_port,
@@ -52,11 +55,6 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 # connection in TIME_WAIT (2MSL), and a new connection on the same addresses and ports is refused until it ends
 # (PAWS drops the SYN when the new client's timestamps are behind the old one's). Expired mappings are past it.
 TCP_PORT_HOLD = 120.0
-
-
-def ip2int(ip: str) -> int:
-    # inet_aton: a tenth of ipaddress's cost, which was most of a config apply with 10,000 endpoints
-    return int.from_bytes(socket.inet_aton(ip), "big")
 
 
 @dataclass(frozen=True)
@@ -108,16 +106,6 @@ class Mapping:
     peers: set[tuple[int, int]] = field(default_factory=set)
     tcp_established: bool = False
     tcp_closing: bool = False
-
-
-@dataclass
-class Verdict:
-    """Where a translated packet goes: `out` (the internet side) or `in` (into VNI `vni`, to internal `ip`)."""
-
-    direction: str
-    vni: int = 0
-    ip: int = 0
-    fragments: tuple[bytes, ...] = ()  # set when the packet was cut to fit the VPC's MTU: send these instead
 
 
 ICMP_ERROR_RATE, ICMP_ERROR_BURST = 100.0, 100  # time-exceeded answers a second, and their burst
@@ -387,7 +375,7 @@ class NatTable:
         """An ICMP error about a packet we sent out: find its mapping from the embedded header, rewrite the
         embedded source back to the internal endpoint, then the outer destination (RFC 5508)."""
         inner_off = ip.l4 + 8
-        inner = _parse_inner(buf, inner_off)
+        inner = parse_inner(buf, inner_off)
         if inner is None or inner.src != ip.dst:
             self.counters["drop_malformed"] += 1
             return None
@@ -420,50 +408,6 @@ class NatTable:
         rewrite_addr(buf, ip, dst=m.ip)
         self.counters["in_icmp_error"] += 1
         return Verdict("in", m.vni, m.ip)
-
-
-def fragment(pkt: bytes, mtu: int) -> tuple[bytes, ...]:
-    """An IPv4 packet cut into fragments of at most `mtu` bytes (RFC 791): payload in multiples of 8, MF on all
-    but the last, options without the copy bit left out after the first, each header's checksum recomputed."""
-    ihl = (pkt[0] & 0xF) * 4
-    head, payload = pkt[:ihl], pkt[ihl:]
-    opts, i, copied = head[20:], 0, b""
-    while i < len(opts) and opts[i] != 0:
-        n = 1 if opts[i] == 1 else max(2, opts[i + 1] if i + 1 < len(opts) else 2)
-        if opts[i] & 0x80:
-            copied += opts[i:i + n]
-        i += n
-    later = head[:20] + copied + b"\0" * (-len(copied) % 4)
-    flags_off = struct.unpack_from("!H", head, 6)[0]
-    base, more = flags_off & 0x1FFF, flags_off & 0x2000
-    out, off = [], 0
-    while off < len(payload):
-        h = head if off == 0 else later
-        step = (mtu - len(h)) // 8 * 8
-        chunk = payload[off:off + step]
-        last = off + len(chunk) >= len(payload)
-        hdr = bytearray(h)
-        hdr[0] = 0x40 | len(h) // 4
-        struct.pack_into("!HHH", hdr, 2, len(h) + len(chunk), struct.unpack_from("!H", head, 4)[0],
-                         (flags_off & 0x4000) | (more if last else 0x2000) | (base + off // 8))
-        struct.pack_into("!H", hdr, 10, 0)
-        struct.pack_into("!H", hdr, 10, checksum(bytes(hdr)))
-        out.append(bytes(hdr) + chunk)
-        off += len(chunk)
-    return tuple(out)
-
-
-def _parse_inner(buf: bytes | bytearray, off: int) -> Ip4 | None:
-    """The IP header embedded in an ICMP error: often truncated, so only its header must be whole and valid."""
-    if len(buf) - off < 20 or buf[off] >> 4 != 4:
-        return None
-    ihl = (buf[off] & 0xF) * 4
-    if ihl < 20 or len(buf) - off < ihl or checksum(bytes(buf[off:off + ihl])) != 0:
-        return None
-    frag = struct.unpack_from("!H", buf, off + 6)[0]
-    src, dst = struct.unpack_from("!II", buf, off + 12)
-    total = struct.unpack_from("!H", buf, off + 2)[0]
-    return Ip4(ihl, total, buf[off + 9], src, dst, frag & 0x1FFF, bool(frag & 0x2000), off + ihl)
 
 
 __all__ = ["ICMP_ECHO_REPLY", "NatConfig", "NatTable", "SnatRule", "Timeouts", "Verdict", "ip2int"]

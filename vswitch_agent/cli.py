@@ -41,7 +41,8 @@ def agent(ctx: typer.Context,
         console.print("[red]error:[/red] --datapath must be netdev or system")
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {host} %(levelname)s %(name)s: %(message)s")
-    from vswitch_agent.agent import AgentOptions, run
+    from vswitch_agent.agent import run
+    from vswitch_agent.host import AgentOptions
 
     run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
                      ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, state_dir=state_dir))
