@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from nfv_gateways.fastpath import FastNat, FastPathUnavailable, carray, declare
@@ -167,9 +168,15 @@ class NativeDataPlane:
             self.h = None
             self._unblind()
 
+    # Every call takes the handle once: close() may run meanwhile in another thread (an instance stopping while its
+    # status and punt threads still run). The C struct outlives dp_close, so a handle taken before it stays valid;
+    # after it, the calls below do nothing (NULL would crash the process).
     def punt(self, timeout_ms: int = 100) -> list[tuple[int, bytes]]:
         """Frames the loop did not handle, oldest first: (port, frame). Waits up to timeout_ms (GIL released)."""
-        n = self.lib.dp_punt(self.h, self._bufs, self._lens, self._ports, 64, timeout_ms)
+        if (h := self.h) is None:
+            time.sleep(timeout_ms / 1000)
+            return []
+        n = self.lib.dp_punt(h, self._bufs, self._lens, self._ports, 64, timeout_ms)
         raw = self._bufs.raw
         return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(n)]
 
@@ -187,7 +194,7 @@ class NativeDataPlane:
         return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(max(n, 0))]
 
     def inject(self, port: int, frame: bytes) -> bool:
-        return self.lib.dp_inject(self.h, port, frame, len(frame)) == 0
+        return (h := self.h) is not None and self.lib.dp_inject(h, port, frame, len(frame)) == 0
 
     def set_config(self, vteps: list[int], routers: dict[int, bytes],
                    endpoints: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
@@ -200,18 +207,22 @@ class NativeDataPlane:
         def arr(b: bytes) -> ctypes.Array:
             return (u32 * max(n, 1)).from_buffer_copy(b.ljust(4 * max(n, 1), b"\0"))
 
-        r = self.lib.dp_set_config(self.h, carray(u32, vteps), len(vteps), carray(u32, vnis),
+        if (h := self.h) is None:
+            return  # closed: a config arriving while the instance stops
+        r = self.lib.dp_set_config(h, carray(u32, vteps), len(vteps), carray(u32, vnis),
                                    b"".join(routers[v] for v in vnis), len(vnis), arr(vni_b), arr(ip_b), arr(vtep_b),
                                    mac_b, n)
         if r != 0:
             raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
 
     def set_neigh(self, port: int, ip: int, mac: bytes) -> None:
-        self.lib.dp_set_neigh(self.h, port, ip, mac)
+        if (h := self.h) is not None:
+            self.lib.dp_set_neigh(h, port, ip, mac)
 
     def stats(self) -> dict[str, int]:
         out = (ctypes.c_uint64 * self._nstats)()
-        self.lib.dp_stats(self.h, out)
+        if (h := self.h) is not None:
+            self.lib.dp_stats(h, out)
         return {k: out[i] for i, k in enumerate(STATS)}
 
 
