@@ -203,6 +203,12 @@ class Database:
         for cb in self.listeners:
             cb(txn.changes)
 
+    def write_rows(self, stmt: Executable, rows: list[dict]) -> None:
+        """One transaction of bookkeeping that is not a change of config (no revision, no audit entry): heartbeats.
+        On SQLite it queues with the other writers (see `_writer`), never in SQLite's busy handler."""
+        with self._writer, self.sessions() as s, s.begin():
+            s.execute(stmt, rows)
+
     def _finish(self, s: Session, txn: WriteTxn, bump: bool, log_entry: dict | None = None) -> int:
         """PostgreSQL: the deferred writes, then stamp, notify and (with `bump`) take the next revision in one
         statement (STAMP_NOTIFY), then COMMIT: sent together, one round trip (psycopg's pipeline mode). A late

@@ -36,6 +36,11 @@ class Beats:
     def pending(self) -> int:
         return len(self._pending)
 
+    def since_flush(self) -> dict[str, datetime]:
+        """The beats noted and not written yet (a copy)."""
+        with self._lock:
+            return dict(self._pending)
+
     def flush(self, db: Database) -> int:
         """Writes every pending beat in one transaction (never moving a `last_seen` back); how many."""
         with self._lock:
@@ -43,8 +48,7 @@ class Beats:
         if not batch:
             return 0
         try:
-            with db.sessions() as s, s.begin():
-                s.execute(_WRITE_SEEN, [{"b_name": h, "b_seen": t} for h, t in batch.items()])
+            db.write_rows(_WRITE_SEEN, [{"b_name": h, "b_seen": t} for h, t in batch.items()])
         except Exception:
             with self._lock:  # kept for the next tick, unless a newer beat came meanwhile
                 for h, t in batch.items():
@@ -65,6 +69,9 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
         stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
                                                     .where(m.Host.status == "up"))
                  if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"])]
+    if stale and beats is not None:  # beats that came while the flush was writing: not in the database yet
+        recent = beats.since_flush()
+        stale = [(n, k) for n, k in stale if n not in recent or recent[n] < cutoffs.get(k, cutoffs["hypervisor"])]
     if not stale:
         return []
     with db.write() as t:
