@@ -205,7 +205,7 @@ class Compiled:
             host=self.host, revision=self.revision, base=base, vtep_ip=self.vtep_ip, mtu=OVERLAY_MTU,
             vpc_ids=list(self.relevant), changed_vpcs=sorted(keep), vpcs=[self.entries[vid] for vid in keep],
             endpoints=[e for vid in keep for e in self.endpoints[vid]],
-            security_groups=[g for g in self._groups_of(self.own) if g.vpc_id in changed],
+            security_groups=self._groups_of(own),  # a port's groups are its VPC's (the ports API insists)
             ports=[p for vid in own for p in self.local[vid]], vteps=None)
 
 
