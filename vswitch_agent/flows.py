@@ -102,28 +102,12 @@ def shared(x: Any) -> Any:
     return _shared.setdefault(x, x)
 
 
-_verified: set[tuple] = set()
-
-
-def _shape(a: Action) -> tuple:
-    """What `Table.verify` looks at in an action (its kind, the field it writes, the table it goes to)."""
-    if a[0] == "ct":
-        return ("ct", a[3], tuple(_shape(x) for x in a[4]))
-    if a[0] == "move":
-        return ("move", a[2])
-    return (a[0], a[1]) if a[0] in ("set", "load", "goto") else (a[0],)
-
-
 def flow(table: P.Table, priority: int, match: Mapping[str, Any], actions: Iterable[Action] = (),
          kind: str = "base", obj: str = "") -> Flow:
-    """The one builder of flows: every flow is checked against its table's declaration (once per shape: 100,000s
-    of flows have a few dozen shapes)."""
+    """The one builder of flows: every flow is checked against its table's declaration (Table.verify_once)."""
     acts = tuple(shared(a) for a in actions)
     pairs = tuple(shared(kv) for kv in sorted(match.items()))
-    shape = (table.id, tuple(k for k, _ in pairs), tuple(_shape(a) for a in acts))
-    if shape not in _verified:
-        table.verify((k for k, _ in pairs), acts)
-        _verified.add(shape)
+    table.verify_once(tuple(k for k, _ in pairs), acts)
     return Flow(table.id, priority, pairs, acts, kind, obj)
 
 

@@ -55,6 +55,26 @@ class Table:
                 raise PipelineViolation(f"table {self.name} may not set {sorted(bad)}: {a}")
 
 
+    def verify_once(self, match: tuple[str, ...], actions: tuple[tuple, ...]) -> None:
+        """`verify`, once per flow shape (100,000s of flows have a few dozen shapes)."""
+        shape = (self.id, match, tuple(_shape(a) for a in actions))
+        if shape not in _VERIFIED:
+            self.verify(match, actions)
+            _VERIFIED.add(shape)
+
+
+_VERIFIED: set[tuple] = set()
+
+
+def _shape(a: tuple) -> tuple:
+    """What `verify` looks at in an action: its kind, the field it writes, the table it goes to."""
+    if a[0] == "ct":
+        return ("ct", a[3], tuple(_shape(x) for x in a[4]))
+    if a[0] == "move":
+        return ("move", a[2])
+    return (a[0], a[1]) if a[0] in ("set", "load", "goto") else (a[0],)
+
+
 def _targets(a: tuple) -> set[int]:
     if a[0] == "goto":
         return {a[1]}
