@@ -138,6 +138,16 @@ class FlowWatch(threading.Thread):
         os.close(self.fd)
 
 
+def add_vifs(hv: Hypervisor, vifs: list[tuple[str, str]]) -> None:
+    """VIFs (name, iface-id) as OVS internal interfaces, 500 to a transaction (as the OVN anchor makes its VIFs)."""
+    for i in range(0, len(vifs), 500):
+        args = []
+        for name, iface_id in vifs[i:i + 500]:
+            args += ["--", "--may-exist", "add-port", "br-int", name, "--", "set", "Interface", name,
+                     "type=internal", f"external_ids:iface-id={iface_id}"]
+        hv.vsctl("--timeout=600", *args)
+
+
 class Run:
     def __init__(self, backend: str, ports: int, args: argparse.Namespace) -> None:
         self.backend, self.n, self.args = backend, ports, args
@@ -202,14 +212,7 @@ class Run:
         return tenants
 
     def plug(self, ports: list[dict]) -> None:
-        """VIFs as OVS internal interfaces, one transaction (as the OVN anchor makes its VIFs)."""
-        for i in range(0, len(ports), 500):
-            args = []
-            for p in ports[i:i + 500]:
-                name = "v" + p["id"].replace("-", "")[:13]
-                args += ["--", "--may-exist", "add-port", "br-int", name, "--", "set", "Interface", name,
-                         "type=internal", f"external_ids:iface-id={p['id']}"]
-            self.hv.vsctl("--timeout=600", *args)
+        add_vifs(self.hv, [("v" + p["id"].replace("-", "")[:13], p["id"]) for p in ports])
 
     def bulk(self) -> list:
         t0 = now()
@@ -295,17 +298,11 @@ class Run:
         n = self.res["local_ports"] + self.args.reps  # hv0 holds its bulk VIFs and one per repetition
         bare = self.fabric.add_hypervisor("floor")
         bare.vsctl("--may-exist", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
-        for i in range(0, n, 500):
-            args = []
-            for j in range(i, min(n, i + 500)):
-                args += ["--", "add-port", "br-int", f"f{j:012d}", "--", "set", "Interface", f"f{j:012d}",
-                         "type=internal"]
-            bare.vsctl("--timeout=600", *args)
+        add_vifs(bare, [(f"f{j:012d}", f"floor-{j}") for j in range(n)])
         xs = []
-        for k in range(min(self.args.reps, 10)):
+        for k in range(min(self.args.reps, 10)):  # the same command as `plug` times in (d)
             t0 = now()
-            bare.vsctl("--", "add-port", "br-int", f"g{k:012d}", "--", "set", "Interface", f"g{k:012d}",
-                       "type=internal")
+            add_vifs(bare, [(f"g{k:012d}", f"floor-g{k}")])
             xs.append(now() - t0)
         self.res["d_vif_plug"]["bare_ovs_add_port_p50_ms"] = round(statistics.median(xs) * 1000, 1)
         self.log(f"    (d)'s floor: add-port on a bare OVS with {n} internal interfaces p50 "
@@ -352,10 +349,8 @@ class Run:
             stop.set()
             if self.args.logs:
                 self.args.logs.mkdir(parents=True, exist_ok=True)
-                for name in ("agent-hv0.log",):
-                    src = self.fabric.base / name
-                    if src.exists():
-                        shutil.copy(src, self.args.logs / f"{self.backend}-{self.n}-{name}")
+                if (agent_log := self.fabric.base / "agent-hv0.log").exists():
+                    shutil.copy(agent_log, self.args.logs / f"{self.backend}-{self.n}-agent-hv0.log")
                 shutil.copy(self.ctl.state / "log", self.args.logs / f"{self.backend}-{self.n}-controller.log")
             self.fabric.teardown()
             self.ctl.stop()
