@@ -1,6 +1,7 @@
 """`python -m nfv_gateways.build`: compile the gateway's native code for this machine (run by `make setup`).
 
-The NAT engine alone (_nat_fp.so) and one data-plane library per packet-I/O backend this machine supports.
+native/Makefile does the building; this reports it: the NAT stage alone (_nat_fp.so) and one data-plane library per
+packet-I/O backend this machine supports.
 A backend whose development files are missing is reported, not fatal: `--fastpath auto` uses what was built.
 """
 
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from nfv_gateways import dataplane, fastpath
+from nfv_gateways import dataplane, fastpath, native_api
 
 
 def main() -> int:
-    print(f"==> NAT fast path: {fastpath.build()}")
+    print(f"==> NAT fast path: {native_api.build(fastpath.LIB)}")
     failed = False
     for backend, result in dataplane.build_all().items():
         print(f"==> gateway data plane {backend:<6} {result}")

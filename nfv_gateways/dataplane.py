@@ -1,12 +1,12 @@
-"""The gateway's native data plane (nfv_gateways/native/gw_dp.c) behind ctypes: packet I/O and established flows in C.
+"""The gateway's native data plane (nfv_gateways/native/, interface in include/tj_dp.h) behind ctypes.
 
-One C source, built on the target machine into one library per packet-I/O backend it can support:
+One library per packet-I/O backend this machine supports, built by native/Makefile:
 
     dpdk    DPDK ethdev over net_af_xdp vdevs (`pkg-config libdpdk`), the loop on a worker lcore
     xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`)
     packet  AF_PACKET sockets with recvmmsg/sendmmsg bursts (always)
 
-Every library also carries the NAT table (nat_fp.c), so the loop and the Python slow path share one table:
+Every library also carries the NAT stage (nat_stage.c), so the loop and the Python slow path share one table:
 `FastNat` (Python) creates mappings and pushes them in; the loop translates established flows and punts the rest.
 """
 
@@ -15,65 +15,36 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
-from nfv_gateways.fastpath import FastNat, FastPathUnavailable, carray, declare
+from nfv_gateways.fastpath import FastNat, carray
 from nfv_gateways.nat import NatConfig
+from nfv_gateways.native_api import NATIVE, FastPathUnavailable, constants, counter_names
+from nfv_gateways.native_api import build as build_library
+from nfv_gateways.native_api import load as load_library
 
 log = logging.getLogger("tianji.gateway.dataplane")
-NATIVE = Path(__file__).parent / "native"
-SRC = NATIVE / "gw_dp.c"
-DEPS = (SRC, NATIVE / "nat_fp.c")
 BACKENDS = ("dpdk", "xdp", "packet")  # best first: what `--fastpath auto` tries
-PKG = {"dpdk": ["libdpdk"], "xdp": ["libxdp", "libbpf"], "packet": []}
-DEFINE = {"dpdk": "-DTJ_DPDK", "xdp": "-DTJ_XDP", "packet": ""}
-CFLAGS = ("-Wall", "-Wextra", "-Werror")  # the native code builds without a warning, and stays so
-# mirrors of gw_dp.c's constants (port numbers, punt code, ring slot size, the counter enum's order): change both
+# the framework's port numbering, also used without any C; a library built otherwise is refused at load
 UL, EXT, PUNT_TRANSLATED = 0, 1, 0x82
-SLOT = 2048
-STATS = ("rx_ul", "rx_ext", "tx_ul", "tx_ext", "fast_out", "fast_in", "punt", "punt_full", "drop_unknown_vtep",
-         "drop_unknown_vni", "drop_not_ipv4", "drop_malformed", "ignored", "tx_err", "inject", "inject_full",
-         "bursts")
 
 
-def lib_path(backend: str) -> Path:
-    return NATIVE / f"_gw_{backend}.so"
+def lib_path(backend: str) -> str:
+    return str(NATIVE / f"_gw_{backend}.so")
 
 
-def build(backend: str, force: bool = False) -> Path:
-    """Compile the data plane for one backend on this machine; FastPathUnavailable says what is missing."""
-    out = lib_path(backend)
-    if out.exists() and not force and all(out.stat().st_mtime >= d.stat().st_mtime for d in DEPS):
-        return out
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise FastPathUnavailable("no C compiler: apt-get install gcc (or run `make setup`)")
-    flags: list[str] = []
-    if PKG[backend]:
-        pc = subprocess.run(["pkg-config", "--cflags", "--libs", *PKG[backend]], capture_output=True, text=True)
-        if pc.returncode:
-            raise FastPathUnavailable(f"{backend}: pkg-config {' '.join(PKG[backend])} failed "
-                                      f"(install {'libdpdk-dev' if backend == 'dpdk' else 'libxdp-dev libbpf-dev'})")
-        flags = pc.stdout.split()
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [cc, "-O2", "-fPIC", "-shared", *CFLAGS, *([DEFINE[backend]] if DEFINE[backend] else []), "-o",
-           str(tmp), str(SRC), *flags, "-lpthread"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise FastPathUnavailable(f"building the {backend} data plane failed: {r.stderr.strip()[-500:]}")
-    tmp.replace(out)
-    return out
+def build(backend: str) -> str:
+    """Build the data plane for one backend on this machine; FastPathUnavailable says what is missing."""
+    return str(build_library(f"_gw_{backend}.so"))
 
 
-def build_all(force: bool = False) -> dict[str, str]:
+def build_all() -> dict[str, str]:
     """Build every backend this machine supports; returns backend -> library path or the reason it is missing."""
     result = {}
     for b in BACKENDS:
         try:
-            result[b] = str(build(b, force))
+            result[b] = build(b)
         except FastPathUnavailable as e:
             result[b] = f"unavailable: {e}"
     return result
@@ -82,24 +53,10 @@ def build_all(force: bool = False) -> dict[str, str]:
 def load(backend: str) -> ctypes.CDLL:
     # without a bpffs (network namespaces rarely have one) libxdp loads a single XDP program: say so only once here
     os.environ.setdefault("LIBXDP_SKIP_DISPATCHER", "1")
-    lib = declare(ctypes.CDLL(str(build(backend))))
-    u32, u8, ptr, p32 = ctypes.c_uint32, ctypes.c_uint8, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)
-    lib.dp_create.restype = ptr
-    lib.dp_create.argtypes = [ptr, ctypes.c_char_p, ctypes.c_char_p, u32]
-    lib.dp_error.restype = ctypes.c_char_p
-    lib.dp_error.argtypes = [ptr]
-    lib.dp_open.argtypes = [ptr, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
-    for f in (lib.dp_start, lib.dp_stop, lib.dp_close):
-        f.argtypes = [ptr]
-    lib.dp_punt.argtypes = [ptr, ctypes.c_void_p, p32, ctypes.POINTER(u8), u32, ctypes.c_int]
-    lib.dp_inject.argtypes = [ptr, u8, ctypes.c_char_p, u32]
-    lib.dp_set_config.argtypes = [ptr, p32, u32, p32, ctypes.c_char_p, u32, p32, p32, p32, ctypes.c_char_p, u32]
-    lib.dp_set_neigh.argtypes = [ptr, u8, u32, ctypes.c_char_p]
-    lib.dp_stats.argtypes = [ptr, ctypes.POINTER(ctypes.c_uint64)]
-    lib.dp_nstats.restype = u32
-    lib.dp_mem_push.argtypes = [ptr, u8, ctypes.c_char_p, u32]
-    lib.dp_mem_pop.argtypes = [ptr, ctypes.c_void_p, p32, ctypes.POINTER(u8), u32]
-    lib.dp_poll.argtypes = [ptr]
+    lib = load_library(f"_gw_{backend}.so")
+    k = constants(lib)
+    if (k["DP_UL"], k["DP_EXT"], k["DP_PUNT_TRANSLATED"]) != (UL, EXT, PUNT_TRANSLATED):
+        raise FastPathUnavailable(f"{backend}: the library numbers its ports otherwise than dataplane.py")
     return lib
 
 
@@ -133,10 +90,12 @@ class NativeDataPlane:
             self.lib.dp_close(self.h)
             self._unblind()
             raise FastPathUnavailable(f"{backend}: {err}")
-        self._bufs = ctypes.create_string_buffer(SLOT * 64)
-        self._lens = (ctypes.c_uint32 * 64)()
-        self._ports = (ctypes.c_uint8 * 64)()
-        self._nstats = self.lib.dp_nstats()
+        k = constants(self.lib)
+        self._slot, self._burst = k["DP_SLOT"], k["DP_BURST"]
+        self._bufs = ctypes.create_string_buffer(self._slot * self._burst)
+        self._lens = (ctypes.c_uint32 * self._burst)()
+        self._ports = (ctypes.c_uint8 * self._burst)()
+        self._counters = counter_names(self.lib)
 
     def _blind_kernel(self, *ifaces: str) -> None:
         """nftables netdev ingress drop: AF_PACKET taps see frames before it, the kernel's stack never does."""
@@ -176,9 +135,12 @@ class NativeDataPlane:
         if (h := self.h) is None:
             time.sleep(timeout_ms / 1000)
             return []
-        n = self.lib.dp_punt(h, self._bufs, self._lens, self._ports, 64, timeout_ms)
-        raw = self._bufs.raw
-        return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(n)]
+        n = self.lib.dp_punt(h, self._bufs, self._lens, self._ports, self._burst, timeout_ms)
+        return self._frames(n)
+
+    def _frames(self, n: int) -> list[tuple[int, bytes]]:
+        raw, slot = self._bufs.raw, self._slot
+        return [(self._ports[i], raw[i * slot:i * slot + self._lens[i]]) for i in range(max(n, 0))]
 
     # --- the memory backend (tests): push frames in, run one poll, pull what was transmitted ---------------------
     def mem_push(self, port: int, frame: bytes) -> None:
@@ -189,9 +151,7 @@ class NativeDataPlane:
         return self.lib.dp_poll(self.h)
 
     def mem_pop(self) -> list[tuple[int, bytes]]:
-        n = self.lib.dp_mem_pop(self.h, self._bufs, self._lens, self._ports, 64)
-        raw = self._bufs.raw
-        return [(self._ports[i], raw[i * SLOT:i * SLOT + self._lens[i]]) for i in range(max(n, 0))]
+        return self._frames(self.lib.dp_mem_pop(self.h, self._bufs, self._lens, self._ports, self._burst))
 
     def inject(self, port: int, frame: bytes) -> bool:
         return (h := self.h) is not None and self.lib.dp_inject(h, port, frame, len(frame)) == 0
@@ -216,14 +176,14 @@ class NativeDataPlane:
             raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
 
     def set_neigh(self, port: int, ip: int, mac: bytes) -> None:
-        if (h := self.h) is not None:
-            self.lib.dp_set_neigh(h, port, ip, mac)
+        if (h := self.h) is not None and self.lib.dp_set_neigh(h, port, ip, mac) != 0:
+            log.warning("neighbour table of port %d is full: %s stays with the slow path", port, ip)
 
     def stats(self) -> dict[str, int]:
-        out = (ctypes.c_uint64 * self._nstats)()
+        out = (ctypes.c_uint64 * len(self._counters))()
         if (h := self.h) is not None:
             self.lib.dp_stats(h, out)
-        return {k: out[i] for i, k in enumerate(STATS)}
+        return {k: out[i] for i, k in enumerate(self._counters)}
 
 
 __all__ = ["BACKENDS", "NativeDataPlane", "build", "build_all", "lib_path"]

@@ -1,4 +1,4 @@
-"""The native NAT fast path (nfv_gateways/native/nat_fp.c) behind ctypes, with the Python reference as its slow path.
+"""The native NAT stage (native/nat_stage.c, include/tj_nat.h) behind ctypes, the Python reference its slow path.
 
 `FastNat` has NatTable's interface. Established mappings are translated in C (TCP handshake and teardown
 included: C keeps the established/closing bits, merged back here); on a miss (new flow, new peer, static EIP,
@@ -6,28 +6,20 @@ DNAT, ICMP error, hairpin, anything malformed) the packet goes to the Python ref
 decides exactly as it would alone, and the resulting mapping is pushed into the C table. New flows therefore cost
 one Python call each (tens of microseconds); established ones never reach Python.
 
-The library is compiled on the target machine (`build()`, run by `make setup`); nothing prebuilt is shipped.
+The library is compiled on the target machine by native/Makefile (run by `make setup`, or on first load).
 """
 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from collections import Counter
-from pathlib import Path
 
 from nfv_gateways.nat import NatConfig, NatTable, Verdict
+from nfv_gateways.native_api import FastPathUnavailable, constants
+from nfv_gateways.native_api import load as load_library
 from nfv_gateways.packet import PROTO_ICMP, l4_ports, parse_ip4
 
-SRC = Path(__file__).parent / "native" / "nat_fp.c"
-LIB = Path(__file__).parent / "native" / "_nat_fp.so"
-MISS, OUT, IN = 0, 1, 2
-MAX_PEERS = 4
-
-
-class FastPathUnavailable(RuntimeError):
-    pass
+LIB = "_nat_fp.so"  # the NAT stage alone (native/Makefile); every data-plane library carries it too
 
 
 def carray(ctype: type, values: list[int]) -> ctypes.Array:
@@ -35,47 +27,8 @@ def carray(ctype: type, values: list[int]) -> ctypes.Array:
     return (ctype * max(len(values), 1))(*values)
 
 
-def build(force: bool = False) -> Path:
-    """Compile the fast path for this machine (gcc -O2), if it is missing or older than its source."""
-    if LIB.exists() and not force and LIB.stat().st_mtime >= SRC.stat().st_mtime:
-        return LIB
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise FastPathUnavailable("no C compiler: apt-get install gcc (or run `make setup`)")
-    tmp = LIB.with_suffix(".tmp.so")
-    r = subprocess.run([cc, "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o", str(tmp), str(SRC)],
-                       capture_output=True, text=True)
-    if r.returncode:
-        raise FastPathUnavailable(f"building {SRC.name} failed: {r.stderr.strip()}")
-    tmp.replace(LIB)
-    return LIB
-
-
 def load() -> ctypes.CDLL:
-    return declare(ctypes.CDLL(str(build())))
-
-
-def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Argument types of the NAT table functions (in _nat_fp.so and in every data-plane build, which includes it)."""
-    u32, u16, u8, dbl, ptr = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8, ctypes.c_double, ctypes.c_void_p
-    lib.nat_create.restype = ptr
-    lib.nat_create.argtypes = [u32]
-    lib.nat_destroy.argtypes = [ptr]
-    lib.nat_set_served.argtypes = [ptr, ctypes.POINTER(u32), u32]
-    lib.nat_set_mtu.argtypes = [ptr, u32]
-    p32, p16, p8 = ctypes.POINTER(u32), ctypes.POINTER(u16), ctypes.POINTER(u8)
-    lib.nat_set_rules.argtypes = [ptr, p32, p32, p32, u32, p32, p16, p8, p32, p32, p16, u32]
-    lib.nat_put.argtypes = [ptr, u32, u32, u16, u8, u32, u16, u8, u8, ctypes.POINTER(u32), ctypes.POINTER(u16), u8,
-                            dbl]
-    lib.nat_state.argtypes = [ptr, u32, u32, u16, u8, ctypes.POINTER(u8)]
-    lib.nat_state.restype = dbl
-    lib.nat_del.argtypes = [ptr, u32, u32, u16, u8]
-    lib.nat_last.argtypes = [ptr, u32, u32, u16, u8]
-    lib.nat_last.restype = dbl
-    lib.nat_outbound.argtypes = [ptr, u32, ctypes.c_char_p, u32, dbl]
-    lib.nat_inbound.argtypes = [ptr, ctypes.c_char_p, u32, dbl, ctypes.POINTER(u32), ctypes.POINTER(u32)]
-    lib.nat_stats.argtypes = [ptr, ctypes.POINTER(ctypes.c_uint64)]
-    return lib
+    return load_library(LIB)
 
 
 class FastNat:
@@ -83,6 +36,8 @@ class FastNat:
 
     def __init__(self, config: NatConfig, capacity_pow2: int = 1 << 16, lib: ctypes.CDLL | None = None) -> None:
         self.lib = lib if lib is not None else load()
+        k = constants(self.lib)
+        self._out, self._in, self._max_peers = k["NAT_OUT"], k["NAT_IN"], k["NAT_MAX_PEERS"]
         self.h = self.lib.nat_create(capacity_pow2)
         if not self.h:
             raise FastPathUnavailable("nat_create failed (out of memory?)")
@@ -132,9 +87,9 @@ class FastNat:
         m = self.ref.by_inside.get(key)
         if m is None:
             return
-        peers = sorted(m.peers)[:MAX_PEERS]
-        ips = (ctypes.c_uint32 * MAX_PEERS)(*[p[0] for p in peers])
-        ports = (ctypes.c_uint16 * MAX_PEERS)(*[p[1] for p in peers])
+        peers = sorted(m.peers)[:self._max_peers]
+        ips = (ctypes.c_uint32 * self._max_peers)(*[p[0] for p in peers])
+        ports = (ctypes.c_uint16 * self._max_peers)(*[p[1] for p in peers])
         self.lib.nat_put(self.h, m.vni, m.ip, m.port, m.proto, m.eip, m.eport, int(m.tcp_established),
                          int(m.tcp_closing), ips, ports, len(peers), m.last)
 
@@ -153,7 +108,7 @@ class FastNat:
 
     def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
         raw = (ctypes.c_char * len(buf)).from_buffer(buf)
-        done = self.lib.nat_outbound(self.h, vni, raw, len(buf), now) == OUT
+        done = self.lib.nat_outbound(self.h, vni, raw, len(buf), now) == self._out
         del raw  # the reference may replace the packet (time exceeded): no view of it may outlive the call
         if done:
             return Verdict("out")
@@ -167,7 +122,7 @@ class FastNat:
     def inbound(self, buf: bytearray, now: float) -> Verdict | None:
         raw = (ctypes.c_char * len(buf)).from_buffer(buf)
         vni, ip = ctypes.c_uint32(), ctypes.c_uint32()
-        done = self.lib.nat_inbound(self.h, raw, len(buf), now, ctypes.byref(vni), ctypes.byref(ip)) == IN
+        done = self.lib.nat_inbound(self.h, raw, len(buf), now, ctypes.byref(vni), ctypes.byref(ip)) == self._in
         del raw
         if done:
             return Verdict("in", vni.value, ip.value)
@@ -215,4 +170,4 @@ def _outside_key(buf: bytes | bytearray) -> tuple[int, int, int] | None:
     return (ip.dst, ports[0] if ip.proto == PROTO_ICMP else ports[1], ip.proto)
 
 
-__all__ = ["FastNat", "FastPathUnavailable", "build", "carray", "declare", "load"]
+__all__ = ["FastNat", "FastPathUnavailable", "carray", "load"]

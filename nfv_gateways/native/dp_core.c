@@ -1,0 +1,210 @@
+/* The packet loop and the API Python calls (include/tj_dp.h): bursts in, the stage decides, bursts out. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tj_dp.h"
+
+static const char *const counter_names[] = {
+#define TJ_COUNTER_NAME(name) #name,
+    TJ_DP_COUNTERS(TJ_COUNTER_NAME)
+};
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+
+void dp_vxlan_encap(dp_t *dp, uint8_t *o, uint64_t next_hop_mac, uint32_t vtep, uint32_t vni, uint32_t flow_hash,
+                    uint32_t inner_len) {
+    uint32_t total = ENCAP + inner_len;
+    mac_out(o, next_hop_mac); memcpy(o + 6, dp->mac[DP_UL], 6); wr16(o + 12, 0x0800);
+    uint8_t *h = o + 14;
+    h[0] = 0x45; h[1] = 0; wr16(h + 2, (uint16_t)(total - 14)); wr16(h + 4, 0); wr16(h + 6, 0x4000);
+    h[8] = 64; h[9] = 17; wr16(h + 10, 0); wr32(h + 12, dp->vtep_ip); wr32(h + 16, vtep);
+    wr16(h + 10, csum(h, 20));
+    uint8_t *u = h + 20;
+    wr16(u, (uint16_t)(49152 | (flow_hash & 0x3fff)));
+    wr16(u + 2, VXLAN_PORT); wr16(u + 4, (uint16_t)(total - 34)); wr16(u + 6, 0);
+    uint8_t *x = u + 8;
+    wr32(x, 0x08000000); wr32(x + 4, vni << 8);
+}
+
+static void transmit(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t n) {
+    int sent = dp->be->tx(dp, port, data, len, n);
+    uint32_t ok = sent > 0 ? (uint32_t)sent : 0;
+    dp->c[port == DP_UL ? C_tx_ul : C_tx_ext] += ok;
+    if (ok < n) dp->c[C_tx_err] += n - ok;
+}
+
+/* frames Python asked us to send (slow-path answers, ARP) */
+static int drain_inject(dp_t *dp) {
+    ring_t *r = &dp->inject;
+    if (r->tail == r->head) return 0;
+    uint64_t drain;
+    if (read(dp->evfd, &drain, 8) < 0) { /* nothing pending on the eventfd: fine */ }
+    int total = 0;
+    pthread_mutex_lock(&r->mu);
+    while (r->head != r->tail) {
+        slot_t *s = &r->slots[r->head % RING];
+        uint8_t *d = s->data; uint32_t l = s->len;
+        transmit(dp, s->port, &d, &l, 1);
+        r->head++;
+        total++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return total;
+}
+
+/* One pass over both ports: receive a burst, decide each frame, transmit per output port. */
+int dp_poll_once(dp_t *dp) {
+    uint8_t *rx[DP_BURST], *txd[2][DP_BURST];
+    uint32_t rxl[DP_BURST], txl[2][DP_BURST];
+    int total = 0;
+    for (int port = 0; port < 2; port++) {
+        int n = dp->be->rx(dp, port, rx, rxl, DP_BURST);
+        if (n <= 0) continue;
+        total += n;
+        dp->c[port == DP_UL ? C_rx_ul : C_rx_ext] += (uint64_t)n;
+        dp->c[C_bursts]++;
+        uint32_t nt[2] = {0, 0};
+        double now = now_s();
+        pthread_mutex_lock(&dp->cfg);
+        dp->stage->lock(dp);
+        for (int i = 0; i < n; i++) {
+            uint8_t *o; uint32_t ol;
+            int act = dp->stage->decide(dp, port, rx[i], rxl[i], now, &o, &ol);
+            if (act >= 0) { txd[act][nt[act]] = o; txl[act][nt[act]++] = ol; }
+            else if (act == ACT_PUNT)
+                ring_push(&dp->punt, (uint8_t)port, rx[i], rxl[i]) ? dp->c[C_punt_full]++ : dp->c[C_punt]++;
+        }
+        dp->stage->unlock(dp);
+        pthread_mutex_unlock(&dp->cfg);
+        for (int p = 0; p < 2; p++) if (nt[p]) transmit(dp, p, txd[p], txl[p], nt[p]);
+        dp->be->rx_done(dp, port, (uint32_t)n);
+    }
+    return total + drain_inject(dp);
+}
+
+void *dp_loop(void *arg) {
+    dp_t *dp = arg;
+    while (dp->running) {
+        if (dp_poll_once(dp) == 0) { dp->nidle++; dp->be->idle(dp); }
+        else dp->nidle = 0;
+    }
+    return NULL;
+}
+
+/* --- the API Python calls through ctypes -------------------------------------------------------------------- */
+dp_t *dp_create(nat_t *nat, const uint8_t *ul_mac, const uint8_t *ext_mac, uint32_t vtep_ip) {
+    dp_t *dp = calloc(1, sizeof(dp_t));
+    if (!dp) return NULL;
+    dp->stage = &STAGE_NAT; dp->nat = nat;
+    memcpy(dp->mac[DP_UL], ul_mac, 6); memcpy(dp->mac[DP_EXT], ext_mac, 6); dp->vtep_ip = vtep_ip;
+    pthread_mutex_init(&dp->cfg, NULL);
+    dp->evfd = -1;
+    if (ring_init(&dp->punt) || ring_init(&dp->inject) || (dp->evfd = eventfd(0, EFD_NONBLOCK)) < 0) {
+        ring_free(&dp->punt); ring_free(&dp->inject); free(dp);
+        return NULL;
+    }
+    return dp;
+}
+
+const char *dp_error(dp_t *dp) { return dp->err; }
+
+int dp_open(dp_t *dp, const char *backend, const char *ul, const char *ext, const char *arg) {
+    (void)arg;
+    if (!strcmp(backend, "packet")) return io_packet_open(dp, ul, ext);
+    if (!strcmp(backend, "mem")) return io_mem_open(dp);
+#ifdef TJ_XDP
+    if (!strcmp(backend, "xdp")) return io_xdp_open(dp, ul, ext);
+#endif
+#ifdef TJ_DPDK
+    if (!strcmp(backend, "dpdk")) return io_dpdk_open(dp, arg);
+#endif
+    snprintf(dp->err, sizeof dp->err, "backend %s is not built into this library", backend);
+    return -1;
+}
+
+int dp_start(dp_t *dp) {
+    dp->running = 1;
+    if (dp->be->start) return dp->be->start(dp);
+    return pthread_create(&dp->thread, NULL, dp_loop, dp);
+}
+
+void dp_stop(dp_t *dp) {
+    if (!dp->running) return;
+    dp->running = 0;
+    uint64_t one = 1;
+    if (write(dp->evfd, &one, 8) < 0) { /* the loop also wakes on its poll timeout */ }
+    if (dp->be->join) dp->be->join(dp);
+    else pthread_join(dp->thread, NULL);
+}
+
+void dp_close(dp_t *dp) {
+    dp_stop(dp);
+    if (dp->be) dp->be->close(dp);
+    dp->be = NULL;
+}
+
+int dp_punt(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max, int timeout_ms) {
+    ring_t *r = &dp->punt;
+    pthread_mutex_lock(&r->mu);
+    if (r->head == r->tail && timeout_ms > 0) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += (long)timeout_ms * 1000000L;
+        t.tv_sec += t.tv_nsec / 1000000000L; t.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&r->cv, &r->mu, &t);
+    }
+    int n = ring_take(r, bufs, lens, ports, max);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int dp_inject(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len) {
+    if (port > 1 || len > DP_SLOT) return -1;
+    if (ring_push(&dp->inject, port, data, len)) { dp->c[C_inject_full]++; return -1; }
+    dp->c[C_inject]++;
+    uint64_t one = 1;
+    if (write(dp->evfd, &one, 8) < 0) { /* counter saturated: the loop is awake anyway */ }
+    return 0;
+}
+
+int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const uint32_t *vnis, const uint8_t *rmacs,
+                  uint32_t nvpcs, const uint32_t *ep_vni, const uint32_t *ep_ip, const uint32_t *ep_vtep,
+                  const uint8_t *ep_mac, uint32_t nep) {
+    if (nep > 0xffff) return -1;
+    map_t *v = map_new(nvteps), *r = map_new(nvpcs), *e = map_new(nep);
+    uint8_t (*macs)[6] = malloc(6 * (size_t)(nep ? nep : 1));
+    int full = !v || !r || !e || !macs;  /* a config that did not fit is refused whole */
+    for (uint32_t i = 0; !full && i < nvteps; i++) full |= map_put(v, vteps[i] | (1ULL << 32), 1);
+    for (uint32_t i = 0; !full && i < nvpcs; i++) full |= map_put(r, vnis[i] | (1ULL << 32), mac64(rmacs + 6 * i));
+    for (uint32_t i = 0; !full && i < nep; i++) {
+        memcpy(macs[i], ep_mac + 6 * i, 6);
+        full |= map_put(e, ((uint64_t)ep_vni[i] << 32 | ep_ip[i]) + 1, (uint64_t)ep_vtep[i] << 16 | i);
+    }
+    if (full) { map_free(v); map_free(r); map_free(e); free(macs); return -1; }
+    pthread_mutex_lock(&dp->cfg);
+    map_t *ov = dp->vteps, *orr = dp->routers, *oe = dp->endpoints;
+    uint8_t (*om)[6] = dp->ep_mac;
+    dp->vteps = v; dp->routers = r; dp->endpoints = e; dp->ep_mac = macs;
+    pthread_mutex_unlock(&dp->cfg);
+    map_free(ov); map_free(orr); map_free(oe); free(om);
+    return 0;
+}
+
+int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac) {
+    if (port > 1) return -1;
+    pthread_mutex_lock(&dp->cfg);
+    if (!dp->neigh[port]) dp->neigh[port] = map_new(1024);
+    int r = dp->neigh[port] ? map_put(dp->neigh[port], ip | (1ULL << 32), mac64(mac)) : -1;
+    pthread_mutex_unlock(&dp->cfg);
+    return r;
+}
+
+void dp_stats(dp_t *dp, uint64_t *out) { memcpy(out, dp->c, sizeof dp->c); }
+uint32_t dp_nstats(void) { return C_COUNT; }
+const char *dp_counter_name(uint32_t i) { return i < C_COUNT ? counter_names[i] : NULL; }
+
+int dp_poll(dp_t *dp) { return dp_poll_once(dp); }

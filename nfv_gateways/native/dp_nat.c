@@ -1,0 +1,70 @@
+/* The NAT stage of the packet loop: tenant traffic in VXLAN from the underlay goes out translated on the external
+ * segment; replies to a mapping come back in, translated, encapsulated to the VM's hypervisor. The translation
+ * itself is nat_stage.c's; this file frames it. */
+#include <string.h>
+
+#include "tj_dp.h"
+
+static void lock(dp_t *dp) { nat_lock(dp->nat); }
+static void unlock(dp_t *dp) { nat_unlock(dp->nat); }
+
+/* VXLAN from a known VTEP and VPC: translate the inner packet and send it out with the next hop's MAC */
+static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    const uint8_t *o = d + 14;
+    if (len < 14 + 20 || o[0] != 0x45 || o[9] != 17 || rd32(o + 16) != dp->vtep_ip) return ACT_PUNT;
+    if ((rd16(o + 6) & 0x3fff) || csum(o, 20) != 0) return ACT_PUNT;  /* fragments, bad sums: Python */
+    if (len < 14 + 20 + 8 || rd16(o + 22) != VXLAN_PORT) return ACT_PUNT;
+    uint64_t v;
+    if (!map_get(dp->vteps, rd32(o + 12) | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vtep]++; return ACT_DROP; }
+    if (len < ENCAP + 14 + 20 || !(o[28] & 0x08)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    uint32_t vni = rd32(o + 32) >> 8;
+    if (!map_get(dp->routers, vni | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vni]++; return ACT_DROP; }
+    uint8_t *inner = d + ENCAP + 14;
+    if (rd16(inner - 2) != 0x0800) { dp->c[C_drop_not_ipv4]++; return ACT_DROP; }
+    uint32_t ilen = len - ENCAP - 14;
+    uint64_t nh;  /* every destination is on-link on the external segment; unknown neighbour: Python ARPs */
+    if (ilen < 20 || !map_get(dp->neigh[DP_EXT], rd32(inner + 16) | (1ULL << 32), &nh)) return ACT_PUNT;
+    if (nat_outbound_locked(dp->nat, vni, inner, ilen, now) != NAT_OUT) return ACT_PUNT;
+    uint8_t *e = inner - 14;
+    mac_out(e, nh); memcpy(e + 6, dp->mac[DP_EXT], 6); wr16(e + 12, 0x0800);
+    *out = e; *out_len = ilen + 14;
+    dp->c[C_fast_out]++;
+    return DP_EXT;
+}
+
+/* an IPv4 frame to our MAC on the external segment: translate, encapsulate to the VM's hypervisor */
+static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    uint8_t *ip = d + 14;
+    uint32_t ilen = len - 14, vni, inside;
+    if (nat_inbound_locked(dp->nat, ip, ilen, now, &vni, &inside) != NAT_IN) return ACT_PUNT;
+    uint64_t ep, nh, rmac;
+    if (!map_get(dp->endpoints, ((uint64_t)vni << 32 | inside) + 1, &ep) ||
+        !map_get(dp->routers, vni | (1ULL << 32), &rmac) ||
+        !map_get(dp->neigh[DP_UL], (ep >> 16) | (1ULL << 32), &nh)) {
+        /* translated already (there is no undo): Python gets the IP packet with its VNI and inside address in
+         * place of the MAC addresses (punt port DP_PUNT_TRANSLATED) and sends it once it knows the way */
+        memset(d, 0, 12);
+        wr32(d, vni); wr32(d + 4, inside);
+        dp->c[C_fast_in]++;
+        ring_push(&dp->punt, DP_PUNT_TRANSLATED, d, len) ? dp->c[C_punt_full]++ : dp->c[C_punt]++;
+        return ACT_DROP;
+    }
+    uint8_t *ie = d;  /* the inner Ethernet header replaces the external one, in place */
+    memcpy(ie, dp->ep_mac[ep & 0xffff], 6); mac_out(ie + 6, rmac); wr16(ie + 12, 0x0800);
+    /* source port from the inner flow: ECMP entropy on the underlay, as Linux does */
+    dp_vxlan_encap(dp, d - ENCAP, nh, (uint32_t)(ep >> 16), vni,
+                   mix(rd32(ip + 12) ^ rd32(ip + 16) ^ (uint64_t)ip[9] << 32), len);
+    *out = d - ENCAP; *out_len = ENCAP + len;
+    dp->c[C_fast_in]++;
+    return DP_UL;
+}
+
+static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    if (len < 14) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    uint16_t et = rd16(d + 12);
+    if (et == 0x0806) return ACT_PUNT;
+    if (et != 0x0800 || memcmp(d, dp->mac[port], 6) != 0) { dp->c[C_ignored]++; return ACT_DROP; }
+    return port == DP_UL ? from_underlay(dp, d, len, now, out, out_len) : from_external(dp, d, len, now, out, out_len);
+}
+
+const stage_t STAGE_NAT = {lock, unlock, decide};

@@ -1,0 +1,55 @@
+/* Memory backend: frames pushed and pulled by the caller, one poll at a time (tests: no interfaces, no threads,
+ * deterministic). In every library. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tj_dp.h"
+
+typedef struct {
+    uint8_t buf[2][DP_BURST][HEADROOM + DP_SLOT];
+    uint32_t len[2][DP_BURST], n[2];
+    ring_t out;
+} mem_t;
+
+static int mem_rx(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t max) {
+    mem_t *s = dp->bs;
+    uint32_t n = s->n[port] < max ? s->n[port] : max;
+    for (uint32_t i = 0; i < n; i++) { data[i] = s->buf[port][i] + HEADROOM; len[i] = s->len[port][i]; }
+    return (int)n;
+}
+static int mem_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint32_t n) {
+    mem_t *s = dp->bs;
+    uint32_t i = 0;
+    for (; i < n; i++) if (ring_push(&s->out, (uint8_t)port, data[i], len[i])) break;
+    return (int)i;
+}
+static void mem_rx_done(dp_t *dp, int port, uint32_t n) { ((mem_t *)dp->bs)->n[port] -= n; }
+static void mem_idle(dp_t *dp) { (void)dp; }
+static void mem_close(dp_t *dp) { ring_free(&((mem_t *)dp->bs)->out); free(dp->bs); }
+static const backend_t MEM = {mem_rx, mem_tx, mem_rx_done, mem_idle, mem_close, NULL, NULL};
+
+int io_mem_open(dp_t *dp) {
+    mem_t *s = calloc(1, sizeof(mem_t));
+    if (!s) return -1;
+    if (ring_init(&s->out)) { free(s); return -1; }
+    dp->bs = s; dp->be = &MEM;
+    return 0;
+}
+
+int dp_mem_push(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len) {
+    mem_t *s = dp->bs;
+    if (dp->be != &MEM || port > 1 || len > DP_SLOT || s->n[port] >= DP_BURST) return -1;
+    memcpy(s->buf[port][s->n[port]] + HEADROOM, data, len);
+    s->len[port][s->n[port]++] = len;
+    return 0;
+}
+
+/* what the loop transmitted, oldest first (the layout of dp_punt) */
+int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max) {
+    if (dp->be != &MEM) return -1;
+    ring_t *r = &((mem_t *)dp->bs)->out;
+    pthread_mutex_lock(&r->mu);
+    int n = ring_take(r, bufs, lens, ports, max);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}

@@ -1,0 +1,125 @@
+/* AF_XDP backend through libxdp (copy mode on veth): built only where libxdp and libbpf are (-DTJ_XDP). */
+#include <errno.h>
+#include <net/if.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <linux/if_link.h>
+#include <sys/mman.h>
+#include <xdp/libxdp.h>
+#include <xdp/xsk.h>
+
+#include "tj_dp.h"
+
+#define XFRAMES 4096
+#define XFSIZE XSK_UMEM__DEFAULT_FRAME_SIZE
+#define XRX (XFRAMES / 2)   /* first half: fill/rx, second half: tx */
+
+typedef struct {
+    struct xsk_umem *umem; struct xsk_socket *xsk; void *area;
+    struct xsk_ring_prod fq, tx; struct xsk_ring_cons cq, rx;
+    uint64_t txfree[XFRAMES - XRX]; uint32_t ntxfree;
+    uint64_t rxaddr[DP_BURST]; uint32_t ifindex;
+} xport_t;
+typedef struct { xport_t p[2]; } xs_t;
+
+static int xport_open(xport_t *x, const char *ifname, char *err) {
+    x->ifindex = if_nametoindex(ifname);
+    if (!x->ifindex) { snprintf(err, 256, "no interface %s", ifname); return -1; }
+    /* an XDP program left attached by a killed instance would eat traffic silently */
+    struct xdp_multiprog *mp = xdp_multiprog__get_from_ifindex((int)x->ifindex);
+    if (!libxdp_get_error(mp) && mp) { xdp_multiprog__detach(mp); xdp_multiprog__close(mp); }
+    x->area = mmap(NULL, (size_t)XFRAMES * XFSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (x->area == MAP_FAILED) { snprintf(err, 256, "mmap umem: %s", strerror(errno)); return -1; }
+    struct xsk_umem_config uc = {.fill_size = XRX, .comp_size = XFRAMES - XRX, .frame_size = XFSIZE,
+                                 .frame_headroom = HEADROOM, .flags = 0};
+    int r = xsk_umem__create(&x->umem, x->area, (uint64_t)XFRAMES * XFSIZE, &x->fq, &x->cq, &uc);
+    if (r) { snprintf(err, 256, "xsk_umem__create on %s: %s", ifname, strerror(-r)); return -1; }
+    struct xsk_socket_config sc = {.rx_size = XRX, .tx_size = XFRAMES - XRX, .libxdp_flags = 0,
+                                   .xdp_flags = XDP_FLAGS_SKB_MODE, .bind_flags = XDP_COPY};
+    r = xsk_socket__create(&x->xsk, ifname, 0, x->umem, &x->rx, &x->tx, &sc);
+    if (r) { snprintf(err, 256, "xsk_socket__create on %s: %s", ifname, strerror(-r)); return -1; }
+    uint32_t idx;
+    if (xsk_ring_prod__reserve(&x->fq, XRX, &idx) != XRX) { snprintf(err, 256, "fill ring"); return -1; }
+    for (uint32_t i = 0; i < XRX; i++) *xsk_ring_prod__fill_addr(&x->fq, idx + i) = (uint64_t)i * XFSIZE;
+    xsk_ring_prod__submit(&x->fq, XRX);
+    for (uint32_t i = 0; i < XFRAMES - XRX; i++) x->txfree[i] = (uint64_t)(XRX + i) * XFSIZE;
+    x->ntxfree = XFRAMES - XRX;
+    return 0;
+}
+
+static int xs_rx(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t max) {
+    xport_t *x = &((xs_t *)dp->bs)->p[port];
+    uint32_t idx, n = xsk_ring_cons__peek(&x->rx, max, &idx);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct xdp_desc *d = xsk_ring_cons__rx_desc(&x->rx, idx + i);
+        x->rxaddr[i] = d->addr;
+        data[i] = xsk_umem__get_data(x->area, d->addr);
+        len[i] = d->len;
+    }
+    if (n) xsk_ring_cons__release(&x->rx, n);
+    return (int)n;
+}
+static void xs_rx_done(dp_t *dp, int port, uint32_t n) {
+    /* the frames were copied to the tx side (or punted by copy): give them straight back to the fill ring */
+    xport_t *x = &((xs_t *)dp->bs)->p[port];
+    uint32_t idx;
+    while (xsk_ring_prod__reserve(&x->fq, n, &idx) != n) { /* the kernel drains the fill ring as it receives */ }
+    for (uint32_t i = 0; i < n; i++) *xsk_ring_prod__fill_addr(&x->fq, idx + i) = xsk_umem__extract_addr(x->rxaddr[i]);
+    xsk_ring_prod__submit(&x->fq, n);
+}
+static void xs_complete(xport_t *x) {
+    uint32_t idx, n = xsk_ring_cons__peek(&x->cq, XFRAMES, &idx);
+    for (uint32_t i = 0; i < n; i++) x->txfree[x->ntxfree++] = *xsk_ring_cons__comp_addr(&x->cq, idx + i);
+    if (n) xsk_ring_cons__release(&x->cq, n);
+}
+static int xs_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint32_t n) {
+    xport_t *x = &((xs_t *)dp->bs)->p[port];
+    xs_complete(x);
+    if (n > x->ntxfree) n = x->ntxfree;
+    uint32_t idx;
+    if (!n || xsk_ring_prod__reserve(&x->tx, n, &idx) != n) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t a = x->txfree[--x->ntxfree];
+        uint32_t l = len[i] > XFSIZE ? XFSIZE : len[i];
+        memcpy(xsk_umem__get_data(x->area, a), data[i], l);
+        struct xdp_desc *d = xsk_ring_prod__tx_desc(&x->tx, idx + i);
+        d->addr = a; d->len = l;
+    }
+    xsk_ring_prod__submit(&x->tx, n);
+    /* copy mode sends at most 32 frames per kick: kick until the ring is drained */
+    for (int k = 0; k < 64; k++) {
+        if (sendto(xsk_socket__fd(x->xsk), NULL, 0, MSG_DONTWAIT, NULL, 0) < 0 && errno != EAGAIN &&
+            errno != ENOBUFS && errno != EBUSY) break;
+        xs_complete(x);
+        if (x->ntxfree == XFRAMES - XRX) break;
+    }
+    return (int)n;
+}
+static void xs_idle(dp_t *dp) {
+    xs_t *s = dp->bs;
+    struct pollfd p[3] = {{xsk_socket__fd(s->p[0].xsk), POLLIN, 0}, {xsk_socket__fd(s->p[1].xsk), POLLIN, 0},
+                          {dp->evfd, POLLIN, 0}};
+    poll(p, 3, 100);
+}
+static void xs_close(dp_t *dp) {
+    xs_t *s = dp->bs;
+    for (int p = 0; p < 2; p++) {
+        if (s->p[p].xsk) xsk_socket__delete(s->p[p].xsk);
+        if (s->p[p].umem) xsk_umem__delete(s->p[p].umem);
+        if (s->p[p].area && s->p[p].area != MAP_FAILED) munmap(s->p[p].area, (size_t)XFRAMES * XFSIZE);
+        struct xdp_multiprog *mp = s->p[p].ifindex ? xdp_multiprog__get_from_ifindex((int)s->p[p].ifindex) : NULL;
+        if (mp && !libxdp_get_error(mp)) { xdp_multiprog__detach(mp); xdp_multiprog__close(mp); }
+    }
+    free(s);
+}
+static const backend_t XDP = {xs_rx, xs_tx, xs_rx_done, xs_idle, xs_close, NULL, NULL};
+
+int io_xdp_open(dp_t *dp, const char *ul, const char *ext) {
+    xs_t *s = calloc(1, sizeof(xs_t));
+    if (!s) return -1;
+    dp->bs = s; dp->be = &XDP;
+    if (xport_open(&s->p[0], ul, dp->err) || xport_open(&s->p[1], ext, dp->err)) return -1;
+    return 0;
+}
