@@ -1,5 +1,5 @@
 """Compile one host's desired state (HostConfig) from the database: the assembly, from rows to configs. The reads
-are in host_reads.py, the fragment cache in fragments.py, placement (EIP homes, NAT buckets) in placement.py.
+are in reads.py, the fragment cache in fragments.py, placement (EIP homes, NAT buckets) in placement.py.
 
 The cost grows with what the host needs (its ports, their VPCs and peers, those VPCs' endpoints),
 never with the whole database: every query below is keyed by the host or by those VPC ids.
@@ -23,7 +23,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controller.fragments import FRAGMENTS, cached, store
-from controller.host_reads import (
+from controller.placement import home, nat_buckets
+from controller.reads import (
     Q_ENDPOINTS,
     Q_GROUP_MEMBERS,
     Q_GROUP_RULES,
@@ -35,7 +36,6 @@ from controller.host_reads import (
     Reads,
     host_view,
 )
-from controller.placement import home, nat_buckets
 from tianji.southbound import (
     OVERLAY_MTU,
     Endpoint,

@@ -15,15 +15,21 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from controller import models as m
 from controller.compiler import endpoints_fragments, hosts_fragment
 from controller.fragments import FRAGMENTS, cached, store
-from controller.host_reads import Q_ENDPOINTS, Q_HOSTS, Reads
 from controller.placement import home, nat_buckets
-from controller.sqlset import in_ids
+from controller.reads import (
+    Q_DNAT,
+    Q_ENDPOINTS,
+    Q_HOSTS,
+    Q_NAT_GATEWAYS_SERVED,
+    Q_SNAT,
+    Q_STATIC,
+    Reads,
+    gateway_view,
+)
 from tianji.southbound import (
     DnatInfo,
     GatewayConfig,
@@ -34,35 +40,6 @@ from tianji.southbound import (
     StaticEip,
     gateway_config_of,
 )
-
-_PORTS, _EIPS = m.Port.__table__, m.Eip.__table__
-_NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
-_SNAT, _DNAT = m.SnatRule.__table__, m.DnatRule.__table__
-
-# The instance, the topology stamp, and every VPC a gateway instance may serve (one with a NAT gateway or a port
-# with an EIP), with its revision: what decides whether an instance's config changed. One round trip.
-Q_GATEWAY_VIEW = text("""
-    SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
-           (SELECT value FROM counters WHERE name = 'revision') AS at,
-           v.id, v.revision, v.vni, v.router_mac
-    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac FROM vpcs
-                            WHERE id IN (SELECT vpc_id FROM nat_gateways)
-                               OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)) v ON 1 = 1
-    WHERE h.name = :name""")
-Q_NAT_GATEWAYS = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip_id, _EIPS.c.address) \
-    .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
-    .outerjoin(_EIPS, _EIPS.c.id == _NATGW_EIPS.c.eip_id) \
-    .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
-Q_SNAT = select(_NATGWS.c.vpc_id, _SNAT.c.nat_gateway_id, _SNAT.c.cidr, _SNAT.c.eip_ids) \
-    .join(_NATGWS, _NATGWS.c.id == _SNAT.c.nat_gateway_id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")) \
-    .order_by(_SNAT.c.cidr, _SNAT.c.nat_gateway_id)
-Q_STATIC = select(_PORTS.c.vpc_id, _EIPS.c.id, _EIPS.c.address, _PORTS.c.ip) \
-    .join(_PORTS, _PORTS.c.id == _EIPS.c.port_id).where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_EIPS.c.address)
-Q_DNAT = select(_NATGWS.c.vpc_id, _DNAT.c.nat_gateway_id, _DNAT.c.eip_id, _EIPS.c.address, _DNAT.c.protocol,
-                _DNAT.c.external_port, _PORTS.c.ip, _DNAT.c.internal_port) \
-    .join(_NATGWS, _NATGWS.c.id == _DNAT.c.nat_gateway_id).join(_EIPS, _EIPS.c.id == _DNAT.c.eip_id) \
-    .join(_PORTS, _PORTS.c.id == _DNAT.c.port_id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")) \
-    .order_by(_EIPS.c.address, _DNAT.c.protocol, _DNAT.c.external_port)
 
 
 class _Vpc(NamedTuple):
@@ -111,7 +88,7 @@ class GatewayCompiled:
 
 def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     """Two round trips at most: the view (Q_GATEWAY_VIEW), then what the cache does not hold, read together."""
-    rows = s.execute(Q_GATEWAY_VIEW, {"name": name}).tuples().all()
+    rows = gateway_view(s, name)
     if not rows:
         return None
     vtep_ip, topology, at = rows[0][:3]
@@ -128,7 +105,8 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     # a VPC's endpoints are the same fragment the hosts' compiles use, at the same (revision, topology)
     endpoints, stale_endpoints = cached(s, "endpoints", {v: versions[v] for v in stale})
     if stale:
-        for key, stmt in (("gateways", Q_NAT_GATEWAYS), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT)):
+        for key, stmt in (("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC),
+                          ("dnat", Q_DNAT)):
             reads.add(key, stmt, vpcs=stale)
     if stale_endpoints:
         reads.add("endpoints", Q_ENDPOINTS, vpcs=stale_endpoints)
@@ -152,16 +130,6 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
         FRAGMENTS.put(s, ("vteps-digest",), topology, vteps_digest)
     return GatewayCompiled(name, at, vtep_ip, topology, frozenset(vpcs), {vid: vpcs[vid][0] for vid in present},
                            present, vteps, vteps_digest[0])
-
-
-Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
-Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
-    .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
-
-
-def may_serve(s: Session, vpcs: set[str]) -> bool:
-    """Whether any of these VPCs (written to, outside the instances' view) now has something gateways serve."""
-    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT))
 
 
 def _digest(text_: str) -> str:

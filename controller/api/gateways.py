@@ -13,7 +13,8 @@ from pydantic import BaseModel
 from controller.api.common import db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
-from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections, may_serve
+from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections
+from controller.reads import may_serve
 from controller.watch import Wake, next_wake
 from tianji.southbound import GatewayConfig, GatewayConfigDelta
 

@@ -17,8 +17,8 @@ from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.compiler import compile_host, compile_host_delta
 from controller.db import Database
 from controller.errors import ApiError, conflict, not_found
-from controller.host_reads import host_revision
 from controller.models import now
+from controller.reads import host_revision
 from controller.watch import next_wake
 from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 

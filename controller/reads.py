@@ -1,5 +1,6 @@
-"""The database reads of the host compile: what a host's config is made of (Q_HOST_VPCS: its stamps and VPCs), and
-the statements that read the fragments the cache lacks, sent together."""
+"""The database reads of the compiles, in one place: what a host's config is made of (Q_HOST_VPCS: its stamps and
+VPCs) and what a gateway instance's is (Q_GATEWAY_VIEW), and the statements that read the fragments the cache lacks,
+sent together (`Reads`). The compilers assemble configs from these rows; they send no SQL of their own."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ _PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
 _ROUTES, _SUBNETS, _PSG, _EIPS = m.Route.__table__, m.Subnet.__table__, m.PortSecurityGroup.__table__, m.Eip.__table__
 _NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
 _SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
+_SNAT, _DNAT = m.SnatRule.__table__, m.DnatRule.__table__
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
 # peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
@@ -62,6 +64,48 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
     .where(_PORTS.c.host == bindparam("host"), in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
+
+
+# --- a gateway instance's config ---
+# The instance, the topology stamp, and every VPC a gateway instance may serve (one with a NAT gateway or a port
+# with an EIP), with its revision: what decides whether an instance's config changed. One round trip.
+Q_GATEWAY_VIEW = text("""
+    SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
+           (SELECT value FROM counters WHERE name = 'revision') AS at,
+           v.id, v.revision, v.vni, v.router_mac
+    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac FROM vpcs
+                            WHERE id IN (SELECT vpc_id FROM nat_gateways)
+                               OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)) v ON 1 = 1
+    WHERE h.name = :name""")
+Q_NAT_GATEWAYS_SERVED = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip_id, _EIPS.c.address) \
+    .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
+    .outerjoin(_EIPS, _EIPS.c.id == _NATGW_EIPS.c.eip_id) \
+    .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
+Q_SNAT = select(_NATGWS.c.vpc_id, _SNAT.c.nat_gateway_id, _SNAT.c.cidr, _SNAT.c.eip_ids) \
+    .join(_NATGWS, _NATGWS.c.id == _SNAT.c.nat_gateway_id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")) \
+    .order_by(_SNAT.c.cidr, _SNAT.c.nat_gateway_id)
+Q_STATIC = select(_PORTS.c.vpc_id, _EIPS.c.id, _EIPS.c.address, _PORTS.c.ip) \
+    .join(_PORTS, _PORTS.c.id == _EIPS.c.port_id).where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_EIPS.c.address)
+Q_DNAT = select(_NATGWS.c.vpc_id, _DNAT.c.nat_gateway_id, _DNAT.c.eip_id, _EIPS.c.address, _DNAT.c.protocol,
+                _DNAT.c.external_port, _PORTS.c.ip, _DNAT.c.internal_port) \
+    .join(_NATGWS, _NATGWS.c.id == _DNAT.c.nat_gateway_id).join(_EIPS, _EIPS.c.id == _DNAT.c.eip_id) \
+    .join(_PORTS, _PORTS.c.id == _DNAT.c.port_id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")) \
+    .order_by(_EIPS.c.address, _DNAT.c.protocol, _DNAT.c.external_port)
+
+
+def gateway_view(s: Session, name: str) -> list[tuple]:
+    """Q_GATEWAY_VIEW's rows as plain tuples (a Row's attribute access was most of a compile); none: not registered."""
+    return s.execute(Q_GATEWAY_VIEW, {"name": name}).tuples().all()
+
+
+Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
+Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
+    .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
+
+
+def may_serve(s: Session, vpcs: set[str]) -> bool:
+    """Whether any of these VPCs (written to, outside the instances' view) now has something gateways serve."""
+    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT))
 
 
 @dataclass(frozen=True)
