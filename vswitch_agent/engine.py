@@ -21,6 +21,7 @@ from typing import Any
 
 from tianji.southbound import HostConfig, VpcInfo
 from vswitch_agent import flows as F
+from vswitch_agent.flow import Flow
 
 UnitKey = tuple[str, ...]
 BUCKETS = 4096  # the audit reads the switch in chunks of cookies with equal low bits
@@ -28,8 +29,8 @@ BUCKETS = 4096  # the audit reads the switch in chunks of cookies with equal low
 
 @dataclass
 class Diff:
-    add: list[F.Flow] = field(default_factory=list)
-    delete: list[F.Flow] = field(default_factory=list)
+    add: list[Flow] = field(default_factory=list)
+    delete: list[Flow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.add or self.delete)
@@ -37,20 +38,20 @@ class Diff:
 
 class FlowEngine:
     def __init__(self) -> None:
-        self.units: dict[UnitKey, tuple[Any, tuple[F.Flow, ...]]] = {}  # key -> (deps, flows)
+        self.units: dict[UnitKey, tuple[Any, tuple[Flow, ...]]] = {}  # key -> (deps, flows)
         self.by_vpc: dict[str, set[UnitKey]] = {}  # units that belong to a VPC (all but base and VTEPs)
-        self.desired: dict[int, F.Flow] = {}  # cookie -> flow: exactly what br-int must hold
+        self.desired: dict[int, Flow] = {}  # cookie -> flow: exactly what br-int must hold
         self._refs: dict[int, int] = {}  # cookie -> units producing it, for the few flows more than one produces
-        self._clauses: dict[tuple, dict[UnitKey, F.Flow]] = {}  # (table, priority, match) -> contributors
-        self._merged: dict[tuple, F.Flow] = {}
+        self._clauses: dict[tuple, dict[UnitKey, Flow]] = {}  # (table, priority, match) -> contributors
+        self._merged: dict[tuple, Flow] = {}
         self._vpcs: dict[str, VpcInfo] = {}
         self._reach: dict[str, list] = {}
         self._tunnel: int | None = None
         self._vteps: Any = None
         self._local: set[str] = set()
         self.buckets: list[set[int]] = [set() for _ in range(BUCKETS)]  # desired cookies by their low bits
-        self._added: dict[int, F.Flow] = {}  # the net change since the last update returned
-        self._deleted: dict[int, F.Flow] = {}
+        self._added: dict[int, Flow] = {}  # the net change since the last update returned
+        self._deleted: dict[int, Flow] = {}
         self._set(("base",), None, F.base_flows())
 
     # --- the one entry point ----------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class FlowEngine:
             return
         self._set(key, deps, make(), vid)
 
-    def _set(self, key: UnitKey, deps: Any, new: list[F.Flow], vid: str | None = None) -> None:
+    def _set(self, key: UnitKey, deps: Any, new: list[Flow], vid: str | None = None) -> None:
         old = self.units[key][1] if key in self.units else ()
         self.units[key] = (deps, tuple(new))
         if vid is not None:
@@ -166,7 +167,7 @@ class FlowEngine:
         for f in set(u[1]):
             self._release(key, f)
 
-    def _claim(self, key: UnitKey, f: F.Flow) -> None:
+    def _claim(self, key: UnitKey, f: Flow) -> None:
         if f.conjunctive:
             mk = (f.table, f.priority, f.match)
             self._clauses.setdefault(mk, {})[key] = f
@@ -177,7 +178,7 @@ class FlowEngine:
         else:
             self._install(f)
 
-    def _release(self, key: UnitKey, f: F.Flow) -> None:
+    def _release(self, key: UnitKey, f: Flow) -> None:
         if f.conjunctive:
             mk = (f.table, f.priority, f.match)
             contributors = self._clauses[mk]
@@ -207,13 +208,13 @@ class FlowEngine:
         """Desired cookies with cookie & (n - 1) == i (n a power of two, at most BUCKETS)."""
         return [c for b in range(i, BUCKETS, n) for c in self.buckets[b]]
 
-    def _install(self, f: F.Flow) -> None:
+    def _install(self, f: Flow) -> None:
         self.desired[f.cookie] = f
         self.buckets[f.cookie & (BUCKETS - 1)].add(f.cookie)
         if self._deleted.pop(f.cookie, None) is None:
             self._added[f.cookie] = f
 
-    def _uninstall(self, f: F.Flow) -> None:
+    def _uninstall(self, f: Flow) -> None:
         if self.desired.pop(f.cookie, None) is None:
             return
         self.buckets[f.cookie & (BUCKETS - 1)].discard(f.cookie)

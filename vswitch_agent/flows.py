@@ -12,13 +12,26 @@ product. Clause flows with the same match in one table are merged into one flow 
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tianji.southbound import Endpoint, HostConfig, PortInfo, SecurityGroupInfo, SecurityGroupRuleInfo, VpcInfo
 from vswitch_agent import pipeline as P
+from vswitch_agent.actions import (
+    Action,
+    Conjunction,
+    Controller,
+    Ct,
+    DecTtl,
+    GotoTable,
+    Load,
+    Move,
+    Output,
+    OutputReg,
+    SetField,
+)
+from vswitch_agent.flow import Flow, flow
 
 ETH_IP, ETH_ARP = 0x0800, 0x0806
 ROUTE_PRIORITY = 1000  # + 10 x prefix length: longest prefix first, with room for a port's own default (+5)
@@ -27,92 +40,9 @@ PROTO = {"tcp": 6, "udp": 17, "icmp": 1}
 ALL32 = 0xFFFFFFFF
 CT_NEW_TRK = (P.CT_NEW | P.CT_TRK, P.CT_NEW | P.CT_TRK)
 
-Action = tuple[Any, ...]
-
-
-class Flow:
-    """One OpenFlow entry. Immutable; equal flows have equal cookies. Compact (`__slots__`, shared tuples): a host
-    holds 100,000s. The object a flow comes from is kept only as the cookie's middle bits."""
-
-    __slots__ = ("table", "priority", "match", "actions", "cookie", "_hash")
-
-    def __init__(self, table: int, priority: int, match: tuple[tuple[str, Any], ...], actions: tuple[Action, ...],
-                 kind: str = "base", obj: str | int = "") -> None:
-        set_ = object.__setattr__
-        set_(self, "table", table)
-        set_(self, "priority", priority)
-        set_(self, "match", match)
-        set_(self, "actions", actions)  # empty: drop
-        key = (table, priority, match, actions)
-        h = hashlib.blake2b(repr(key).encode(), digest_size=4).digest()
-        o = obj if isinstance(obj, int) else object_hash(obj)
-        set_(self, "cookie", (P.COOKIE_KINDS[kind] << 56) | (o << 32) | int.from_bytes(h))
-        set_(self, "_hash", hash(key))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Flow is immutable")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Flow) and self.cookie == other.cookie and self.key == other.key
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    @property
-    def key(self) -> tuple:
-        return (self.table, self.priority, self.match, self.actions)
-
-    @property
-    def kind(self) -> str:
-        return KIND_NAMES[self.cookie >> 56]
-
-    @property
-    def obj_hash(self) -> int:
-        return (self.cookie >> 32) & 0xFFFFFF
-
-    @property
-    def conjunctive(self) -> bool:
-        """A clause of a conjunction: actions are conjunctions only, merged with equal matches of other objects."""
-        return bool(self.actions) and all(a[0] == "conj" for a in self.actions)
-
-    def m(self) -> dict[str, Any]:
-        return dict(self.match)
-
-    def __repr__(self) -> str:
-        match = ",".join(f"{k}={v}" for k, v in self.match)
-        return f"table={self.table} priority={self.priority} {match} actions={list(self.actions) or 'drop'}"
-
-    __str__ = __repr__
-
-
-KIND_NAMES = {v: k for k, v in P.COOKIE_KINDS.items()}
-
-
-def object_hash(obj: str) -> int:
-    """The cookie's middle 24 bits: which object a flow comes from."""
-    return int.from_bytes(hashlib.blake2b(obj.encode(), digest_size=3).digest())
-
-
-_shared: dict[Any, Any] = {}
-
-
-def shared(x: Any) -> Any:
-    """One copy of an equal match pair or action for every flow that uses it (the same VNI, router MAC or ARP
-    rewrite appears in thousands of flows)."""
-    return _shared.setdefault(x, x)
-
-
-def flow(table: P.Table, priority: int, match: Mapping[str, Any], actions: Iterable[Action] = (),
-         kind: str = "base", obj: str = "") -> Flow:
-    """The one builder of flows: every flow is checked against its table's declaration (Table.verify_once)."""
-    acts = tuple(shared(a) for a in actions)
-    pairs = tuple(shared(kv) for kv in sorted(match.items()))
-    table.verify_once(tuple(k for k, _ in pairs), acts)
-    return Flow(table.id, priority, pairs, acts, kind, obj)
-
 
 def goto(t: P.Table) -> Action:
-    return ("goto", t.id)
+    return GotoTable(t.id)
 
 
 def prefix(cidr: str) -> Any:
@@ -157,14 +87,14 @@ def arp_reply(mac: str, ip: str) -> tuple[Action, ...]:
     mac_int = int(mac.replace(":", ""), 16)
     ip_int = int(ipaddress.IPv4Address(ip))
     return (
-        ("move", "eth_src", "eth_dst", 48),
-        ("set", "eth_src", mac),
-        ("set", "arp_op", 2),
-        ("move", "arp_sha", "arp_tha", 48),
-        ("load", "arp_sha", 0, 48, mac_int),
-        ("move", "arp_spa", "arp_tpa", 32),
-        ("load", "arp_spa", 0, 32, ip_int),
-        ("output", P.OFPP_IN_PORT),
+        Move("eth_src", "eth_dst", 48),
+        SetField("eth_src", mac),
+        SetField("arp_op", 2),
+        Move("arp_sha", "arp_tha", 48),
+        Load("arp_sha", 0, 48, mac_int),
+        Move("arp_spa", "arp_tpa", 32),
+        Load("arp_spa", 0, 32, ip_int),
+        Output(P.OFPP_IN_PORT),
     )
 
 
@@ -174,7 +104,7 @@ def base_flows() -> list[Flow]:
     """Every table ends in an explicit, counted drop; DELIVER outputs to reg7. Established/related traffic passes
     while the rules that admitted it live (rule ids with ct_mark 0 / ct_label 0: admitted by no rule here)."""
     out = [flow(t, 0, {}) for t in P.TABLES if t is not P.DELIVER]
-    out.append(flow(P.DELIVER, 0, {}, [("output_reg", P.REG_DST_PORT)]))
+    out.append(flow(P.DELIVER, 0, {}, [OutputReg(P.REG_DST_PORT)]))
     # a VM never speaks as a DHCP server (to anyone, broadcast or unicast): only the agent answers DHCP
     out.append(flow(P.PORT_SECURITY, 120, {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 67}))
     inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}
@@ -202,11 +132,11 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
     out: list[Flow] = []
     if tunnel_ofport is not None:
         out.append(flow(P.TUNNEL_VNI, 100, {"tunnel_id": vpc.vni},
-                        [("set", "metadata", vpc.vni), ("load", P.REG_FROM_TUNNEL, 0, 1, 1), goto(P.FORWARD)],
+                        [SetField("metadata", vpc.vni), Load(P.REG_FROM_TUNNEL, 0, 1, 1), goto(P.FORWARD)],
                         "vpc", vid))
-    out.append(flow(P.EGRESS_CT, 100, md | {"eth_type": ETH_IP}, [("ct", False, zone, P.EGRESS_ACL.id, ())],
+    out.append(flow(P.EGRESS_CT, 100, md | {"eth_type": ETH_IP}, [Ct(False, zone, P.EGRESS_ACL.id, ())],
                     "vpc", vid))
-    out.append(flow(P.INGRESS_CT, 100, md | {"eth_type": ETH_IP}, [("ct", False, zone, P.INGRESS_ACL.id, ())],
+    out.append(flow(P.INGRESS_CT, 100, md | {"eth_type": ETH_IP}, [Ct(False, zone, P.INGRESS_ACL.id, ())],
                     "vpc", vid))
     for sn in vpc.subnets:
         out.append(flow(P.ARP_RESPONDER, 100, md | {"eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": sn.gateway_ip},
@@ -223,12 +153,12 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
         prio = ROUTE_PRIORITY + 10 * plen
         obj = f"{vid}:{r.destination}"
         if r.target_type == "local":
-            out.append(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
+            out.append(flow(P.ROUTING, prio, match, [DecTtl(), SetField("eth_src", vpc.router_mac),
                                                      goto(P.FORWARD)], "route", obj))
         elif r.target_type == "peering" and r.peer_vpc_id in peers:
             peer = peers[r.peer_vpc_id]
-            out.append(flow(P.ROUTING, prio, match, [("dec_ttl",), ("set", "eth_src", peer.router_mac),
-                                                     ("set", "metadata", peer.vni), goto(P.FORWARD)], "route", obj))
+            out.append(flow(P.ROUTING, prio, match, [DecTtl(), SetField("eth_src", peer.router_mac),
+                                                     SetField("metadata", peer.vni), goto(P.FORWARD)], "route", obj))
         elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
             # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI). With
             # several instances, the VM's source address picks one (its low bits: the bucket), so every flow
@@ -241,9 +171,9 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
                 splits = [(match | {"ipv4_src": (str(ipaddress.IPv4Address(b)), mask)}, vtep)
                           for b, vtep in enumerate(buckets)]
             for m, vtep in splits:
-                out.append(flow(P.ROUTING, prio, m, [("dec_ttl",), ("set", "eth_src", vpc.router_mac),
-                                                     ("set", "tunnel_id", vpc.vni), ("set", "tun_ipv4_dst", vtep),
-                                                     ("output", tunnel_ofport)], "route", obj))
+                out.append(flow(P.ROUTING, prio, m, [DecTtl(), SetField("eth_src", vpc.router_mac),
+                                                     SetField("tunnel_id", vpc.vni), SetField("tun_ipv4_dst", vtep),
+                                                     Output(tunnel_ofport)], "route", obj))
         else:
             out.append(flow(P.ROUTING, prio, match, [], "route", obj))
     return out
@@ -261,12 +191,12 @@ def endpoint_flows(e: Endpoint, reach: Sequence[tuple[str, int, str]], host: str
     dst = {"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}
     if e.host == host:
         if ofport is not None:
-            out.append(flow(P.FORWARD, 100, dst, [("set", "eth_dst", e.mac), ("load", P.REG_DST_PORT, 0, 32, ofport),
+            out.append(flow(P.FORWARD, 100, dst, [SetField("eth_dst", e.mac), Load(P.REG_DST_PORT, 0, 32, ofport),
                                                   goto(P.INGRESS_CT)], "endpoint", e.port_id))
     elif tunnel_ofport is not None and reach:
         out.append(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0},
-                        [("set", "eth_dst", e.mac), ("set", "tunnel_id", e.vni), ("set", "tun_ipv4_dst", e.vtep_ip),
-                         ("output", tunnel_ofport)], "endpoint", e.port_id))
+                        [SetField("eth_dst", e.mac), SetField("tunnel_id", e.vni), SetField("tun_ipv4_dst", e.vtep_ip),
+                         Output(tunnel_ofport)], "endpoint", e.port_id))
     return out
 
 
@@ -283,29 +213,29 @@ def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...],
                tunnel_ofport: int | None) -> list[Flow]:
     """A plugged local VM port: classification, port security, DHCP, its own EIP, and its clause of every
     security group rule of its groups (`rules`: egress and ingress rule ids)."""
-    out = [flow(P.CLASSIFY, 100, {"in_port": of}, [("set", "metadata", vpc.vni), goto(P.PORT_SECURITY)],
+    out = [flow(P.CLASSIFY, 100, {"in_port": of}, [SetField("metadata", vpc.vni), goto(P.PORT_SECURITY)],
                 "port", p.id)]
     if p.eip_home_vtep and tunnel_ofport is not None:
         # its own EIP: off-VPC traffic goes to the instance homing that EIP (above the VPC's default route,
         # below every more specific one)
         out.append(flow(P.ROUTING, ROUTE_PRIORITY + 5, {"metadata": vpc.vni, "eth_dst": vpc.router_mac,
                                                         "eth_type": ETH_IP, "ipv4_src": p.ip},
-                        [("dec_ttl",), ("set", "eth_src", vpc.router_mac), ("set", "tunnel_id", vpc.vni),
-                         ("set", "tun_ipv4_dst", p.eip_home_vtep), ("output", tunnel_ofport)], "port", p.id))
+                        [DecTtl(), SetField("eth_src", vpc.router_mac), SetField("tunnel_id", vpc.vni),
+                         SetField("tun_ipv4_dst", p.eip_home_vtep), Output(tunnel_ofport)], "port", p.id))
     src = {"in_port": of, "eth_src": p.mac}
     out.append(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_IP, "ipv4_src": p.ip}, [goto(P.EGRESS_CT)],
                     "port", p.id))
     out.append(flow(P.PORT_SECURITY, 100, src | {"eth_type": ETH_ARP, "arp_spa": p.ip, "arp_sha": p.mac},
                     [goto(P.ARP_RESPONDER)], "port", p.id))
     out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 68, "udp_dst": 67},
-                    [("controller",)], "port", p.id))
+                    [Controller()], "port", p.id))
     egress, ingress = rules
     if egress:
         out.append(flow(P.EGRESS_ACL, ACL_PRIORITY, {"in_port": of, "ct_state": CT_NEW_TRK},
-                        [("conj", rid, 1, 2) for rid in egress], "port", p.id))
+                        [Conjunction(rid, 1, 2) for rid in egress], "port", p.id))
     if ingress:
         out.append(flow(P.INGRESS_ACL, ACL_PRIORITY, {P.REG_DST_PORT: of, "ct_state": CT_NEW_TRK},
-                        [("conj", rid, 1, 2) for rid in ingress], "port", p.id))
+                        [Conjunction(rid, 1, 2) for rid in ingress], "port", p.id))
     return out
 
 
@@ -322,9 +252,9 @@ def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
         else:
             table, remote, stamp, nxt = P.INGRESS_ACL, "ipv4_src", "ct_label", P.DELIVER
         for mt in rule_matches(rule, remote):
-            out.append(flow(table, ACL_PRIORITY, md | mt, [("conj", rule.id, 2, 2)], "rule", obj))
+            out.append(flow(table, ACL_PRIORITY, md | mt, [Conjunction(rule.id, 2, 2)], "rule", obj))
         out.append(flow(table, ACL_PRIORITY, {"conj_id": rule.id, "eth_type": ETH_IP, "ct_state": CT_NEW_TRK},
-                        [("ct", True, zone, None, (("load", stamp, 0, 32, rule.id),)), goto(nxt)], "rule", obj))
+                        [Ct(True, zone, None, (Load(stamp, 0, 32, rule.id),)), goto(nxt)], "rule", obj))
         if rule.direction == "egress":
             for state in (P.CT_EST, P.CT_REL):
                 st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW), "ct_mark": rule.id}

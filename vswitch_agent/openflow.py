@@ -18,7 +18,20 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from vswitch_agent import pipeline as P
-from vswitch_agent.flows import Flow
+from vswitch_agent.actions import (
+    Action,
+    Conjunction,
+    Controller,
+    Ct,
+    DecTtl,
+    GotoTable,
+    Load,
+    Move,
+    Output,
+    OutputReg,
+    SetField,
+)
+from vswitch_agent.flow import Flow
 
 NX_CT_RECIRC_NONE = 255
 ALL_COOKIE = 0xFFFFFFFFFFFFFFFF
@@ -35,50 +48,55 @@ def _value(v: Any) -> Any:
     return tuple(v) if isinstance(v, tuple) else v
 
 
-def _action(a: tuple) -> Any:
-    op = a[0]
-    if op == "output":
-        return parser.OFPActionOutput(a[1], ofp.OFPCML_NO_BUFFER if a[1] == P.OFPP_CONTROLLER else 0)
-    if op == "controller":
-        return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
-    if op == "output_reg":
-        return parser.NXActionOutputReg(ofs_nbits=nicira_ext.ofs_nbits(0, 31), src=a[1], max_len=0)
-    if op == "set":
-        return parser.OFPActionSetField(**{a[1]: a[2]})
-    if op == "load":
-        _, name, ofs, nbits, value = a
-        return parser.NXActionRegLoad(ofs_nbits=nicira_ext.ofs_nbits(ofs, ofs + nbits - 1), dst=name, value=value)
-    if op == "move":
-        return parser.NXActionRegMove(src_field=a[1], dst_field=a[2], n_bits=a[3])
-    if op == "dec_ttl":
-        return parser.OFPActionDecNwTtl()
-    if op == "ct":
-        _, commit, zone, table, exec_ = a
-        return parser.NXActionCT(flags=1 if commit else 0, zone_src="", zone_ofs_nbits=zone,
-                                 recirc_table=NX_CT_RECIRC_NONE if table is None else table, alg=0,
-                                 actions=[_action(x) for x in exec_])
-    if op == "conj":
-        _, cid, clause, n = a
-        return parser.NXActionConjunction(clause=clause - 1, n_clauses=n, id_=cid)  # 0-based on the wire
-    raise ValueError(f"unknown action {a!r}")
+def _action(a: Action) -> Any:
+    """The os-ken object of one action (GotoTable and metadata are instructions: see instructions())."""
+    match a:
+        case Output(port=port):
+            return parser.OFPActionOutput(port, ofp.OFPCML_NO_BUFFER if port == P.OFPP_CONTROLLER else 0)
+        case Controller():
+            return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+        case OutputReg(field=field):
+            return parser.NXActionOutputReg(ofs_nbits=nicira_ext.ofs_nbits(0, 31), src=field, max_len=0)
+        case SetField(field=field, value=value):
+            return parser.OFPActionSetField(**{field: value})
+        case Load(field=field, ofs=ofs, nbits=nbits, value=value):
+            return parser.NXActionRegLoad(ofs_nbits=nicira_ext.ofs_nbits(ofs, ofs + nbits - 1), dst=field,
+                                          value=value)
+        case Move(src=src, dst=dst, nbits=nbits):
+            return parser.NXActionRegMove(src_field=src, dst_field=dst, n_bits=nbits)
+        case DecTtl():
+            return parser.OFPActionDecNwTtl()
+        case Ct(commit=commit, zone=zone, table=table, exec_=exec_):
+            return parser.NXActionCT(flags=1 if commit else 0, zone_src="", zone_ofs_nbits=zone,
+                                     recirc_table=NX_CT_RECIRC_NONE if table is None else table, alg=0,
+                                     actions=[_action(x) for x in exec_])
+        case Conjunction(id=cid, clause=clause, n=n):
+            return parser.NXActionConjunction(clause=clause - 1, n_clauses=n, id_=cid)  # 0-based on the wire
+    raise ValueError(f"not an action openflow.py encodes: {a!r}")
+
+
+def _split(actions: tuple[Action, ...]) -> tuple[list[Action], int | None, list[int]]:
+    """(apply-actions, metadata to write, tables to go to): OpenFlow 1.3 writes metadata and goes to a table
+    with instructions, not actions."""
+    apply, metadata, gotos = [], None, []
+    for a in actions:
+        if isinstance(a, GotoTable):
+            gotos.append(a.table)
+        elif isinstance(a, SetField) and a.field == "metadata":
+            metadata = a.value
+        else:
+            apply.append(a)
+    return apply, metadata, gotos
 
 
 def instructions(f: Flow) -> list:
-    actions, inst, metadata = [], [], None
-    for a in f.actions:
-        if a[0] == "goto":
-            continue
-        if a[0] == "set" and a[1] == "metadata":
-            metadata = a[2]  # OpenFlow 1.3 writes metadata with an instruction, not an action
-            continue
-        actions.append(_action(a))
-    if actions:
-        inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+    apply, metadata, gotos = _split(f.actions)
+    inst: list = []
+    if apply:
+        inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [_action(a) for a in apply]))
     if metadata is not None:
         inst.append(parser.OFPInstructionWriteMetadata(metadata, 0xFFFFFFFFFFFFFFFF))
-    for a in f.actions:
-        if a[0] == "goto":
-            inst.append(parser.OFPInstructionGotoTable(a[1]))
+    inst += [parser.OFPInstructionGotoTable(t) for t in gotos]
     return inst
 
 
@@ -109,24 +127,17 @@ def _match_bytes(match: tuple) -> bytes:
 
 
 @lru_cache(maxsize=1 << 16)
-def _action_bytes(a: tuple) -> bytes:
+def _action_bytes(a: Action) -> bytes:
     buf = bytearray()
     _action(a).serialize(buf, 0)
     return bytes(buf)
 
 
-def _instructions_bytes(actions: tuple) -> bytes:
-    out, metadata, gotos = [], None, []
-    for a in actions:
-        if a[0] == "goto":
-            gotos.append(a[1])
-        elif a[0] == "set" and a[1] == "metadata":
-            metadata = a[2]
-        else:
-            out.append(_action_bytes(a))
+def _instructions_bytes(actions: tuple[Action, ...]) -> bytes:
+    apply, metadata, gotos = _split(actions)
     parts = []
-    if out:
-        body = b"".join(out)
+    if apply:
+        body = b"".join(_action_bytes(a) for a in apply)
         parts.append(struct.pack("!HH4x", ofp.OFPIT_APPLY_ACTIONS, 8 + len(body)) + body)
     if metadata is not None:
         parts.append(struct.pack("!HH4xQQ", ofp.OFPIT_WRITE_METADATA, 24, metadata, 0xFFFFFFFFFFFFFFFF))

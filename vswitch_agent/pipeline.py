@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vswitch_agent.actions import Action, Ct, GotoTable, Load, Move, SetField
+
 
 class PipelineViolation(ValueError):
     """A flow that breaks its table's declaration (matches, sets or goes where the table may not)."""
@@ -42,20 +44,19 @@ class Table:
         if any(t <= self.id for t in self.next):
             raise PipelineViolation(f"table {self.name} goes back to {sorted(self.next)}: the pipeline has no loops")
 
-    def verify(self, match: Iterable[str], actions: Iterable[tuple]) -> None:
+    def verify(self, match: Iterable[str], actions: Iterable[Action]) -> None:
         """Raises PipelineViolation naming what a flow does that this table does not declare."""
         if bad := set(match) - self.may_match:
             raise PipelineViolation(f"table {self.name} may not match {sorted(bad)}")
         for a in actions:
-            if a[0] not in self.may_do:
-                raise PipelineViolation(f"table {self.name} may not {a[0]}: {a}")
+            if a.kind not in self.may_do:
+                raise PipelineViolation(f"table {self.name} may not {a.kind}: {a}")
             if bad := _targets(a) - self.next:
                 raise PipelineViolation(f"table {self.name} may not go to table(s) {sorted(bad)}: {a}")
             if bad := _sets(a) - self.may_set:
                 raise PipelineViolation(f"table {self.name} may not set {sorted(bad)}: {a}")
 
-
-    def verify_once(self, match: tuple[str, ...], actions: tuple[tuple, ...]) -> None:
+    def verify_once(self, match: tuple[str, ...], actions: tuple[Action, ...]) -> None:
         """`verify`, once per flow shape (100,000s of flows have a few dozen shapes)."""
         shape = (self.id, match, tuple(_shape(a) for a in actions))
         if shape not in _VERIFIED:
@@ -66,30 +67,34 @@ class Table:
 _VERIFIED: set[tuple] = set()
 
 
-def _shape(a: tuple) -> tuple:
+def _shape(a: Action) -> tuple:
     """What `verify` looks at in an action: its kind, the field it writes, the table it goes to."""
-    if a[0] == "ct":
-        return ("ct", a[3], tuple(_shape(x) for x in a[4]))
-    if a[0] == "move":
-        return ("move", a[2])
-    return (a[0], a[1]) if a[0] in ("set", "load", "goto") else (a[0],)
+    if isinstance(a, Ct):
+        return (a.kind, a.table, tuple(_shape(x) for x in a.exec_))
+    if isinstance(a, Move):
+        return (a.kind, a.dst)
+    if isinstance(a, SetField | Load):
+        return (a.kind, a.field)
+    if isinstance(a, GotoTable):
+        return (a.kind, a.table)
+    return (a.kind,)
 
 
-def _targets(a: tuple) -> set[int]:
-    if a[0] == "goto":
-        return {a[1]}
-    if a[0] == "ct" and a[3] is not None:  # ("ct", commit, zone, recirculate to table, exec actions)
-        return {a[3]}
+def _targets(a: Action) -> set[int]:
+    if isinstance(a, GotoTable):
+        return {a.table}
+    if isinstance(a, Ct) and a.table is not None:  # recirculates to a table
+        return {a.table}
     return set()
 
 
-def _sets(a: tuple) -> set[str]:
-    if a[0] in ("set", "load"):
-        return {a[1]}
-    if a[0] == "move":
-        return {a[2]}
-    if a[0] == "ct":
-        return set().union(*(_sets(x) for x in a[4]))
+def _sets(a: Action) -> set[str]:
+    if isinstance(a, SetField | Load):
+        return {a.field}
+    if isinstance(a, Move):
+        return {a.dst}
+    if isinstance(a, Ct):
+        return set().union(*(_sets(x) for x in a.exec_))
     return set()
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from vswitch_agent import openflow
 from vswitch_agent.engine import BUCKETS
-from vswitch_agent.flows import Flow
+from vswitch_agent.flow import Flow
 
 log = logging.getLogger("tianji.agent")
 

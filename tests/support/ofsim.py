@@ -1,8 +1,13 @@
 """An in-memory model of OpenFlow tables and conntrack, for fast unit tests of the flow computation.
 
-A packet (a dict of header fields) goes in; the model walks the tables the way Open vSwitch would and
-returns what comes out: (port, packet) pairs, and packet-ins for the controller. It models exactly the
-match fields and actions `flows.py` uses, and raises on anything else so a new action cannot go untested.
+It installs what the agent would send: every flow is encoded by `vswitch_agent.openflow.flow_add_bytes`, parsed
+back by os-ken's OpenFlow 1.3 parser, and the parsed match and instructions are what the model runs, so a flow
+that the encoder gets wrong fails here as it would on a switch. Installing refuses two flows of one table and
+priority that can match the same packet (Open vSwitch picks either: the pipeline must never leave it a choice).
+
+A packet (a dict of header fields) goes in; the model walks the tables the way Open vSwitch would and returns what
+comes out: (port, packet) pairs, and packet-ins for the controller. It models exactly the match fields and actions
+`flows.py` uses, and raises on anything else so a new action cannot go untested.
 """
 
 from __future__ import annotations
@@ -12,10 +17,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from os_ken.ofproto import ofproto_parser, ofproto_protocol
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from vswitch_agent import openflow
 from vswitch_agent import pipeline as P
-from vswitch_agent.flows import Flow
+from vswitch_agent.flow import Flow
 
 CONTROLLER = "controller"
+NO_RECIRC = openflow.NX_CT_RECIRC_NONE
+_DP = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
+
+
+class OverlapError(AssertionError):
+    """Two flows of one table and priority that can match the same packet."""
 
 
 def _as_int(v: Any) -> int:
@@ -28,16 +44,76 @@ def _as_int(v: Any) -> int:
     raise TypeError(f"cannot compare {v!r}")
 
 
+def _value_mask(v: Any) -> tuple[int, int]:
+    if isinstance(v, tuple):
+        return _as_int(v[0]), _as_int(v[1])
+    return _as_int(v), -1  # every bit
+
+
 def field_matches(pkt: dict, name: str, want: Any) -> bool:
     have = pkt.get(name)
     if name == "ct_state" and have is None:
         have = 0
     if have is None:
         return False
-    if isinstance(want, tuple):
-        value, mask = want
-        return _as_int(have) & _as_int(mask) == _as_int(value) & _as_int(mask)
-    return _as_int(have) == _as_int(want)
+    value, mask = _value_mask(want)
+    return _as_int(have) & mask == value & mask
+
+
+@dataclass(frozen=True)
+class WireFlow:
+    """A flow as the switch receives it: os-ken's parse of the bytes the agent sends."""
+
+    table: int
+    priority: int
+    cookie: int
+    match: tuple[tuple[str, Any], ...]
+    actions: tuple[Any, ...]  # os-ken action objects (apply-actions), in order
+    metadata: int | None  # write-metadata instruction
+    goto: int | None  # goto-table instruction
+
+    @classmethod
+    def of(cls, f: Flow) -> WireFlow:
+        data = openflow.flow_add_bytes(f, 1)
+        version, msg_type, length, xid = ofproto_parser.header(data)
+        msg = ofproto_parser.msg(_DP, version, msg_type, length, xid, data)
+        actions, metadata, goto = [], None, None
+        for inst in msg.instructions:
+            if isinstance(inst, parser.OFPInstructionActions):
+                actions += inst.actions
+            elif isinstance(inst, parser.OFPInstructionWriteMetadata):
+                metadata = inst.metadata
+            elif isinstance(inst, parser.OFPInstructionGotoTable):
+                goto = inst.table_id
+            else:
+                raise NotImplementedError(f"instruction {inst!r} is not modelled")
+        return cls(msg.table_id, msg.priority, msg.cookie, tuple(msg.match.items()), tuple(actions), metadata, goto)
+
+    def m(self) -> dict[str, Any]:
+        return dict(self.match)
+
+    @property
+    def conjunctive(self) -> bool:
+        return bool(self.actions) and all(isinstance(a, parser.NXActionConjunction) for a in self.actions)
+
+
+def overlap(a: WireFlow, b: WireFlow) -> bool:
+    """Whether some packet matches both and the two do different things (same table and priority assumed).
+    Clause flows of conjunctions share a priority by design, and a conj_id flow is reached only through its
+    conjunction; two flows that do the same thing leave Open vSwitch no choice that matters."""
+    if a.conjunctive and b.conjunctive:
+        return False
+    if (repr(a.actions), a.metadata, a.goto) == (repr(b.actions), b.metadata, b.goto):
+        return False
+    if ("conj_id" in a.m()) != ("conj_id" in b.m()):
+        return False
+    bm = b.m()
+    for name, want in a.match:
+        if name in bm:
+            (va, ma), (vb, mb) = _value_mask(want), _value_mask(bm[name])
+            if va & ma & mb != vb & ma & mb:
+                return False
+    return True
 
 
 @dataclass
@@ -49,24 +125,40 @@ class Conn:
 
 @dataclass
 class Switch:
+    """Tables built from `flows` (re-installed whenever `flows` is set), and conntrack."""
+
     flows: set[Flow]
     conntrack: dict[int, dict[tuple, Conn]] = field(default_factory=dict)
-    hits: dict[Flow, int] = field(default_factory=dict)
 
-    def tables(self) -> dict[int, list[Flow]]:
-        out: dict[int, list[Flow]] = {}
-        for f in sorted(self.flows, key=lambda f: -f.priority):  # stable: equal priorities stay together
-            out.setdefault(f.table, []).append(f)
-        return out
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "flows":
+            super().__setattr__("tables", self.install(value))
+
+    @staticmethod
+    def install(flows: Iterable[Flow]) -> dict[int, list[WireFlow]]:
+        """Each table's flows, highest priority first; OverlapError for an ambiguous pair."""
+        levels: dict[tuple[int, int], list[WireFlow]] = {}
+        for f in flows:
+            w = WireFlow.of(f)
+            level = levels.setdefault((w.table, w.priority), [])
+            for other in level:
+                if overlap(w, other):
+                    raise OverlapError(f"flows of equal priority overlap:\n  {other}\n  {w}")
+            level.append(w)
+        tables: dict[int, list[WireFlow]] = {}
+        for (table, _), level in sorted(levels.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+            tables.setdefault(table, []).extend(level)
+        return tables
 
     def inject(self, pkt: dict) -> list[tuple[Any, dict]]:
         pkt = dict(pkt)
         pkt.setdefault("metadata", 0)
         for r in range(8):
             pkt.setdefault(f"reg{r}", 0)
-        return self._run(pkt, 0, self.tables(), depth=0)
+        return self._run(pkt, 0, depth=0)
 
-    def _lookup(self, table: list[Flow], pkt: dict) -> Flow | None:
+    def _lookup(self, table: list[WireFlow], pkt: dict) -> WireFlow | None:
         """The highest-priority match, with conjunctive matches as Open vSwitch does them: at one priority, a
         conjunction whose every clause matched stands for the flow matching conj_id=id (and the rest)."""
         i = 0
@@ -79,14 +171,13 @@ class Switch:
             hits = [f for f in level if "conj_id" not in f.m() and all(field_matches(pkt, k, v) for k, v in f.match)]
             plain = [f for f in hits if not f.conjunctive]
             if plain:
-                assert len(plain) == 1, f"overlapping flows of equal priority: {plain}"
-                return plain[0]
+                return plain[0]  # install() made sure there is one
             clauses: dict[int, set[int]] = {}
             n_of: dict[int, int] = {}
             for f in hits:
-                for _, cid, k, n in f.actions:
-                    clauses.setdefault(cid, set()).add(k)
-                    n_of[cid] = n
+                for a in f.actions:
+                    clauses.setdefault(a.id, set()).add(a.clause)
+                    n_of[a.id] = a.n_clauses
             for cid in sorted(c for c, ks in clauses.items() if len(ks) == n_of[c]):
                 probe = pkt | {"conj_id": cid}
                 for f in level:
@@ -94,48 +185,53 @@ class Switch:
                         return f
         return None
 
-    def _run(self, pkt: dict, table_id: int, tables: dict[int, list[Flow]], depth: int) -> list[tuple[Any, dict]]:
-        out: list[tuple[Any, dict]] = []
+    def _run(self, pkt: dict, table_id: int, depth: int) -> list[tuple[Any, dict]]:
         if depth > 32:
             raise RuntimeError("pipeline loop")
-        f = self._lookup(tables.get(table_id, []), pkt)
+        f = self._lookup(self.tables.get(table_id, []), pkt)
         if f is None:
-            return out
-        self.hits[f] = self.hits.get(f, 0) + 1
+            return []
+        out: list[tuple[Any, dict]] = []
         for a in f.actions:
-            op = a[0]
-            if op == "goto":
-                assert a[1] > table_id, "goto must move forward"
-                return out + self._run(pkt, a[1], tables, depth + 1)
-            if op == "set":
-                pkt[a[1]] = a[2]
-            elif op == "load":
-                _, name, ofs, nbits, value = a
-                mask = ((1 << nbits) - 1) << ofs
-                cur = _as_int(pkt.get(name, 0))
-                pkt[name] = (cur & ~mask) | ((value << ofs) & mask)
-            elif op == "move":
-                _, src, dst, _nbits = a
-                pkt[dst] = pkt[src]
-            elif op == "dec_ttl":
-                if pkt.get("ttl", 64) <= 1:
-                    return out
-                pkt["ttl"] = pkt.get("ttl", 64) - 1
-            elif op == "output":
-                port = pkt["in_port"] if a[1] == P.OFPP_IN_PORT else a[1]
-                out.append((port, dict(pkt)))
-            elif op == "output_reg":
-                out.append((pkt[a[1]], dict(pkt)))
-            elif op == "controller":
-                out.append((CONTROLLER, dict(pkt)))
-            elif op == "ct":
-                _, commit, zone, table, exec_ = a
-                self._ct(pkt, zone, commit, exec_)
-                if table is not None:
-                    return out + self._run(pkt, table, tables, depth + 1)
-            else:
-                raise NotImplementedError(f"action {a!r} is not modelled")
+            result = self._act(a, pkt, out)
+            if result is _STOP:
+                return out
+            if isinstance(result, int):  # conntrack recirculated to a table
+                return out + self._run(pkt, result, depth + 1)
+        if f.metadata is not None:
+            pkt["metadata"] = f.metadata
+        if f.goto is not None:
+            assert f.goto > table_id, "goto must move forward"
+            return out + self._run(pkt, f.goto, depth + 1)
         return out
+
+    def _act(self, a: Any, pkt: dict, out: list) -> Any:
+        """Apply one action; _STOP ends the packet, an int recirculates it to that table."""
+        if isinstance(a, parser.OFPActionSetField):
+            pkt[a.key] = a.value
+        elif isinstance(a, parser.NXActionRegLoad):
+            ofs, nbits = a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1
+            mask = ((1 << nbits) - 1) << ofs
+            pkt[a.dst] = (_as_int(pkt.get(a.dst, 0)) & ~mask) | ((a.value << ofs) & mask)
+        elif isinstance(a, parser.NXActionRegMove):
+            assert a.src_ofs == a.dst_ofs == 0, "moves of whole fields only"
+            pkt[a.dst_field] = pkt[a.src_field]
+        elif isinstance(a, parser.OFPActionDecNwTtl):
+            if pkt.get("ttl", 64) <= 1:
+                return _STOP
+            pkt["ttl"] = pkt.get("ttl", 64) - 1
+        elif isinstance(a, parser.OFPActionOutput):
+            port = {P.OFPP_IN_PORT: pkt["in_port"], ofp.OFPP_CONTROLLER: CONTROLLER}.get(a.port, a.port)
+            out.append((port, dict(pkt)))
+        elif isinstance(a, parser.NXActionOutputReg):
+            out.append((pkt[a.src], dict(pkt)))
+        elif isinstance(a, parser.NXActionCT):
+            self._ct(pkt, a.zone_ofs_nbits, bool(a.flags & 1), a.actions)
+            if a.recirc_table != NO_RECIRC:
+                return a.recirc_table
+        else:
+            raise NotImplementedError(f"action {a!r} is not modelled")
+        return None
 
     @staticmethod
     def _key(pkt: dict) -> tuple:
@@ -159,12 +255,16 @@ class Switch:
         if commit:
             if c is None:
                 c = table[key] = Conn()
-            for _, name, ofs, nbits, value in exec_:
+            for load in exec_:
+                ofs, nbits = load.ofs_nbits >> 6, (load.ofs_nbits & 0x3F) + 1
                 mask = ((1 << nbits) - 1) << ofs
-                if name == "ct_mark":
-                    c.mark = (c.mark & ~mask) | (value << ofs)
+                if load.dst == "ct_mark":
+                    c.mark = (c.mark & ~mask) | (load.value << ofs)
                 else:
-                    c.label = (c.label & ~mask) | (value << ofs)
+                    c.label = (c.label & ~mask) | (load.value << ofs)
         pkt["ct_state"] = state | P.CT_TRK
         pkt["ct_mark"] = c.mark if c else 0
         pkt["ct_label"] = c.label if c else 0
+
+
+_STOP = object()

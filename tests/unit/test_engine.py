@@ -18,7 +18,8 @@ from tianji.southbound import (
     Vtep,
 )
 from vswitch_agent.engine import FlowEngine
-from vswitch_agent.flows import compute_flows, object_hash
+from vswitch_agent.flow import object_hash
+from vswitch_agent.flows import compute_flows
 
 VPCS = {"A": 1001, "B": 1002, "C": 1003}
 CIDR = {"A": "10.1.0.0/16", "B": "10.2.0.0/16", "C": "10.1.0.0/16"}  # C overlaps A: another tenant

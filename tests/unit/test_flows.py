@@ -17,6 +17,7 @@ from tianji.southbound import (
     Vtep,
 )
 from vswitch_agent import pipeline as P
+from vswitch_agent.actions import Output
 from vswitch_agent.flows import compute_flows, port_masks
 
 TUN = 100
@@ -145,7 +146,7 @@ def test_arp_for_unknown_or_other_tenant_not_answered_and_never_tunnelled() -> N
     assert sw.inject(arp("a1", "10.0.1.2", "10.0.1.99")) == []
     # tenant C asks for A's address: not in C's VPC
     assert sw.inject(arp("c1", "10.0.1.2", "10.0.2.2")) == []
-    assert all(f.actions[-1:] != (("output", TUN),) for f in sw.flows if f.table == P.ARP_RESPONDER.id)
+    assert all(f.actions[-1:] != (Output(TUN),) for f in sw.flows if f.table == P.ARP_RESPONDER.id)
 
 
 def test_port_security_drops_spoofed_ip_mac_and_arp() -> None:
