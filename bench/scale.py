@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.control_plane import ControllerProcess, heartbeat_process
 from tests.support.controller import PgDatabase
-from topologies.hosts import Fabric, Hypervisor
+from topologies.hosts import Fabric
+from topologies.machines import Hypervisor
 
 S, P, BIND_EVERY, OTHER_HOSTS = 4, 25, 10, 99
 # OVN 23.03 on this machine kind (../shared/anchors/ovn/README.md), T x 4 x 25, seconds: (a) bulk, (b) port add

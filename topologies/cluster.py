@@ -20,7 +20,8 @@ from pathlib import Path
 
 from controller.client import ApiFailure, Client
 from tianji.statusfile import write_atomic
-from topologies.hosts import dhclient_pid, read_status
+from topologies.hosts import read_status
+from topologies.machines import Hypervisor, Vm
 
 TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
@@ -166,7 +167,7 @@ class Cluster:
                 hvs[hv_name] = hv
                 st.hypervisors[hv_name] = {"ns": ns, "rundir": str(sdir / hv_name),
                                            "vtep": f"{underlay.network_address + 10 + i}/{underlay.prefixlen}",
-                                           "mgmt_ip": str(mgmt_ip), "agent_pid": None}
+                                           "controller_ip": str(MGMT_NET.network_address + 1), "agent_pid": None}
             for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", [])),
                                       ("external", ExternalNode, topo.get("external", [])),
                                       ("onprem", OnPremNode, topo.get("onprem", []))):
@@ -217,15 +218,10 @@ class Cluster:
                 if i["role"] == "gateway":
                     st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway"})["token"]
             st.save()
-            for hv_name, hv in hvs.items():
-                info = st.hypervisors[hv_name]
-                st.pids += hv.start_ovs(Path(info["rundir"]))
+            for hv_name in hvs:
+                st.pids += c.hypervisor(hv_name).start_ovs()
                 st.save()
-                url = f"http://{MGMT_NET.network_address + 1}:{port}"
-                info["agent_pid"] = hv.start_agent(TIANJI, url, st.host_tokens[hv_name], info["vtep"], "ul0",
-                                                   sdir / "agents", sdir / f"agent-{hv_name}.log")
-                st.pids.append(info["agent_pid"])
-                st.save()
+                c.start_agent(hv_name)
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
             gateways = [n for n, i in st.nodes.items() if i["role"] == "gateway"]
@@ -292,19 +288,16 @@ class Cluster:
                 time.sleep(0.02)
 
     # --- nodes ---------------------------------------------------------------------------------------------
-    def hypervisor(self, name: str):
-        from topologies.nodes import HypervisorNode
-
+    def hypervisor(self, name: str) -> Hypervisor:
         info = self.state.hypervisors[name]
-        hv = HypervisorNode(name, nsname=info["ns"])
-        hv.rundir = Path(info["rundir"])
-        return hv
+        return Hypervisor(name, info["ns"], Path(info["rundir"]), info["vtep"], info["controller_ip"],
+                          info["agent_pid"])
 
     def vm_add(self, port_id: str, name: str | None = None, dhcp: bool = True) -> dict:
         """Plug a VM for a port on the port's host (the way Nova/OVN plug: veth + iface-id)."""
         from mininet.link import Link
 
-        from topologies.nodes import VmNode
+        from topologies.nodes import HypervisorNode, VmNode
 
         st = self.state
         port = self.admin.get(f"/v1/ports/{port_id}")
@@ -320,31 +313,25 @@ class Cluster:
         st.netns.append(ns)
         st.save()
         hv = self.hypervisor(port["host"])
-        vm = VmNode(name, nsname=ns)
-        tap = f"tp{port_id[:8]}"
-        Link(vm, hv, intfName1="eth0", intfName2=tap)
-        vm.prepare(port["mac"])
-        hv.run("ip", "link", "set", tap, "mtu", "1450", "up")
-        hv.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
-                 f"external_ids:iface-id={port_id}", f"external_ids:attached-mac={port['mac']}")
+        vm = Vm(name, ns, hv, port_id, f"tp{port_id[:8]}", port["mac"])
+        vm_node, hv_node = VmNode(name, nsname=ns), HypervisorNode(hv.name, nsname=hv.ns)
+        Link(vm_node, hv_node, intfName1="eth0", intfName2=vm.tap)
+        vm_node.terminate()  # the shells are no longer needed; the named namespaces and their link stay
+        hv_node.terminate()
+        vm.configure()
+        vm.plug(port_id)
         prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
         # DHCP is answered by the switch: wait until the agent has put this port's flows in, so the client's
         # first DISCOVER is answered instead of waiting seconds for its retransmission
-        deadline = time.time() + 10
-        while f"dl_src={port['mac']}" not in hv.ofctl("dump-flows", "br-int", "table=10"):
-            if time.time() > deadline:
-                raise SystemExit(f"the agent on {port['host']} did not program port {port_id} within 10 s; "
-                                 f"see {st.dir}/agent-{port['host']}.log")
-            time.sleep(0.02)
+        if not hv.wait_port_flows(port["mac"]):
+            raise SystemExit(f"the agent on {port['host']} did not program port {port_id} within 10 s; "
+                             f"see {st.dir}/agent-{port['host']}.log")
         if dhcp:
-            vm.dhcp(Path(st.dir))
-            if (pid := dhclient_pid(Path(st.dir) / f"{name}.dhclient.pid")) is not None:
+            if (pid := vm.dhcp(Path(st.dir))) is not None:
                 st.pids.append(pid)
         else:
             vm.static(port["ip"], prefix, subnet["gateway_ip"])
-        vm.terminate()  # the shells are no longer needed; the named namespaces and their links stay
-        hv.terminate()
-        info = {"name": name, "ns": ns, "port_id": port_id, "host": port["host"], "tap": tap, "ip": port["ip"],
+        info = {"name": name, "ns": ns, "port_id": port_id, "host": port["host"], "tap": vm.tap, "ip": port["ip"],
                 "mac": port["mac"], "prefixlen": prefix, "gateway": subnet["gateway_ip"]}
         st.vms[name] = info
         st.save()
@@ -353,9 +340,7 @@ class Cluster:
     def vm_remove(self, name: str) -> None:
         st = self.state
         info = st.vms.pop(name)
-        hv = st.hypervisors[info["host"]]
-        subprocess.run(["ip", "netns", "exec", hv["ns"], "ovs-vsctl", f"--db=unix:{hv['rundir']}/db.sock",
-                        "--if-exists", "del-port", "br-int", info["tap"]], capture_output=True)
+        self.hypervisor(info["host"]).unplug(info["tap"])
         _sh("ip", "netns", "del", info["ns"], check=False)
         if info["ns"] in st.netns:
             st.netns.remove(info["ns"])
@@ -421,11 +406,9 @@ class Cluster:
     def start_agent(self, hv: str) -> int:
         st = self.state
         info = st.hypervisors[hv]
-        node = self.hypervisor(hv)
-        url = f"http://{MGMT_NET.network_address + 1}:{st.controller_port}"
-        pid = node.start_agent(TIANJI, url, st.host_tokens[hv], info["vtep"], "ul0", Path(st.dir) / "agents",
-                               Path(st.dir) / f"agent-{hv}.log")
-        node.terminate()
+        url = f"http://{info['controller_ip']}:{st.controller_port}"
+        pid = self.hypervisor(hv).start_agent(TIANJI, url, st.host_tokens[hv], Path(st.dir) / "agents",
+                                              Path(st.dir) / f"agent-{hv}.log")
         info["agent_pid"] = pid
         st.pids.append(pid)
         st.save()

@@ -1,13 +1,12 @@
-"""Mininet node classes for the roles of a cloud.
+"""Mininet node classes for the roles of a cloud: the namespaces and links; what runs on a hypervisor or a VM is
+the one machine model in machines.py, shared with the plain fabric (hosts.py).
 
 Every node lives in a *named* network namespace (`ip netns`), so the cluster outlives the `tianji cluster up`
 process and later commands (`tianji cluster vm add`, tests, `down`) can reach it by name. Mininet still
 creates the shells and the links (veth pairs) between nodes.
 
-  HypervisorNode  private ovsdb-server + ovs-vswitchd (userspace datapath, own run directory), br-phy holding
-                  the underlay NIC and the VTEP IP, and a `tianji agent`
-  VmNode          a VM: plugged into its hypervisor's br-int by a veth carrying external_ids:iface-id, MTU 1450,
-                  TX checksum offload off, addressed by DHCP from the agent (or statically)
+  HypervisorNode  a hypervisor (its OVS and agent: machines.Hypervisor)
+  VmNode          a VM (plugged, configured and addressed: machines.Vm)
   GatewayNode     a gateway host on the underlay (NFV gateways come with their issues)
   ExternalNode    "the internet"
   OnPremNode      an on-premise site (private line, later issues)
@@ -16,7 +15,6 @@ creates the shells and the links (veth pairs) between nodes.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -59,48 +57,12 @@ class NamespaceNode(Host):
 
 
 class HypervisorNode(NamespaceNode):
-    """A hypervisor: its own Open vSwitch and its own tianji agent."""
-
-    def start_ovs(self, rundir: Path) -> list[int]:
-        from topologies.hosts import start_private_ovs
-
-        self.rundir = rundir
-        return start_private_ovs(self.nsname, rundir)
-
-    def start_agent(self, tianji: str, controller: str, token: str, vtep: str, underlay_if: str,
-                    state_dir: Path, log: Path) -> int:
-        cmd = ["ip", "netns", "exec", self.nsname, tianji, "agent", "--host", self.name, "--controller", controller,
-               "--token", token, "--vtep-ip", vtep, "--underlay-if", underlay_if, "--ovs-rundir", str(self.rundir),
-               "--state-dir", str(state_dir)]
-        with open(log, "ab") as f:
-            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        return p.pid
-
-    def vsctl(self, *args: str) -> str:
-        return self.run("ovs-vsctl", f"--db=unix:{self.rundir}/db.sock", *args).stdout
-
-    def ofctl(self, *args: str) -> str:
-        env = os.environ | {"OVS_RUNDIR": str(self.rundir)}
-        r = subprocess.run(["ip", "netns", "exec", self.nsname, "ovs-ofctl", "-O", "OpenFlow13", *args],
-                           capture_output=True, text=True, env=env, check=True)
-        return r.stdout
+    """A hypervisor's namespace and links; what runs on it (OVS, the agent) is machines.Hypervisor's."""
 
 
 class VmNode(NamespaceNode):
-    """A VM: eth0 is one end of a veth whose other end is plugged into the hypervisor's br-int."""
-
-    def prepare(self, mac: str) -> None:
-        self.run("ip", "link", "set", "eth0", "address", mac)
-        self.run("ip", "link", "set", "eth0", "mtu", "1450", "up")
-        self.run("ethtool", "-K", "eth0", "tx", "off")
-
-    def dhcp(self, lease_dir: Path) -> None:
-        self.run("dhclient", "-1", "-4", "-lf", str(lease_dir / f"{self.name}.leases"),
-                 "-pf", str(lease_dir / f"{self.name}.dhclient.pid"), "eth0", timeout=30)
-
-    def static(self, ip: str, prefixlen: int, gateway: str) -> None:
-        self.run("ip", "addr", "add", f"{ip}/{prefixlen}", "dev", "eth0")
-        self.run("ip", "route", "add", "default", "via", gateway)
+    """A VM's namespace; eth0 is one end of a veth whose other end is plugged into the hypervisor's br-int
+    (machines.Vm configures, plugs and addresses it)."""
 
 
 class GatewayNode(NamespaceNode):

@@ -13,7 +13,8 @@ import pytest
 
 from controller.client import Client
 from tests.conftest import Controller
-from topologies.hosts import Fabric, Hypervisor, Vm
+from topologies.hosts import Fabric
+from topologies.machines import Hypervisor, Vm
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> float:

@@ -1,0 +1,190 @@
+"""The emulated machines, one model for both fabrics: a hypervisor (its private Open vSwitch, its agent) and a VM
+(its interface, how it is plugged, how it gets its address).
+
+Two fabrics wire them: `hosts.Fabric` (plain namespaces and veths, for the agent's integration tests and the
+benchmarks) and `cluster.Cluster` (Mininet, for the scenarios and the demo). Whatever happens *on* a machine
+(starting OVS or the agent, plugging a VM the way Nova/OVN do, DHCP) is written once, here; the fabrics only make
+the namespaces and links and record what they made. Built the way ../shared/recipes/vxlan_ovs_ns.sh does it: one
+private ovsdb-server + ovs-vswitchd (userspace datapath) per hypervisor namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+VM_MTU = "1450"  # the VPCs' MTU: the underlay's 1500 less the VXLAN encapsulation
+
+
+def sh(*cmd: str, check: bool = True, ns: str | None = None, env: dict | None = None,
+       timeout: float = 30) -> subprocess.CompletedProcess:
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)} failed: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def spawn(ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:
+    """A long-running process in namespace `ns`, in its own session (stopped by its pid), output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=f, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+    return p.pid
+
+
+def dhclient_pid(pidfile: Path, wait: float = 5.0) -> int | None:
+    """The pid in a dhclient pid file. dhclient writes it after it daemonises, so it may exist and still be empty
+    for a moment."""
+    deadline = time.monotonic() + wait
+    while not (text := pidfile.read_text().strip() if pidfile.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(text) if text else None
+
+
+def start_private_ovs(ns: str, rundir: Path) -> list[int]:
+    """A private ovsdb-server + ovs-vswitchd (userspace datapath) inside namespace `ns`, with its own run
+    directory: one per emulated hypervisor (only one userspace ovs-vswitchd can run per namespace)."""
+    rundir.mkdir(parents=True, exist_ok=True)
+    db = rundir / "conf.db"
+    if not db.exists():
+        sh("ovsdb-tool", "create", str(db), "/usr/share/openvswitch/vswitch.ovsschema")
+    start_ovs_daemon("ovsdb-server", ns, rundir)
+    sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init", ns=ns, env=ovs_env(rundir))
+    start_ovs_daemon("ovs-vswitchd", ns, rundir)
+    return ovs_pids(rundir)
+
+
+def start_ovs_daemon(which: str, ns: str, rundir: Path) -> None:
+    """ovsdb-server or ovs-vswitchd of a private OVS instance, detached, its pid in RUNDIR/WHICH.pid."""
+    first = [str(rundir / "conf.db"), f"--remote=punix:{rundir}/db.sock"] if which == "ovsdb-server" \
+        else [f"unix:{rundir}/db.sock"]
+    sh(which, *first, "--detach", "--no-chdir", f"--pidfile={rundir}/{which}.pid", f"--log-file={rundir}/{which}.log",
+       "-vconsole:off", ns=ns, env=ovs_env(rundir))
+
+
+def ovs_env(rundir: Path) -> dict[str, str]:
+    return os.environ | {"OVS_RUNDIR": str(rundir), "OVS_LOGDIR": str(rundir), "OVS_DBDIR": str(rundir)}
+
+
+def ovs_pids(rundir: Path) -> list[int]:
+    return [int((rundir / p).read_text()) for p in ("ovsdb-server.pid", "ovs-vswitchd.pid") if (rundir / p).exists()]
+
+
+@dataclass
+class Hypervisor:
+    """A hypervisor: namespace `ns` with the underlay on ul0 and its own OVS (run directory `rundir`)."""
+
+    name: str
+    ns: str
+    rundir: Path
+    vtep: str  # the VTEP address with its prefix, e.g. 172.31.0.11/24 (the agent puts it on br-phy)
+    controller_ip: str  # the controller's address as seen from this namespace
+    agent_pid: int | None = None
+    of_port: int | None = None  # the agent's OpenFlow listener, if not the default
+
+    def start_ovs(self) -> list[int]:
+        return start_private_ovs(self.ns, self.rundir)
+
+    def agent_command(self, tianji: str, controller_url: str, token: str, state_dir: Path,
+                      underlay_if: str = "ul0") -> list[str]:
+        cmd = [tianji, "agent", "--host", self.name, "--controller", controller_url, "--token", token,
+               "--vtep-ip", self.vtep, "--underlay-if", underlay_if, "--ovs-rundir", str(self.rundir),
+               "--state-dir", str(state_dir)]
+        return cmd + (["--of-port", str(self.of_port)] if self.of_port is not None else [])
+
+    def start_agent(self, tianji: str, controller_url: str, token: str, state_dir: Path, log: Path) -> int:
+        self.agent_pid = spawn(self.ns, self.agent_command(tianji, controller_url, token, state_dir), log)
+        return self.agent_pid
+
+    def vsctl(self, *args: str) -> str:
+        return sh("ovs-vsctl", f"--db=unix:{self.rundir}/db.sock", *args, ns=self.ns).stdout
+
+    def ofctl(self, *args: str) -> str:
+        return sh("ovs-ofctl", "-O", "OpenFlow13", *args, ns=self.ns,
+                  env=os.environ | {"OVS_RUNDIR": str(self.rundir)}).stdout
+
+    def plug(self, tap: str, port_id: str, mac: str) -> None:
+        """Plug an interface into br-int the way Nova/OVN do: external_ids:iface-id names the port."""
+        self.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
+                   f"external_ids:iface-id={port_id}", f"external_ids:attached-mac={mac}")
+
+    def unplug(self, tap: str) -> None:
+        self.vsctl("--if-exists", "del-port", "br-int", tap)
+
+    def wait_port_flows(self, mac: str, timeout: float = 10) -> bool:
+        """Whether the agent put a port's port-security flows in within `timeout` (DHCP needs them)."""
+        deadline = time.time() + timeout
+        while f"dl_src={mac}" not in self.ofctl("dump-flows", "br-int", "table=10"):
+            if time.time() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def against_computed(self, config: dict, zones_file: Path) -> tuple[set[int], set[int], dict[str, int]]:
+        """(cookies computed from scratch, cookies on the switch, plugged ports): the flows `compute_flows` gives
+        for the controller's config (`config`: its JSON) and the switch's interfaces, which the incremental agent
+        must have arrived at, next to what br-int holds."""
+        from tianji.southbound import HostConfig
+        from vswitch_agent.flows import compute_flows
+        from vswitch_agent.ovsdb import Ovsdb
+
+        ofports, tunnel = Ovsdb(str(self.rundir)).interfaces()
+        zones = json.loads(zones_file.read_text())
+        want = {f.cookie for f in compute_flows(HostConfig.model_validate(config), ofports, tunnel, zones)}
+        have = {int(c, 16) for c in re.findall(r"cookie=(0x[0-9a-f]+)", self.ofctl("dump-flows", "br-int",
+                                                                                   "--no-stats"))}
+        return want, have, ofports
+
+
+@dataclass
+class Vm:
+    """A VM: namespace `ns` whose eth0 is one end of a veth; the other end, `tap`, is on its hypervisor."""
+
+    name: str
+    ns: str
+    hypervisor: Hypervisor
+    port_id: str
+    tap: str
+    mac: str
+    ip: str | None = None
+
+    def configure(self) -> None:
+        """eth0 with the port's MAC and the VPC's MTU, TX checksum offload off (the userspace datapath cannot
+        complete a veth's partial checksums); the tap up on the hypervisor."""
+        self.exec("ip", "link", "set", "eth0", "address", self.mac)
+        self.exec("ip", "link", "set", "eth0", "mtu", VM_MTU, "up")
+        self.exec("ethtool", "-K", "eth0", "tx", "off")
+        sh("ip", "link", "set", self.tap, "mtu", VM_MTU, "up", ns=self.hypervisor.ns)
+
+    def plug(self, port_id: str) -> None:
+        self.port_id = port_id
+        self.hypervisor.plug(self.tap, port_id, self.mac)
+
+    def dhcp(self, lease_dir: Path) -> int | None:
+        """Address eth0 by DHCP (answered by the agent); the dhclient's pid, to be stopped with the fabric."""
+        pidfile = lease_dir / f"{self.name}.dhclient.pid"
+        self.exec("dhclient", "-1", "-4", "-lf", str(lease_dir / f"{self.name}.leases"), "-pf", str(pidfile),
+                  "eth0", timeout=30)
+        return dhclient_pid(pidfile)
+
+    def static(self, ip: str, prefixlen: int, gateway: str) -> None:
+        self.exec("ip", "addr", "add", f"{ip}/{prefixlen}", "dev", "eth0")
+        self.exec("ip", "route", "add", "default", "via", gateway)
+        self.ip = ip
+
+    def exec(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return sh(*cmd, ns=self.ns, check=check, timeout=timeout)
+
+    def popen(self, *cmd: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], **kw)
+
+
+__all__ = ["Hypervisor", "Vm", "dhclient_pid", "ovs_env", "ovs_pids", "sh", "spawn", "start_ovs_daemon",
+           "start_private_ovs"]
