@@ -27,7 +27,8 @@ from scapy.layers.inet import IP, UDP
 
 from controller.client import Client
 from nfv_gateways.fastpath import FastNat
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
+from nfv_gateways.nat import NatTable, ip2int
+from nfv_gateways.nat_config import NatConfig, SnatRule
 from topologies.gwlab import GatewayLab
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))

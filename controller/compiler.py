@@ -225,15 +225,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     local, stale_ports = cached(s, f"ports:{host}", {vid: with_topology[vid] for vid in own})
     endpoints, stale_endpoints = cached(s, "endpoints", with_topology)
     groups, stale_groups = cached(s, "sg", {vid: revs[vid] for vid in own})
-    # a VPC's entry: own ones with their route tables, peered ones for their VNI, router MAC and subnets; it follows
-    # the VPC's revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology
-    # (which instances serve a NAT gateway)
-    entries: dict[str, VpcInfo] = {}
-    stale_entries: list[str] = []
-    for kind, ids in (("own-vpc", own), ("peer-vpc", vpcs.keys() - own)):
-        got, miss = cached(s, kind, {vid: with_topology[vid] for vid in ids})
-        entries.update(got)
-        stale_entries += miss
+    entries, stale_entries = _cached_entries(s, own, with_topology)
     subnets, stale_subnets = cached(s, "subnets", {vid: revs[vid] for vid in stale_entries})
     stale_own = [vid for vid in stale_entries if vid in own]
 
@@ -263,20 +255,42 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
            endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
     store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
+    user_routes, gateway_eips = _route_rows(rows)
+    for vid in stale_entries:
+        routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
+                         instances) if vid in own else []
+        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes)
+        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
+
+    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
+                    entries, local, endpoints, {gid: g for vid in own for gid, g in groups[vid].items()}, vteps)
+
+
+def _cached_entries(s: Session, own: frozenset[str], versions: dict[str, tuple]) -> tuple[dict, list[str]]:
+    """The VPC entries the cache holds, and the VPCs whose entry it does not. An entry (own VPCs with their route
+    tables, peered ones for their VNI, router MAC and subnets) follows the VPC's revision (subnets, routes,
+    peerings, NAT gateways and their EIPs all stamp it) and the topology (which instances serve a NAT gateway)."""
+    entries: dict[str, VpcInfo] = {}
+    stale: list[str] = []
+    for kind, ids in (("own-vpc", own), ("peer-vpc", versions.keys() - own)):
+        got, miss = cached(s, kind, {vid: versions[vid] for vid in ids})
+        entries.update(got)
+        stale += miss
+    return entries, stale
+
+
+def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]]]:
+    """The user routes read, per VPC, and the EIPs of the NAT gateways read, per gateway."""
     user_routes: dict[str, list] = defaultdict(list)
     for r in rows["routes"]:
         user_routes[r.vpc_id].append(r)
     gateway_eips: dict[str, list[str]] = defaultdict(list)
     for gid, eid in rows["gateways"]:
         gateway_eips[gid] += [eid] if eid else []
-    for vid in stale_entries:
-        v = vpcs[vid]
-        routes = _routes(v, vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
-                         instances) if vid in own else []
-        entries[vid] = VpcInfo.model_construct(id=vid, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr,
-                                               router_mac=v.router_mac, subnets=list(subnets[vid]), routes=routes)
-        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
+    return user_routes, gateway_eips
 
-    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
-                    entries, local, endpoints, {gid: g for vid in own for gid, g in groups[vid].items()}, vteps)
 
+def _vpc_entry(v: Any, subnets: Any, routes: list) -> VpcInfo:
+    """A VPC's entry in a host's config: VNI, router MAC, subnets, and its route table if it has a local port."""
+    return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
+                                   subnets=list(subnets), routes=routes)

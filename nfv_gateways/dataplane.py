@@ -19,7 +19,7 @@ import subprocess
 import time
 
 from nfv_gateways.fastpath import FastNat, carray
-from nfv_gateways.nat import NatConfig
+from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.native_api import NATIVE, FastPathUnavailable, constants, counter_names
 from nfv_gateways.native_api import build as build_library
 from nfv_gateways.native_api import load as load_library

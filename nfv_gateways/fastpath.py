@@ -14,7 +14,8 @@ from __future__ import annotations
 import ctypes
 from collections import Counter
 
-from nfv_gateways.nat import NatConfig, NatTable, Verdict
+from nfv_gateways.nat import NatTable, Verdict
+from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.native_api import FastPathUnavailable, constants
 from nfv_gateways.native_api import load as load_library
 from nfv_gateways.packet import PROTO_ICMP, l4_ports, parse_ip4

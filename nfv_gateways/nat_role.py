@@ -7,7 +7,8 @@ import logging
 
 from nfv_gateways.dataplane import EXT, UL
 from nfv_gateways.framework import Gateway, PacketStage, VpcParts
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule
+from nfv_gateways.nat import NatTable
+from nfv_gateways.nat_config import NatConfig, SnatRule
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, ip2int
 from tianji.southbound import GatewaySection
 

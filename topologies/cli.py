@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from topologies.cluster import DEFAULT_STATE, Cluster, State
+from topologies.cluster import DEFAULT_STATE, Cluster
+from topologies.cluster_state import State
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Emulated cluster: hypervisors with OVS + agent, VMs.")
 console = Console(width=None if sys.stdout.isatty() else 160)

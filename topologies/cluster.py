@@ -7,79 +7,28 @@ Processes are stopped by PID, namespaces and links deleted by name; nothing else
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controller.client import ApiFailure, Client
-from tianji.statusfile import write_atomic
+from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
-from topologies.machines import Hypervisor, Vm
+from topologies.machines import GatewayHost, Hypervisor, Vm
 
-TOPOLOGIES = Path(__file__).parent / "data"
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
+EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
+DEFAULT_STATE = Path("/run/tianji-cluster")
+
+
 def controller_env() -> dict[str, str]:
     """NAT instances fail over fast here: five beats (TIANJI_GATEWAY_BEAT, 0.1 s) of silence (overridable)."""
     return os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": os.environ.get("TIANJI_GATEWAY_DOWN_AFTER", "0.5")}
-EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
-DEFAULT_STATE = Path("/run/tianji-cluster")
-_SAVE_LOCK = threading.Lock()
-
-
-def load_topology(name_or_path: str) -> dict:
-    p = Path(name_or_path)
-    if not p.exists():
-        p = TOPOLOGIES / f"{name_or_path}.json"
-    if not p.exists():
-        known = ", ".join(sorted(x.stem for x in TOPOLOGIES.glob("*.json")))
-        raise SystemExit(f"unknown topology {name_or_path!r}: use one of {known}, or a path to a JSON file")
-    topo = json.loads(p.read_text())
-    for key in ("hypervisors",):
-        if not topo.get(key):
-            raise SystemExit(f"topology {p}: '{key}' must list at least one node")
-    return topo
-
-
-@dataclass
-class State:
-    name: str
-    dir: str
-    topology: dict = field(default_factory=dict)
-    controller_url: str = ""
-    controller_port: int = 0
-    admin_token: str = ""
-    host_tokens: dict[str, str] = field(default_factory=dict)  # one credential per host, bound to it
-    orchestrator_token: str = ""  # binds ports to hypervisors, as Nova or a CNI plugin would
-    netns: list[str] = field(default_factory=list)
-    links: list[str] = field(default_factory=list)  # root-namespace bridges and interfaces
-    pids: list[int] = field(default_factory=list)
-    hypervisors: dict[str, dict] = field(default_factory=dict)
-    vms: dict[str, dict] = field(default_factory=dict)
-    nodes: dict[str, dict] = field(default_factory=dict)
-    up_seconds: float | None = None
-
-    @property
-    def path(self) -> Path:
-        return Path(self.dir) / "state.json"
-
-    def save(self) -> None:
-        with _SAVE_LOCK:  # VMs may be plugged from several threads
-            write_atomic(self.path, json.dumps(asdict(self), indent=1))
-
-    @classmethod
-    def load(cls, state_dir: Path) -> State:
-        p = state_dir / "state.json"
-        if not p.exists():
-            raise SystemExit(f"no cluster state at {p}: bring one up with `tianji cluster up`")
-        return cls(**json.loads(p.read_text()))
 
 
 def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -106,12 +55,10 @@ class Cluster:
     @classmethod
     def up(cls, topology: str = "small", *, name: str = "tj", state_dir: Path = DEFAULT_STATE,
            database_url: str | None = None, progress=print) -> Cluster:
-        from mininet.link import Link
         from mininet.log import setLogLevel
-        from mininet.net import Mininet
 
         from topologies.hosts import check_prerequisites
-        from topologies.nodes import ExternalNode, GatewayNode, HypervisorNode, OnPremNode, Segment
+        from topologies.wiring import wire
 
         check_prerequisites()
         setLogLevel("warning")
@@ -123,110 +70,28 @@ class Cluster:
                              f"`tianji cluster down --name {name}` first")
         if sdir.exists():
             shutil.rmtree(sdir)
-        st = State(name=name, dir=str(sdir), topology=topo)
+        st = State(name=name, dir=str(sdir), topology=topo, database_url=database_url or "")
         st.save()
         c = cls(st)
         try:
             # the controller, on SQLite in the cluster's state directory unless a database URL is given
-            port = _free_port()
-            cdir = sdir / "controller"
-            cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(port), "--state-dir",
-                   str(cdir), "--host-down-after", "6", "--log-level", "warning"]
-            if database_url:
-                cmd += ["--database-url", database_url]
-            cdir.mkdir(parents=True, exist_ok=True)
-            with open(sdir / "controller.log", "ab") as log:
-                p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=controller_env())
-            st.pids.append(p.pid)
-            st.controller_port, st.controller_url = port, f"http://127.0.0.1:{port}"
+            st.controller_port = _free_port()
+            st.controller_url = f"http://127.0.0.1:{st.controller_port}"
+            st.pids.append(c._start_controller())
             st.save()
-            progress(f"controller started (pid {p.pid}) on port {port}")
-
-            net = Mininet(topo=None, build=False, controller=None, switch=Segment, cleanup=False,
-                          autoSetMacs=False, link=Link)
-            c.net = net
-            ul = net.addSwitch(f"{name}-ul", cls=Segment)
-            mg = net.addSwitch(f"{name}-mg", cls=Segment)
-            ex = net.addSwitch(f"{name}-ex", cls=Segment)
-            st.links += [ul.name, mg.name, ex.name]
-            st.save()
-            hvs = {}
-            underlay = ipaddress.IPv4Network(topo.get("underlay", "172.31.0.0/24"))
-            for i, hv_name in enumerate(topo["hypervisors"], start=1):
-                ns = f"{name}-{hv_name}"
-                st.netns.append(ns)
-                st.save()
-                hv = net.addHost(hv_name, cls=HypervisorNode, nsname=ns, ip=None)
-                net.addLink(hv, ul, intfName1="ul0", intfName2=f"{name}{hv_name}u"[:15])
-                net.addLink(hv, mg, intfName1="mgmt0", intfName2=f"{name}{hv_name}m"[:15])
-                mgmt_ip = MGMT_NET.network_address + 10 + i
-                hv.run("ip", "addr", "add", f"{mgmt_ip}/{MGMT_NET.prefixlen}", "dev", "mgmt0")
-                hv.run("ip", "link", "set", "mgmt0", "up")
-                hv.run("ip", "link", "set", "ul0", "up")
-                hvs[hv_name] = hv
-                st.hypervisors[hv_name] = {"ns": ns, "rundir": str(sdir / hv_name),
-                                           "vtep": f"{underlay.network_address + 10 + i}/{underlay.prefixlen}",
-                                           "controller_ip": str(MGMT_NET.network_address + 1), "agent_pid": None}
-            for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", [])),
-                                      ("external", ExternalNode, topo.get("external", [])),
-                                      ("onprem", OnPremNode, topo.get("onprem", []))):
-                for j, n in enumerate(names, start=1):
-                    ns = f"{name}-{n}"
-                    st.netns.append(ns)
-                    node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
-                    info: dict = {"ns": ns, "role": role}
-                    if role == "gateway":
-                        net.addLink(node, ul, intfName1="ul0", intfName2=f"{name}{n}u"[:15])
-                        net.addLink(node, ex, intfName1="ext0", intfName2=f"{name}{n}x"[:15])
-                        net.addLink(node, mg, intfName1="mgmt0", intfName2=f"{name}{n}m"[:15])
-                        addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
-                        node.run("ip", "addr", "add", addr, "dev", "ul0")
-                        mgmt_ip = MGMT_NET.network_address + 100 + j
-                        node.run("ip", "addr", "add", f"{mgmt_ip}/{MGMT_NET.prefixlen}", "dev", "mgmt0")
-                        # full checksums on the wire: the hypervisors' userspace datapath (and the gateway's own
-                        # packet socket) cannot complete a veth's offloaded partial checksum
-                        node.run("ethtool", "-K", "ul0", "tx", "off")
-                        info["underlay_ip"] = addr
-                    elif role == "onprem" and topo.get("gateways"):
-                        gw = net.get(topo["gateways"][0])  # the private line ends on the first gateway host
-                        net.addLink(node, gw, intfName1="pl0", intfName2=f"pl-{n}"[:15])
-                    elif role == "external":
-                        net.addLink(node, ex, intfName1="eth0", intfName2=f"{name}{n}x"[:15])
-                        node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")
-                        node.run("ip", "link", "set", "eth0", "up")
-                        node.run("ethtool", "-K", "eth0", "tx", "off")  # full checksums (see the gateway's ul0)
-                        node.run("ip", "route", "add", EIP_POOL, "dev", "eth0")  # the EIPs are on this segment
-                        info["ip"] = f"198.51.100.{j}"
-                    for intf in node.intfList():
-                        node.run("ip", "link", "set", intf.name, "up", check=False)
-                    st.nodes[n] = info
-                    st.save()
-            net.build()
-            for sw in (ul, mg, ex):
-                sw.start([])
-            _sh("ip", "addr", "add", f"{MGMT_NET.network_address + 1}/{MGMT_NET.prefixlen}", "dev", mg.name)
-            progress(f"Mininet: {len(hvs)} hypervisors, {len(st.nodes)} other nodes, underlay {underlay}")
-
-            # OVS and agents on every hypervisor, then wait until every agent has reported in
-            admin = c._admin(wait=True)
-            st.admin_token = admin.http.headers["Authorization"].split()[1]
-            st.orchestrator_token = admin.post("/v1/orchestrator-tokens", {"name": "orchestrator"})["token"]
-            for hv_name in hvs:
-                st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
-            for n, i in st.nodes.items():
-                if i["role"] == "gateway":
-                    st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway"})["token"]
-            st.save()
-            for hv_name in hvs:
+            progress(f"controller started (pid {st.pids[-1]}) on port {st.controller_port}")
+            c.net = wire(st, MGMT_NET, EIP_POOL)
+            progress(f"Mininet: {len(st.hypervisors)} hypervisors, {len(st.nodes)} other nodes, underlay "
+                     f"{topo.get('underlay', '172.31.0.0/24')}")
+            c._issue_credentials()
+            for hv_name in st.hypervisors:  # OVS and agents on every hypervisor, then wait until all report in
                 st.pids += c.hypervisor(hv_name).start_ovs()
                 st.save()
                 c.start_agent(hv_name)
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
-            gateways = [n for n, i in st.nodes.items() if i["role"] == "gateway"]
-            if gateways:
-                admin.post("/v1/eip-pools", {"cidr": EIP_POOL})
+            if gateways := [n for n, i in st.nodes.items() if i["role"] == "gateway"]:
+                c.admin.post("/v1/eip-pools", {"cidr": EIP_POOL})
                 for n in gateways:
                     c.start_gateway(n)
                 c.wait_gateways(timeout=30)
@@ -238,6 +103,32 @@ class Cluster:
         except BaseException:
             c.down()
             raise
+
+    def _start_controller(self) -> int:
+        st = self.state
+        cdir = Path(st.dir) / "controller"
+        cdir.mkdir(parents=True, exist_ok=True)
+        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
+               str(cdir), "--host-down-after", "6", "--log-level", "warning"]
+        if st.database_url:
+            cmd += ["--database-url", st.database_url]
+        with open(Path(st.dir) / "controller.log", "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env=controller_env())
+        return p.pid
+
+    def _issue_credentials(self) -> None:
+        """The admin's token, an orchestrator's, and one per host bound to it (hypervisor or gateway)."""
+        st = self.state
+        admin = self._admin(wait=True)
+        st.admin_token = admin.http.headers["Authorization"].split()[1]
+        st.orchestrator_token = admin.post("/v1/orchestrator-tokens", {"name": "orchestrator"})["token"]
+        for hv_name in st.hypervisors:
+            st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
+        for n, i in st.nodes.items():
+            if i["role"] == "gateway":
+                st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway"})["token"]
+        st.save()
 
     def _admin(self, wait: bool = False) -> Client:
         token_file = Path(self.state.dir) / "controller" / "admin.token"
@@ -357,17 +248,15 @@ class Cluster:
     def start_gateway(self, name: str) -> int:
         st = self.state
         info = st.nodes[name]
-        cmd = ["ip", "netns", "exec", info["ns"], TIANJI, "gateway", "run", "--role", "nat", "--name", name,
-               "--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
-               st.host_tokens[name], "--underlay-if", "ul0", "--vtep-ip", info["underlay_ip"], "--external-if", "ext0",
-               "--state-dir", str(Path(st.dir) / "gateways"), "--beat-interval",
-               os.environ.get("TIANJI_GATEWAY_BEAT", "0.1")]
-        with open(Path(st.dir) / f"gateway-{name}.log", "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        info["pid"] = p.pid
-        st.pids.append(p.pid)
+        host = GatewayHost(name, info["ns"], info["underlay_ip"])
+        source = ["--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
+                  st.host_tokens[name]]
+        pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
+                         "--beat-interval", os.environ.get("TIANJI_GATEWAY_BEAT", "0.1"))
+        info["pid"] = pid
+        st.pids.append(pid)
         st.save()
-        return p.pid
+        return pid
 
     def kill_gateway(self, name: str) -> None:
         pid = self.state.nodes[name]["pid"]
@@ -422,12 +311,7 @@ class Cluster:
         while _alive(pid):
             time.sleep(0.02)
         time.sleep(down_for)
-        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
-               str(Path(st.dir) / "controller"), "--host-down-after", "6", "--log-level", "warning"]
-        with open(Path(st.dir) / "controller.log", "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env=controller_env())
-        st.pids[0] = p.pid
+        st.pids[0] = self._start_controller()
         st.save()
         self._admin(wait=True)
 

@@ -18,7 +18,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster, State
+from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
+from topologies.cluster_state import State
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 NAME = "demo"

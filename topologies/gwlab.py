@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from topologies.hosts import read_status
+from topologies.machines import GatewayHost
 
 VNI = 1001
 VM_IP, VM_MAC = "10.0.1.5", "02:00:00:00:01:05"
@@ -70,9 +71,8 @@ class GatewayLab:
     def _start(self, fastpath: str, *source: str) -> None:
         """A tianji gateway instance on the lab's interfaces; `source`: where its config comes from."""
         self.log = self.dir / "gateway.log"
-        cmd = ["ip", "netns", "exec", self.gw, TIANJI, "gateway", "run", "--role", "nat", "--name", self.name,
-               "--underlay-if", "ul0", "--vtep-ip", f"{GW_VTEP}/24", "--external-if", "ext0", "--fastpath", fastpath,
-               *source, "--state-dir", str(self.dir)]
+        host = GatewayHost(self.name, self.gw, f"{GW_VTEP}/24")
+        cmd = ["ip", "netns", "exec", self.gw, *host.command(TIANJI, list(source), self.dir, "--fastpath", fastpath)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

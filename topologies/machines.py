@@ -144,6 +144,26 @@ class Hypervisor:
 
 
 @dataclass
+class GatewayHost:
+    """A gateway host: namespace `ns` with the underlay on ul0 (its VTEP `vtep`, with prefix) and the external
+    segment on ext0; it runs one gateway instance of a role (`tianji gateway run --role`)."""
+
+    name: str
+    ns: str
+    vtep: str
+    role: str = "nat"
+
+    def command(self, tianji: str, source: list[str], state_dir: Path, *extra: str) -> list[str]:
+        """The instance's command line; `source`: where its config comes from (--controller URL --token T, or
+        --config-file F)."""
+        return [tianji, "gateway", "run", "--role", self.role, "--name", self.name, "--underlay-if", "ul0",
+                "--vtep-ip", self.vtep, "--external-if", "ext0", *source, "--state-dir", str(state_dir), *extra]
+
+    def start(self, tianji: str, source: list[str], state_dir: Path, log: Path, *extra: str) -> int:
+        return spawn(self.ns, self.command(tianji, source, state_dir, *extra), log)
+
+
+@dataclass
 class Vm:
     """A VM: namespace `ns` whose eth0 is one end of a veth; the other end, `tap`, is on its hypervisor."""
 
@@ -186,5 +206,5 @@ class Vm:
         return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], **kw)
 
 
-__all__ = ["Hypervisor", "Vm", "dhclient_pid", "ovs_env", "ovs_pids", "sh", "spawn", "start_ovs_daemon",
+__all__ = ["GatewayHost", "Hypervisor", "Vm", "dhclient_pid", "ovs_env", "ovs_pids", "sh", "spawn", "start_ovs_daemon",
            "start_private_ovs"]

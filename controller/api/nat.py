@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from controller import models as m
 from controller import quotas
 from controller.api.common import Page, db_of, owned, paged, scoped, with_retries
-from controller.api.schemas import (
+from controller.api.nat_schemas import (
     DnatRuleCreate,
     DnatRuleOut,
     EipAssociate,

@@ -1,4 +1,4 @@
-"""Request and response bodies of the tenant API. Requests forbid unknown fields."""
+"""Request and response bodies of the tenant API (the NAT's in nat_schemas.py). Requests forbid unknown fields."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ class Resp(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-def _cidr(v: str, lo: int = 8, hi: int = 28) -> str:
+def cidr_field(v: str, lo: int = 8, hi: int = 28) -> str:
+    """A validated CIDR (for field validators), its prefix length within [lo, hi]."""
     try:
         return str(parse_cidr(v, min_prefix=lo, max_prefix=hi))
     except IpamError as e:
@@ -123,7 +124,7 @@ class VpcCreate(Req):
     @field_validator("cidr")
     @classmethod
     def _c(cls, v: str) -> str:
-        return _cidr(v)
+        return cidr_field(v)
 
 
 class VpcOut(Resp):
@@ -144,7 +145,7 @@ class SubnetCreate(Req):
     @field_validator("cidr")
     @classmethod
     def _c(cls, v: str) -> str:
-        return _cidr(v, 8, 29)
+        return cidr_field(v, 8, 29)
 
 
 class SubnetOut(Resp):
@@ -267,7 +268,7 @@ class RouteCreate(Req):
     @field_validator("destination")
     @classmethod
     def _d(cls, v: str) -> str:
-        return _cidr(v, 0, 32)
+        return cidr_field(v, 0, 32)
 
 
 class RouteOut(BaseModel):
@@ -290,7 +291,7 @@ class RuleCreate(Req):
     @field_validator("remote_cidr")
     @classmethod
     def _rc(cls, v: str | None) -> str | None:
-        return None if v is None else _cidr(v, 0, 32)
+        return None if v is None else cidr_field(v, 0, 32)
 
     @model_validator(mode="after")
     def _check(self) -> RuleCreate:
@@ -333,85 +334,3 @@ class SecurityGroupOut(Resp):
     description: str
     is_default: bool
     rules: list[RuleOut]
-
-
-class EipPoolCreate(Req):
-    cidr: str
-
-    @field_validator("cidr")
-    @classmethod
-    def _c(cls, v: str) -> str:
-        return _cidr(v, 16, 30)
-
-
-class EipCreate(Req):
-    tenant_id: str | None = Field(None, description="admin only")
-
-
-class EipOut(Resp):
-    id: str
-    tenant_id: str
-    address: str
-    port_id: str | None
-    home: str | None
-
-
-class EipAssociate(Req):
-    port_id: str
-
-
-class NatGatewayCreate(Req):
-    vpc_id: str
-    name: str = Field("nat", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    eip_ids: list[str] = Field(min_length=1)
-
-
-class NatGatewayOut(BaseModel):
-    id: str
-    tenant_id: str
-    vpc_id: str
-    name: str
-    eip_ids: list[str]
-
-
-class SnatRuleCreate(Req):
-    subnet_id: str | None = None
-    cidr: str | None = None
-    eip_ids: list[str] = Field(min_length=1)
-
-    @field_validator("cidr")
-    @classmethod
-    def _c(cls, v: str | None) -> str | None:
-        return None if v is None else _cidr(v, 0, 32)
-
-    @model_validator(mode="after")
-    def _one(self) -> SnatRuleCreate:
-        if (self.subnet_id is None) == (self.cidr is None):
-            raise ValueError("give exactly one of subnet_id or cidr")
-        return self
-
-
-class SnatRuleOut(BaseModel):
-    id: str
-    nat_gateway_id: str
-    subnet_id: str | None
-    cidr: str
-    eip_ids: list[str]
-
-
-class DnatRuleCreate(Req):
-    eip_id: str
-    protocol: Literal["tcp", "udp"]
-    external_port: int = Field(ge=1, le=65535)
-    port_id: str
-    internal_port: int = Field(ge=1, le=65535)
-
-
-class DnatRuleOut(Resp):
-    id: str
-    nat_gateway_id: str
-    eip_id: str
-    protocol: str
-    external_port: int
-    port_id: str
-    internal_port: int

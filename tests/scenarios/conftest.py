@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from controller.client import Client
-from topologies.cluster import Cluster, State
+from topologies.cluster import Cluster
+from topologies.cluster_state import State
 
 NAME = "tjt"
 STATE = Path("/run/tianji-cluster")

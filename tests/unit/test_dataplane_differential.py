@@ -21,7 +21,8 @@ from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.dataplane import NativeDataPlane
 from nfv_gateways.framework import EXT, UL, GatewayOptions
-from nfv_gateways.nat import NatConfig, NatTable, ip2int
+from nfv_gateways.nat import NatTable, ip2int
+from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.nat_role import NatGateway
 from tianji.southbound import GatewayConfig
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 
 from nfv_gateways.fastpath import FastNat
-from nfv_gateways.nat import NatConfig, NatTable, SnatRule, ip2int
+from nfv_gateways.nat import NatTable, ip2int
+from nfv_gateways.nat_config import NatConfig, SnatRule
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"), ip2int("203.0.113.2"))),
                       SnatRule(2002, "10.0.0.0/16", (ip2int("203.0.113.2"),))),

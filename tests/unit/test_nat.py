@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror, UDPerror
 
-from nfv_gateways.nat import TCP_PORT_HOLD, NatConfig, NatTable, SnatRule, Timeouts, ip2int
+from nfv_gateways.nat import TCP_PORT_HOLD, NatTable, ip2int
+from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
 
 VNI, VNI_B = 1001, 2002
 EIP1, EIP2, EIP_STATIC, EIP_DNAT = (ip2int(f"203.0.113.{n}") for n in (1, 2, 10, 20))

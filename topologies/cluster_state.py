@@ -1,0 +1,64 @@
+"""What an emulated cluster is made of, saved as it is made (`<state_dir>/<name>/state.json`), so that `down`
+removes exactly that even after a crash, and later commands find the cluster by name; and the topology files
+that say what to make (topologies/data/*.json)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tianji.statusfile import write_atomic
+
+TOPOLOGIES = Path(__file__).parent / "data"
+_SAVE_LOCK = threading.Lock()
+
+
+def load_topology(name_or_path: str) -> dict:
+    p = Path(name_or_path)
+    if not p.exists():
+        p = TOPOLOGIES / f"{name_or_path}.json"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in TOPOLOGIES.glob("*.json")))
+        raise SystemExit(f"unknown topology {name_or_path!r}: use one of {known}, or a path to a JSON file")
+    topo = json.loads(p.read_text())
+    for key in ("hypervisors",):
+        if not topo.get(key):
+            raise SystemExit(f"topology {p}: '{key}' must list at least one node")
+    return topo
+
+
+@dataclass
+class State:
+    name: str
+    dir: str
+    topology: dict = field(default_factory=dict)
+    controller_url: str = ""
+    controller_port: int = 0
+    admin_token: str = ""
+    host_tokens: dict[str, str] = field(default_factory=dict)  # one credential per host, bound to it
+    orchestrator_token: str = ""  # binds ports to hypervisors, as Nova or a CNI plugin would
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # root-namespace bridges and interfaces
+    pids: list[int] = field(default_factory=list)
+    hypervisors: dict[str, dict] = field(default_factory=dict)
+    vms: dict[str, dict] = field(default_factory=dict)
+    nodes: dict[str, dict] = field(default_factory=dict)
+    up_seconds: float | None = None
+    database_url: str = ""  # empty: SQLite in the controller's state directory
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir) / "state.json"
+
+    def save(self) -> None:
+        with _SAVE_LOCK:  # VMs may be plugged from several threads
+            write_atomic(self.path, json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, state_dir: Path) -> State:
+        p = state_dir / "state.json"
+        if not p.exists():
+            raise SystemExit(f"no cluster state at {p}: bring one up with `tianji cluster up`")
+        return cls(**json.loads(p.read_text()))

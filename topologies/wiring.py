@@ -1,0 +1,102 @@
+"""The Mininet wiring of the emulated cluster: three segments (underlay, management, external), the hypervisors,
+gateways, the internet and on-premise sites, their links and addresses. Everything made is recorded in the
+cluster's State as it is made, so `down` removes it even after a failed bring-up. What then runs on the machines
+(OVS, agents, VMs) is machines.py's, started by cluster.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topologies.cluster_state import State
+
+
+def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
+    """Build the topology in `st.topology`; returns the Mininet object (its shells end with the process)."""
+    from mininet.link import Link
+    from mininet.net import Mininet
+
+    from topologies.nodes import Segment
+
+    net = Mininet(topo=None, build=False, controller=None, switch=Segment, cleanup=False, autoSetMacs=False,
+                  link=Link)
+    name = st.name
+    segments = {k: net.addSwitch(f"{name}-{k}", cls=Segment) for k in ("ul", "mg", "ex")}
+    st.links += [sw.name for sw in segments.values()]
+    st.save()
+    underlay = ipaddress.IPv4Network(st.topology.get("underlay", "172.31.0.0/24"))
+    _hypervisors(net, st, segments, underlay, mgmt_net)
+    _other_nodes(net, st, segments, underlay, mgmt_net, eip_pool)
+    net.build()
+    for sw in segments.values():
+        sw.start([])
+    subprocess.run(["ip", "addr", "add", f"{mgmt_net.network_address + 1}/{mgmt_net.prefixlen}", "dev",
+                    segments["mg"].name], check=True, capture_output=True)
+    return net
+
+
+def _hypervisors(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network,
+                 mgmt_net: ipaddress.IPv4Network) -> None:
+    """Each hypervisor on the underlay (ul0, its VTEP goes on br-phy) and the management network (mgmt0)."""
+    from topologies.nodes import HypervisorNode
+
+    for i, hv_name in enumerate(st.topology["hypervisors"], start=1):
+        ns = f"{st.name}-{hv_name}"
+        st.netns.append(ns)
+        st.save()
+        hv = net.addHost(hv_name, cls=HypervisorNode, nsname=ns, ip=None)
+        net.addLink(hv, seg["ul"], intfName1="ul0", intfName2=f"{st.name}{hv_name}u"[:15])
+        net.addLink(hv, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{hv_name}m"[:15])
+        mgmt_ip = mgmt_net.network_address + 10 + i
+        hv.run("ip", "addr", "add", f"{mgmt_ip}/{mgmt_net.prefixlen}", "dev", "mgmt0")
+        hv.run("ip", "link", "set", "mgmt0", "up")
+        hv.run("ip", "link", "set", "ul0", "up")
+        st.hypervisors[hv_name] = {"ns": ns, "rundir": str(Path(st.dir) / hv_name),
+                                   "vtep": f"{underlay.network_address + 10 + i}/{underlay.prefixlen}",
+                                   "controller_ip": str(mgmt_net.network_address + 1), "agent_pid": None}
+
+
+def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network,
+                 mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> None:
+    from topologies.nodes import ExternalNode, GatewayNode, OnPremNode
+
+    topo = st.topology
+    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", [])),
+                              ("external", ExternalNode, topo.get("external", [])),
+                              ("onprem", OnPremNode, topo.get("onprem", []))):
+        for j, n in enumerate(names, start=1):
+            ns = f"{st.name}-{n}"
+            st.netns.append(ns)
+            node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
+            info: dict = {"ns": ns, "role": role}
+            if role == "gateway":
+                net.addLink(node, seg["ul"], intfName1="ul0", intfName2=f"{st.name}{n}u"[:15])
+                net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
+                net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
+                addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
+                node.run("ip", "addr", "add", addr, "dev", "ul0")
+                mgmt_ip = mgmt_net.network_address + 100 + j
+                node.run("ip", "addr", "add", f"{mgmt_ip}/{mgmt_net.prefixlen}", "dev", "mgmt0")
+                # full checksums on the wire: the hypervisors' userspace datapath (and the gateway's own
+                # packet socket) cannot complete a veth's offloaded partial checksum
+                node.run("ethtool", "-K", "ul0", "tx", "off")
+                info["underlay_ip"] = addr
+            elif role == "onprem" and topo.get("gateways"):
+                gw = net.get(topo["gateways"][0])  # the private line ends on the first gateway host
+                net.addLink(node, gw, intfName1="pl0", intfName2=f"pl-{n}"[:15])
+            elif role == "external":
+                net.addLink(node, seg["ex"], intfName1="eth0", intfName2=f"{st.name}{n}x"[:15])
+                node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")
+                node.run("ip", "link", "set", "eth0", "up")
+                node.run("ethtool", "-K", "eth0", "tx", "off")  # full checksums (see the gateway's ul0)
+                node.run("ip", "route", "add", eip_pool, "dev", "eth0")  # the EIPs are on this segment
+                info["ip"] = f"198.51.100.{j}"
+            for intf in node.intfList():
+                node.run("ip", "link", "set", intf.name, "up", check=False)
+            st.nodes[n] = info
+            st.save()
+
