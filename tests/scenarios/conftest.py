@@ -175,3 +175,37 @@ def scapy_send(cluster: Cluster, ns: str, code: str) -> None:
     r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", prog], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0, r.stderr
+
+
+WEB = """
+import http.server, socketserver
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.client_address[0].encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+socketserver.TCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.request_queue_size = 2048  # a listen backlog for 1,000 simultaneous clients
+socketserver.ThreadingTCPServer.daemon_threads = True
+socketserver.ThreadingTCPServer(("0.0.0.0", %d), H).serve_forever()
+"""
+UDP_ECHO = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind(("0.0.0.0", %d))
+while True:
+    d, a = s.recvfrom(2048); s.sendto(("%%s:%%d" %% a).encode(), a)
+"""
+
+
+@pytest.fixture
+def internet(cluster):
+    """The external host runs an HTTP server that answers with the client address it sees, and UDP echoes."""
+    ns = cluster.state.nodes["inet"]["ns"]
+    procs = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for code in (WEB % 80, UDP_ECHO % 9000, UDP_ECHO % 9001)]
+    time.sleep(0.5)
+    yield {"ns": ns, "ip": cluster.state.nodes["inet"]["ip"]}
+    for p in procs:
+        p.kill()
