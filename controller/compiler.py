@@ -293,4 +293,4 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
 def _vpc_entry(v: Any, subnets: Any, routes: list) -> VpcInfo:
     """A VPC's entry in a host's config: VNI, router MAC, subnets, and its route table if it has a local port."""
     return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                                   subnets=list(subnets), routes=routes)
+                                   mtu=v.mtu, subnets=list(subnets), routes=routes)

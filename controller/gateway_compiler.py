@@ -46,6 +46,7 @@ class _Vpc(NamedTuple):
     revision: int
     vni: int
     router_mac: str
+    mtu: int
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
         return None
     vtep_ip, topology, at = rows[0][:3]
     # id -> (revision, vni, router MAC), from plain tuples: a Row's attribute access was most of a compile
-    vpcs = {vid: (rev, vni, rmac) for _, _, _, vid, rev, vni, rmac in rows if vid is not None}
+    vpcs = {vid: (rev, vni, rmac, mtu) for _, _, _, vid, rev, vni, rmac, mtu in rows if vid is not None}
     versions = {vid: (v[0], topology) for vid, v in vpcs.items()}
     hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
     got = FRAGMENTS.get_many(s, {("gateway", name, vid): version for vid, version in versions.items()})
@@ -176,7 +177,7 @@ def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str,
         # ARP on the external side only for what is homed here (DNAT reverse translations are everywhere)
         served = sorted({a for x in snat for a in x.eips} | {x.eip for x in static} | dnat_here)
         sec = GatewaySection.model_construct(
-            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, snat=snat), static=static,
-            dnat=dnat, endpoints=list(endpoints[vid]), eips=served)
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=snat),
+            static=static, dnat=dnat, endpoints=list(endpoints[vid]), eips=served)
         out[vid] = (sec, _digest(sec.model_dump_json()))
     return out

@@ -127,6 +127,7 @@ class Vpc(Base):
     cidr: Mapped[str] = mapped_column(String(18))
     vni: Mapped[int] = mapped_column(Integer, unique=True)
     router_mac: Mapped[str] = mapped_column(String(17))
+    mtu: Mapped[int] = mapped_column(Integer, default=1450, server_default="1450")  # what DHCP gives its VMs
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     # Global revision of the last change to anything inside this VPC (subnets, ports, SGs, routes, peerings).
     revision: Mapped[int] = mapped_column(BigInteger, default=0, index=True)

@@ -36,8 +36,9 @@ Q_HOST_VPCS = text("""
                  SELECT requester_vpc_id, id, accepter_vpc_id FROM peerings
                  WHERE status = 'active' AND accepter_vpc_id IN (SELECT id FROM own))
     SELECT h.config_revision, h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
-           v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.revision, v.peering_id, v.peer_of
-    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.revision,
+           v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.mtu, v.revision, v.peering_id, v.peer_of
+    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.mtu,
+                                   vpcs.revision,
                                    rel.peering_id, rel.peer_of
                             FROM rel JOIN vpcs ON vpcs.id = rel.id) v ON 1 = 1
     WHERE h.name = :host""")
@@ -72,8 +73,8 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
 Q_GATEWAY_VIEW = text("""
     SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
            (SELECT value FROM counters WHERE name = 'revision') AS at,
-           v.id, v.revision, v.vni, v.router_mac
-    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac FROM vpcs
+           v.id, v.revision, v.vni, v.router_mac, v.mtu
+    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac, mtu FROM vpcs
                             WHERE id IN (SELECT vpc_id FROM nat_gateways)
                                OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)) v ON 1 = 1
     WHERE h.name = :name""")

@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     # cluster, where failover then costs about 0.6 s)
     gateway_down_after: float = Field(2.0, gt=0)
     max_watch_timeout: float = Field(60.0, gt=0)
+    # the underlay's MTU (every hypervisor's and gateway's underlay NIC): a VPC's MTU may be up to 50 bytes less
+    underlay_mtu: int = Field(1500, ge=1330, le=9216)
     # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling. Off by
     # default: a watch has one compile in flight, and what lands meanwhile is in the agent's next answer anyway
     watch_coalesce: float = Field(0.0, ge=0)

@@ -66,6 +66,10 @@ class FastNat:
         served = sorted(self.ref.served)
         self.lib.nat_set_served(self.h, carray(ctypes.c_uint32, served), len(served))
         self.lib.nat_set_mtu(self.h, self.ref.config.mtu)
+        vm = [(vni, mtu) for vni, mtu in self.ref.config.vpc_mtus if mtu != self.ref.config.mtu]
+        if self.lib.nat_set_vpc_mtus(self.h, carray(ctypes.c_uint32, [v for v, _ in vm]),
+                                     carray(ctypes.c_uint32, [m for _, m in vm]), len(vm)) != 0:
+            raise FastPathUnavailable("nat_set_vpc_mtus failed (out of memory)")
         st = self.ref.config.static
         dn = self.ref.config.dnat  # (eip, proto, ext port, vni, ip, port)
         u32, u16, u8 = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8

@@ -226,16 +226,15 @@ class NatTable:
         VPCs' MTU is fragmented to fit, or, with DF set, answered with fragmentation needed (RFC 1191)."""
         head = bytes(buf[:68])  # the header (60 at most) and 8 bytes, as received: what an ICMP error quotes
         v = self._inbound(buf, now, hairpin)
-        if v is None or v.direction != "in" or len(buf) <= self.config.mtu:
+        if v is None or v.direction != "in" or len(buf) <= (mtu := self.config.mtu_of(v.vni)):
             return v
         ip = parse_ip4(buf)
-        if ip is None or ip.total <= self.config.mtu:
+        if ip is None or ip.total <= mtu:
             return v
         if struct.unpack_from("!H", buf, 6)[0] & 0x4000:  # DF
-            return self._icmp_error(buf, head, ICMP_UNREACH, 4, struct.pack("!HH", 0, self.config.mtu), now,
-                                    "frag_needed")
+            return self._icmp_error(buf, head, ICMP_UNREACH, 4, struct.pack("!HH", 0, mtu), now, "frag_needed")
         self.counters["fragmented"] += 1
-        return Verdict("in", v.vni, v.ip, fragment(bytes(buf[:ip.total]), self.config.mtu))
+        return Verdict("in", v.vni, v.ip, fragment(bytes(buf[:ip.total]), mtu))
 
     def _inbound(self, buf: bytearray, now: float, hairpin: bool) -> Verdict | None:
         ip = parse_ip4(buf)

@@ -41,7 +41,15 @@ class NatConfig:
     port_lo: int = 1024
     port_hi: int = 65535
     timeouts: Timeouts = field(default_factory=Timeouts)
-    mtu: int = 1450  # inside the VPCs (the underlay's 1500 less VXLAN's 50): bigger packets in are cut or refused
+    mtu: int = 1450  # inside a VPC unless vpc_mtus says (the underlay's 1500 less VXLAN's 50)
+    vpc_mtus: tuple[tuple[int, int], ...] = ()  # (vni, mtu): bigger packets in are cut or refused (DF)
+    _mtus: dict[int, int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_mtus", dict(self.vpc_mtus))
+
+    def mtu_of(self, vni: int) -> int:
+        return self._mtus.get(vni, self.mtu)
 
 
 __all__ = ["NatConfig", "SnatRule", "Timeouts"]

@@ -17,18 +17,19 @@ PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
 
 
 def nat_policy(x: GatewaySection) -> tuple:
-    """A VPC section's NAT rules, in the forms the NAT table takes: (SNAT rules, 1:1 EIPs, DNAT rules)."""
+    """A VPC section's NAT rules, in the forms the NAT table takes: (SNAT rules, 1:1 EIPs, DNAT rules, its MTU)."""
     vpc = x.vpc
     return (tuple(SnatRule(vpc.vni, r.cidr, tuple(ip2int(e) for e in r.eips)) for r in vpc.snat if r.eips),
             tuple((s.vni, ip2int(s.ip), ip2int(s.eip)) for s in x.static),
             tuple((ip2int(d.eip), PROTO[d.protocol], d.external_port, d.vni, ip2int(d.ip), d.internal_port)
-                  for d in x.dnat))
+                  for d in x.dnat),
+            ((vpc.vni, vpc.mtu),))
 
 
 def nat_config(parts: dict[str, VpcParts]) -> NatConfig:
     ordered = [parts[v].policy for v in sorted(parts)]
     return NatConfig(snat=tuple(r for p in ordered for r in p[0]), static=tuple(x for p in ordered for x in p[1]),
-                     dnat=tuple(d for p in ordered for d in p[2]))
+                     dnat=tuple(d for p in ordered for d in p[2]), vpc_mtus=tuple(m for p in ordered for m in p[3]))
 
 
 class NatGateway(Gateway):

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet
+OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet: a VPC's MTU unless it says
+VXLAN_OVERHEAD = 50
 
 
 class _Wire(BaseModel):
@@ -45,6 +46,7 @@ class VpcInfo(_Wire):
     vni: int
     cidr: str
     router_mac: str
+    mtu: int = OVERLAY_MTU
     subnets: list[SubnetInfo] = Field(default_factory=list)
     routes: list[RouteInfo] = Field(default_factory=list)
 
@@ -200,6 +202,7 @@ class GatewayVpc(_Wire):
     id: str
     vni: int
     router_mac: str
+    mtu: int = OVERLAY_MTU  # what is bigger on its way in is fragmented or refused (DF) at the gateway
     snat: list[SnatInfo] = Field(default_factory=list)
 
 

@@ -250,7 +250,7 @@ class AgentApp(app_manager.OSKenApp):
                     self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
                 return
             out = dhcp.reply(bytes(msg.data), ip=port.ip, cidr=subnet.cidr, gateway_ip=subnet.gateway_ip,
-                             router_mac=vpc.router_mac, mtu=cfg.mtu)
+                             router_mac=vpc.router_mac, mtu=vpc.mtu)
             if out is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
                 log.info("DHCP: %s gets %s/%s via %s", port_id, port.ip, subnet.cidr.split("/")[1],

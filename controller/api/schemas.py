@@ -119,6 +119,7 @@ class TokenCreated(TokenOut):
 class VpcCreate(Req):
     name: str = NAME
     cidr: str
+    mtu: int = Field(1450, ge=1280, description="the VMs' MTU (DHCP option 26): up to the underlay's MTU less 50")
     tenant_id: str | None = Field(None, description="admin only: the tenant that owns the VPC")
 
     @field_validator("cidr")
@@ -134,6 +135,7 @@ class VpcOut(Resp):
     vni: int
     tenant_id: str
     router_mac: str
+    mtu: int
     default_security_group_id: str | None = None
 
 

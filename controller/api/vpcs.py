@@ -17,6 +17,7 @@ from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
 from controller.models import now
+from tianji.southbound import VXLAN_OVERHEAD
 
 router = APIRouter(tags=["vpcs"])
 
@@ -53,6 +54,9 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
     if why := vpc_space_error(ipaddress.IPv4Network(body.cidr),
                               [ipaddress.IPv4Network(c) for c in settings.vpc_public_cidrs]):
         raise invalid("cidr", why)
+    if body.mtu > settings.underlay_mtu - VXLAN_OVERHEAD:
+        raise invalid("mtu", f"at most {settings.underlay_mtu - VXLAN_OVERHEAD}: the underlay's MTU is "
+                             f"{settings.underlay_mtu} and VXLAN takes {VXLAN_OVERHEAD} bytes of it")
     if p.is_admin:
         if not body.tenant_id:
             raise invalid("tenant_id", "the admin must name the tenant that owns the VPC")
@@ -74,7 +78,8 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
             # serialise VNI allocation (a row lock on PostgreSQL); the unique constraint stays the guarantee
             s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())
             vni = allocate_vni(s, settings.vni_min, settings.vni_max, settings.vni_quarantine_s)
-            vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni))
+            vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni),
+                       mtu=body.mtu)
             s.add(vpc)
             s.flush()
             sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=tenant_id, name="default", is_default=True,

@@ -27,6 +27,8 @@ struct nat {
     uint32_t *served;
     uint32_t nserved;
     uint32_t mtu;            /* the VPCs': a bigger packet in is Python's (it fragments or refuses it) */
+    uint64_t *mtu_vni, *mtu_val;   /* sorted: VPCs whose MTU is not `mtu` */
+    uint32_t nmtu;
     uint64_t hits_out, hits_in, misses;
     pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
 };
@@ -53,10 +55,13 @@ nat_t *nat_create(uint32_t cap_pow2) {
 
 void nat_set_mtu(nat_t *n, uint32_t mtu) { n->mtu = mtu; }
 
+static uint32_t mtu_of(const nat_t *n, uint32_t vni);
+
 void nat_destroy(nat_t *n) {
     if (!n) return;
     free(n->slots); free(n->out_index); free(n->served);
     free(n->st_in); free(n->st_out); free(n->st_in_val); free(n->st_out_val); free(n->dnat_in); free(n->dnat_out);
+    free(n->mtu_vni); free(n->mtu_val);
     free(n);
 }
 
@@ -129,6 +134,24 @@ int nat_set_rules(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const
     LOCKED(n, set_rules_(n, st_vni, st_ip, st_eip, nst, d_eip, d_port, d_proto, d_vni, d_ip, d_iport, nd));
 }
 int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->served, &n->nserved, eips, len)); }
+
+static int set_mtus_(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count) {
+    uint64_t *pairs = malloc(16 * (size_t)(count ? count : 1));
+    if (!pairs) return -1;
+    for (uint32_t i = 0; i < count; i++) { pairs[2 * i] = vnis[i]; pairs[2 * i + 1] = mtus[i]; }
+    int r = sorted_pairs(&n->mtu_vni, &n->mtu_val, pairs, count);
+    if (!r) n->nmtu = count;
+    free(pairs);
+    return r;
+}
+int nat_set_vpc_mtus(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count) {
+    LOCKED(n, set_mtus_(n, vnis, mtus, count));
+}
+
+static uint32_t mtu_of(const nat_t *n, uint32_t vni) {
+    int64_t i = n->nmtu ? find_key(n->mtu_vni, n->nmtu, vni) : -1;
+    return i >= 0 ? (uint32_t)n->mtu_val[i] : n->mtu;
+}
 
 static int in_list(const uint32_t *l, uint32_t len, uint32_t v) {
     for (uint32_t i = 0; i < len; i++) if (l[i] == v) return 1;
@@ -255,13 +278,14 @@ miss:
 
 static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
     ip4_t ip; uint16_t sp = 0, dp = 0; uint8_t it = 0;
-    if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1 || ip.total > n->mtu) goto miss;
+    if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1) goto miss;
     if (!in_list(n->served, n->nserved, ip.dst)) goto miss;
     int has_ports = ip4_ports(b, &ip, &sp, &dp, &it);
     int64_t st = find_key(n->st_out, n->nstatic, ip.dst);
     if (st >= 0) {                                                           /* a 1:1 EIP: any protocol */
         if ((ip.proto == 6 || ip.proto == 17) && !has_ports) goto miss;     /* truncated: Python decides */
         uint64_t v = n->st_out_val[st];
+        if (ip.total > mtu_of(n, (uint32_t)(v >> 32))) goto miss;
         ip4_rewrite_addr(b, &ip, 0, (uint32_t)v);
         ip4_dec_ttl(b);
         *out_vni = (uint32_t)(v >> 32); *out_ip = (uint32_t)v;
@@ -274,7 +298,7 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
     int32_t idx = find_out(n, ip.dst, dp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];
-    if (!has_peer(s, ip.src, ip.proto == 1 ? 0 : sp)) goto miss;
+    if (!has_peer(s, ip.src, ip.proto == 1 ? 0 : sp) || ip.total > mtu_of(n, s->vni)) goto miss;
     s->last = now;
     if (ip.proto == 6) {
         uint8_t fl = b[ip.l4 + 13];

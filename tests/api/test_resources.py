@@ -364,3 +364,23 @@ def test_bulk_port_create_is_all_or_nothing(controller: Controller) -> None:
                                                 {"subnet_id": s2["id"], "name": "g1", "ip": gaps[0]},
                                                 {"subnet_id": s2["id"], "name": "g2"}]})
     assert sorted(p["ip"] for p in again) == gaps
+
+
+def test_vpc_mtu_up_to_the_underlay_and_in_the_host_config(controller: Controller) -> None:
+    """A VPC's MTU: 1450 by default, at most the underlay's MTU less VXLAN's 50 bytes, handed to the hosts (DHCP
+    gives it to VMs) and to the gateways (they fragment or refuse what is bigger on its way in)."""
+    a = controller.tenant()
+    assert make_vpc(a)["mtu"] == 1450
+    e = expect(422, a.post, "/v1/vpcs", {"name": "big", "cidr": "10.1.0.0/16", "mtu": 1451}, field="mtu")
+    assert "1450" in e.detail and "underlay" in e.detail
+    expect(422, a.post, "/v1/vpcs", {"name": "tiny", "cidr": "10.1.0.0/16", "mtu": 1000}, field="mtu")
+    assert [v["name"] for v in a.get("/v1/vpcs")] == ["v1"]  # refused writes changed nothing
+    controller.settings.underlay_mtu = 3500  # the operator's larger underlay (TIANJI_UNDERLAY_MTU)
+    big = a.post("/v1/vpcs", {"name": "big", "cidr": "10.1.0.0/16", "mtu": 3450})
+    assert big["mtu"] == 3450
+    expect(422, a.post, "/v1/vpcs", {"name": "bigger", "cidr": "10.2.0.0/16", "mtu": 3451}, field="mtu")
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    sn = a.post("/v1/subnets", {"vpc_id": big["id"], "name": "s", "cidr": "10.1.1.0/24"})
+    controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm", "host": "hv1"})
+    cfg = controller.admin.get("/v1/hosts/hv1/config")
+    assert [(v["id"], v["mtu"]) for v in cfg["vpcs"]] == [(big["id"], 3450)]

@@ -221,6 +221,26 @@ def test_datagrams_bigger_than_the_vpc_mtu_are_fragmented_or_refused() -> None:
     assert t.inbound(stray, 4) is None
 
 
+def test_each_vpc_has_its_own_mtu() -> None:
+    """A VPC with a 3,450-byte MTU (a larger underlay) takes a 3,000-byte datagram whole; its neighbour on the
+    default 1450 gets it in fragments, or with DF is told 1450."""
+    from nfv_gateways.nat_config import NatConfig
+
+    cfg = NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)), SnatRule(VNI_B, "10.0.0.0/16", (EIP2,))),
+                    vpc_mtus=((VNI, 3450), (VNI_B, 1450)))
+    t = NatTable(cfg)
+    for vni in (VNI, VNI_B):
+        t.outbound(vni, b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=9000) / b"hi"), 0)
+    payload = b"y" * 3000
+    jumbo = t.inbound(b(IP(src=REMOTE, dst="203.0.113.1") / UDP(sport=9000, dport=5000) / payload), 1)
+    assert (jumbo.vni, jumbo.fragments) == (VNI, ())
+    cut = t.inbound(b(IP(src=REMOTE, dst="203.0.113.2") / UDP(sport=9000, dport=5000) / payload), 2)
+    assert cut.vni == VNI_B and len(cut.fragments) == 3 and all(len(f) <= 1450 for f in cut.fragments)
+    df = b(IP(src=REMOTE, dst="203.0.113.2", flags="DF") / UDP(sport=9000, dport=5000) / payload)
+    t.inbound(df, 3)
+    assert IP(bytes(df))[ICMP].nexthopmtu == 1450
+
+
 def test_timeouts_and_expiry() -> None:
     t = table(timeouts=Timeouts(udp=120, tcp_established=7440, tcp_transitory=240, icmp=60))
     u = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=1, dport=2))

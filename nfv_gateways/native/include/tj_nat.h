@@ -16,7 +16,9 @@ typedef struct nat nat_t;
 
 TJ_API nat_t *nat_create(uint32_t cap_pow2);
 TJ_API void nat_destroy(nat_t *n);
+/* the VPCs' MTU (mtu), and the VPCs whose MTU differs (vnis[i] -> mtus[i]): a bigger packet in is Python's */
 TJ_API void nat_set_mtu(nat_t *n, uint32_t mtu);
+TJ_API int nat_set_vpc_mtus(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count);
 /* the EIPs this instance answers for (a destination among them, seen from inside, is a hairpin: Python's) */
 TJ_API int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len);
 /* 1:1 EIPs (vni, ip) <-> eip and DNAT rules (eip, port, proto) -> (vni, ip, port), replaced whole */
