@@ -10,13 +10,15 @@ import typer
 from tianji.cli import call, console, resource, show
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
-VPC_COLS = ["id", "name", "cidr", "vni", "tenant_id"]
+VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tenant_id"]
 
 
 @vpc.command("create")
 def vpc_create(ctx: typer.Context, name: str, cidr: str = typer.Option(..., help="e.g. 10.0.0.0/16"),
+               mtu: int = typer.Option(None, help="the VMs' MTU (default 1450; up to the underlay's MTU less 50)"),
                tenant_id: str = typer.Option(None, help="admin only")) -> None:
-    body = {"name": name, "cidr": cidr} | ({"tenant_id": tenant_id} if tenant_id else {})
+    body = {"name": name, "cidr": cidr} | ({"tenant_id": tenant_id} if tenant_id else {}) | \
+        ({"mtu": mtu} if mtu else {})
     show(ctx, call(ctx, "POST", "/v1/vpcs", body), VPC_COLS)
 
 
