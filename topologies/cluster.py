@@ -19,6 +19,7 @@ from controller.client import ApiFailure, Client
 from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost, Hypervisor, Vm
+from topologies.wiring import underlay_mtu, wire
 
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
@@ -58,7 +59,6 @@ class Cluster:
         from mininet.log import setLogLevel
 
         from topologies.hosts import check_prerequisites
-        from topologies.wiring import wire
 
         check_prerequisites()
         setLogLevel("warning")
@@ -110,11 +110,11 @@ class Cluster:
         cdir.mkdir(parents=True, exist_ok=True)
         cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
                str(cdir), "--host-down-after", "6", "--log-level", "warning"]
+        env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))}
         if st.database_url:
             cmd += ["--database-url", st.database_url]
         with open(Path(st.dir) / "controller.log", "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env=controller_env())
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         return p.pid
 
     def _issue_credentials(self) -> None:
@@ -209,8 +209,11 @@ class Cluster:
         Link(vm_node, hv_node, intfName1="eth0", intfName2=vm.tap)
         vm_node.terminate()  # the shells are no longer needed; the named namespaces and their link stay
         hv_node.terminate()
-        vm.configure()
-        vm.plug(port_id)
+        underlay = underlay_mtu(st.topology)
+        vm.configure(self.admin.get(f"/v1/vpcs/{port['vpc_id']}")["mtu"], tap_mtu=underlay - 50)
+        port_type = "afxdp-nonpmd" if self.agent_status(port["host"]).get("port_types", {}).get(
+            "underlay") == "afxdp-nonpmd" else "system"  # the agent found AF_XDP works on this host's veths
+        vm.plug(port_id, port_type)
         prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
         # DHCP is answered by the switch: wait until the agent has put this port's flows in, so the client's
         # first DISCOVER is answered instead of waiting seconds for its retransmission

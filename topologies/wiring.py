@@ -15,6 +15,17 @@ if TYPE_CHECKING:
     from topologies.cluster_state import State
 
 
+def underlay_mtu(topology: dict) -> int:
+    """The underlay's MTU: the topology's `underlay_mtu`, else 1500. AF_XDP ports on veths work up to 3500."""
+    return int(topology.get("underlay_mtu", 1500))
+
+
+def underlay_end(cluster: str, node: str) -> str:
+    """The underlay segment's end of a node's ul0 link (in the root namespace, on the underlay bridge): where to
+    watch a node's underlay traffic (an AF_XDP port's own end hides it from packet taps)."""
+    return f"{cluster}{node}u"[:15]
+
+
 def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
     """Build the topology in `st.topology`; returns the Mininet object (its shells end with the process)."""
     from mininet.link import Link
@@ -32,7 +43,14 @@ def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
     _hypervisors(net, st, segments, underlay, mgmt_net)
     _other_nodes(net, st, segments, underlay, mgmt_net, eip_pool)
     net.build()
+    mtu = str(underlay_mtu(st.topology))
     for sw in segments.values():
+        if sw is segments["ul"]:  # both ends of every underlay link, before the bridge takes them
+            for intf in sw.intfList():
+                if intf.name != "lo":
+                    subprocess.run(["ip", "link", "set", intf.name, "mtu", mtu], check=True, capture_output=True)
+                    peer = intf.link.intf1 if intf.link.intf2 is intf else intf.link.intf2
+                    peer.node.run("ip", "link", "set", peer.name, "mtu", mtu)
         sw.start([])
     subprocess.run(["ip", "addr", "add", f"{mgmt_net.network_address + 1}/{mgmt_net.prefixlen}", "dev",
                     segments["mg"].name], check=True, capture_output=True)
@@ -49,7 +67,7 @@ def _hypervisors(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
         st.netns.append(ns)
         st.save()
         hv = net.addHost(hv_name, cls=HypervisorNode, nsname=ns, ip=None)
-        net.addLink(hv, seg["ul"], intfName1="ul0", intfName2=f"{st.name}{hv_name}u"[:15])
+        net.addLink(hv, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, hv_name))
         net.addLink(hv, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{hv_name}m"[:15])
         mgmt_ip = mgmt_net.network_address + 10 + i
         hv.run("ip", "addr", "add", f"{mgmt_ip}/{mgmt_net.prefixlen}", "dev", "mgmt0")
@@ -74,7 +92,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
             node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
             info: dict = {"ns": ns, "role": role}
             if role == "gateway":
-                net.addLink(node, seg["ul"], intfName1="ul0", intfName2=f"{st.name}{n}u"[:15])
+                net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
                 net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
                 addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"

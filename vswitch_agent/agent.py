@@ -163,6 +163,7 @@ class AgentApp(app_manager.OSKenApp):
                     break
                 *lines, pending = (pending + data).split(b"\n")
                 if any([table.feed(line.decode()) for line in lines]):
+                    self.state["port_types"] = {"underlay": self.opts.underlay_port_type, "vifs": table.vif_types()}
                     self._interfaces(*table.interfaces())
         finally:
             proc.kill()

@@ -27,6 +27,8 @@ def agent(ctx: typer.Context,
           ovs_rundir: str = typer.Option(None, help="private OVS run directory (default: the system OVS)"),
           datapath: str = typer.Option("netdev", help="netdev (userspace) or system"),
           of_port: int = typer.Option(6653, help="local OpenFlow listen port"),
+          port_type: str = typer.Option("auto", help="underlay NIC's OVS port: auto (AF_XDP if it works), afxdp, "
+                                                     "system"),
           state_dir: Path = typer.Option(DEFAULT_STATE, help="status and zone files"),
           log_level: str = typer.Option("info")) -> None:
     """Run the agent: `tianji agent --host NAME --controller URL --token T --vtep-ip IP --underlay-if IF`."""
@@ -37,6 +39,9 @@ def agent(ctx: typer.Context,
     if missing:
         console.print(f"[red]error:[/red] missing {', '.join(missing)}")
         raise typer.Exit(2)
+    if port_type not in ("auto", "afxdp", "system"):
+        console.print("[red]error:[/red] --port-type must be auto, afxdp or system")
+        raise typer.Exit(2)
     if datapath not in ("netdev", "system"):
         console.print("[red]error:[/red] --datapath must be netdev or system")
         raise typer.Exit(2)
@@ -45,7 +50,8 @@ def agent(ctx: typer.Context,
     from vswitch_agent.host import AgentOptions
 
     run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
-                     ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, state_dir=state_dir))
+                     ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, port_type=port_type,
+                     state_dir=state_dir))
 
 
 @agent_app.command("status")
@@ -64,8 +70,8 @@ def status(host: str = typer.Option(None, help="agent host name (default: every 
         console.print_json(json.dumps(rows))
         return
     t = Table(title="tianji agents", header_style="bold cyan")
-    for c in ("host", "revision", "desired", "switch", "flows", "adds/dels", "ports up", "drops by table",
-              "last error", "age"):
+    for c in ("host", "revision", "desired", "switch", "flows", "adds/dels", "ports up", "port types",
+              "drops by table", "last error", "age"):
         t.add_column(c, overflow="fold")
     for r in rows:
         up = sum(1 for v in r.get("ports", {}).values() if v == "UP")
@@ -74,6 +80,7 @@ def status(host: str = typer.Option(None, help="agent host name (default: every 
                   ("synced" if r.get("switch_synced") else "reading back") if r.get("switch_connected")
                   else "DISCONNECTED", str(r.get("flows")),
                   f"{r.get('flow_adds')}/{r.get('flow_deletes')}", f"{up}/{len(r.get('ports', {}))}",
+                  port_types(r.get("port_types", {})),
                   " ".join(f"{k}:{v}" for k, v in sorted(r.get("drops", {}).items(), key=lambda x: int(x[0])) if v),
                   err.get("message", ""), f"{time.time() - r.get('updated', 0):.0f}s")
     console.print(t)
@@ -85,3 +92,9 @@ def pipeline() -> None:
     from vswitch_agent.pipeline import describe
 
     console.print(describe())
+
+
+def port_types(t: dict) -> str:
+    """`underlay afxdp-nonpmd, VMs 3 afxdp-nonpmd 1 system`: the OVS port types in use (AF_XDP is the fast one)."""
+    vifs = " ".join(f"{n} {k}" for k, n in sorted(t.get("vifs", {}).items()))
+    return f"underlay {t.get('underlay') or '?'}" + (f", VMs {vifs}" if vifs else "")

@@ -22,6 +22,8 @@ class AgentOptions:
     ovs_rundir: str | None = None
     datapath: str = "netdev"
     of_port: int = 6653
+    port_type: str = "auto"  # the underlay NIC's OVS port: auto (AF_XDP if it works), afxdp or system
+    underlay_port_type: str = ""  # what setup_host chose
     state_dir: Path = field(default_factory=lambda: Path("/run/tianji"))
     audit_interval: float = 2.0  # shortest time for a whole audit sweep (small hosts)
     # the audit yields to changes: no chunk (a walk of every flow in the switch, which a change would queue behind)
@@ -84,6 +86,10 @@ def setup_host(o: AgentOptions) -> None:
     ovsdb = Ovsdb(o.ovs_rundir)
     ovsdb.ensure_bridges(datapath=o.datapath, of_port=o.of_port, underlay_if=o.underlay_if, vtep_ip=o.vtep_addr)
     iface = vtep_interface(o.vtep_ip)
+    with IPRoute() as ipr:
+        nic = ipr.link_lookup(ifname=o.underlay_if)
+        mtu = ipr.get_links(nic[0])[0].get_attr("IFLA_MTU") if nic else 1500
+    o.underlay_port_type = ovsdb.underlay(o.underlay_if, mtu, o.port_type) if o.datapath == "netdev" else "system"
     with IPRoute() as ipr:
         for name in (o.underlay_if,):  # the VTEP address lives on br-phy, not on the NIC
             idx = ipr.link_lookup(ifname=name)

@@ -128,10 +128,11 @@ def reach(cluster: Cluster, vm: dict, ip: str, timeout: float = 5) -> bool:
 class Capture:
     """tcpdump in a namespace, written to a pcap and read back with scapy."""
 
-    def __init__(self, ns: str, iface: str, bpf: str = "", path: Path | None = None) -> None:
+    def __init__(self, ns: str | None, iface: str, bpf: str = "", path: Path | None = None) -> None:
+        """`ns` None: the root namespace (the underlay segment's ends: see underlay_capture)."""
         self.path = path or Path(f"/tmp/tianji-cap-{uuid.uuid4().hex[:8]}.pcap")
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-U", "-n", "-i", iface, "-w",
-                                      str(self.path), *([bpf] if bpf else [])],
+        self.proc = subprocess.Popen([*(["ip", "netns", "exec", ns] if ns else []), "tcpdump", "-U", "-n", "-i",
+                                      iface, "-w", str(self.path), *([bpf] if bpf else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 5
         while not self.path.exists() and time.time() < deadline:
@@ -209,3 +210,11 @@ def internet(cluster):
     yield {"ns": ns, "ip": cluster.state.nodes["inet"]["ip"]}
     for p in procs:
         p.kill()
+
+
+def underlay_capture(cluster, node: str, bpf: str = "") -> Capture:
+    """What a node sends and receives on the underlay, captured on the segment's end of its link (the node's own
+    ul0 is an AF_XDP port, whose frames packet taps do not see)."""
+    from topologies.wiring import underlay_end
+
+    return Capture(None, underlay_end(cluster.state.name, node), bpf)

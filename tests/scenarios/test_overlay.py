@@ -11,7 +11,7 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.layers.vxlan import VXLAN
 
-from tests.scenarios.conftest import Capture, ex, ping, reach, scapy_send, wait_for
+from tests.scenarios.conftest import Capture, ex, ping, reach, scapy_send, underlay_capture, wait_for
 
 
 def hv_ns(cluster, host: str) -> str:
@@ -62,7 +62,7 @@ def test_2_on_the_wire_vxlan_with_vni_and_no_arp_or_broadcast(cluster, tenants) 
     v1 = a.vm("web", "hv1")
     v2 = a.vm("web", "hv2")
     assert reach(cluster, v1, v2["ip"])
-    cap = Capture(hv_ns(cluster, "hv1"), "ul0")
+    cap = underlay_capture(cluster, "hv1")
     assert ping(cluster, v1, v2["ip"], count=3)
     # a VM tries to flood: broadcast ping, ARP for an unknown address, a broadcast UDP frame
     ex(cluster, v1, "ping", "-b", "-c", "2", "-W", "1", "10.0.1.255")
@@ -140,8 +140,8 @@ def test_5_distributed_peering(cluster, tenants) -> None:
         a.client.post(f"/v1/security-groups/{vpc['default_security_group_id']}/rules",
                       {"direction": "ingress", "protocol": "icmp", "remote_cidr": "10.0.0.0/8"})
     cluster.wait_converged()
-    third = Capture(hv_ns(cluster, "hv2"), "ul0", "udp port 4789")
-    dest = Capture(hv_ns(cluster, "hv3"), "ul0", "udp port 4789")
+    third = underlay_capture(cluster, "hv2", "udp port 4789")
+    dest = underlay_capture(cluster, "hv3", "udp port 4789")
     assert reach(cluster, x1, x2["ip"])
     assert ping(cluster, x1, x2["ip"], count=3)
     assert third.stop() == [], "peered traffic touched a third node"
