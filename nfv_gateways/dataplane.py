@@ -17,6 +17,7 @@ import logging
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from nfv_gateways.fastpath import FastNat, carray
 from nfv_gateways.nat_config import NatConfig
@@ -60,6 +61,14 @@ def load(backend: str) -> ctypes.CDLL:
     return lib
 
 
+def link_mtu(ifname: str) -> int:
+    """An interface's MTU in this network namespace (1500 if it cannot be read)."""
+    try:
+        return int(Path(f"/sys/class/net/{ifname}/mtu").read_text())
+    except (OSError, ValueError):
+        return 1500
+
+
 def eal_args(name: str, ul_if: str, ext_if: str) -> str:
     """EAL without hugepages or PCI, as measured on these machines; AF_XDP vdevs on the gateway's two interfaces."""
     cores = sorted(os.sched_getaffinity(0))
@@ -77,6 +86,9 @@ class NativeDataPlane:
                  config: NatConfig | None = None, capacity_pow2: int = 1 << 18) -> None:
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
+        if backend == "dpdk" and (mtu := link_mtu(ul_if)) + 14 > constants(self.lib)["DP_DPDK_MAX_FRAME"]:
+            raise FastPathUnavailable(f"dpdk: the af_xdp PMD carries frames up to "
+                                      f"{constants(self.lib)['DP_DPDK_MAX_FRAME']} bytes and {ul_if}'s MTU is {mtu}")
         self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
         self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
         if not self.h:

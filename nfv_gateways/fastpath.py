@@ -66,6 +66,7 @@ class FastNat:
         served = sorted(self.ref.served)
         self.lib.nat_set_served(self.h, carray(ctypes.c_uint32, served), len(served))
         self.lib.nat_set_mtu(self.h, self.ref.config.mtu)
+        self.lib.nat_set_external_mtu(self.h, self.ref.config.external_mtu)
         vm = [(vni, mtu) for vni, mtu in self.ref.config.vpc_mtus if mtu != self.ref.config.mtu]
         if self.lib.nat_set_vpc_mtus(self.h, carray(ctypes.c_uint32, [v for v, _ in vm]),
                                      carray(ctypes.c_uint32, [m for _, m in vm]), len(vm)) != 0:

@@ -186,6 +186,8 @@ class NatTable:
         if ports is None:
             self.counters["drop_unsupported"] += 1
             return None
+        if ip.total > self.config.external_mtu and buf[ip.l4 - ip.ihl + 6] & 0x40 and ip.dst not in self.served:
+            return self._frag_needed_out(vni, buf, ip, now)
         sport, dport = ports
         if (static := self.static_in.get((vni, ip.src))) is not None:
             rewrite_addr(buf, ip, src=static)
@@ -219,6 +221,9 @@ class NatTable:
             self.counters["hairpin"] += 1
             return self.inbound(buf, now, hairpin=True)
         dec_ttl(buf, ip)
+        if ip.total > self.config.external_mtu:  # from a VPC with a larger MTU, without DF: cut to fit
+            self.counters["fragmented_out"] += 1
+            return Verdict("out", fragments=fragment(bytes(buf[:ip.total]), self.config.external_mtu))
         return Verdict("out")
 
     def inbound(self, buf: bytearray, now: float, hairpin: bool = False) -> Verdict | None:
@@ -304,6 +309,20 @@ class NatTable:
         dec_ttl(buf, ip)
         self.counters["in"] += 1
         return Verdict("in", m.vni, m.ip)
+
+    def _frag_needed_out(self, vni: int, buf: bytearray, ip: Ip4, now: float) -> Verdict | None:
+        """A packet from a VPC with a larger MTU than the internet side's, with DF: replace it with fragmentation
+        needed (next-hop MTU: the external one) to the VM, from its EIP, so its path MTU discovery learns it."""
+        eip = self.static_in.get((vni, ip.src)) or self._pick_eip(vni, ip.src)
+        if eip is None:
+            self.counters["drop_no_rule"] += 1
+            return None
+        start = ip.l4 - ip.ihl
+        quoted = bytes(buf[start:ip.l4 + 8])
+        mtu = struct.pack("!HH", 0, self.config.external_mtu)
+        if self._icmp_error(buf, quoted, ICMP_UNREACH, 4, mtu, now, "frag_needed_out", eip) is None:
+            return None
+        return Verdict("in", vni, ip.src)
 
     def _time_exceeded(self, buf: bytearray, ip: Ip4, now: float, src: int | None, to: Verdict) -> Verdict | None:
         """Replace `buf` with ICMP time exceeded for it, from `src`, sent as `to` says; None (dropped, counted)

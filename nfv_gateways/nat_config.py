@@ -43,6 +43,7 @@ class NatConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     mtu: int = 1450  # inside a VPC unless vpc_mtus says (the underlay's 1500 less VXLAN's 50)
     vpc_mtus: tuple[tuple[int, int], ...] = ()  # (vni, mtu): bigger packets in are cut or refused (DF)
+    external_mtu: int = 1500  # the internet side: bigger packets out (from VPCs with a larger MTU) likewise
     _mtus: dict[int, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -159,7 +159,8 @@ class PacketIO:
         """Where the stage said: out to the internet (a translated packet, or an ICMP error the gateway answers
         with), or into a VPC, whole or as the fragments that fit the VPC's MTU."""
         if v.direction == "out":
-            self.to_external(bytes(buf))
+            for pkt in v.fragments or (bytes(buf),):
+                self.to_external(pkt)
             return
         for pkt in v.fragments or (bytes(buf),):
             self.to_tenant(v.vni, v.ip, pkt)

@@ -98,6 +98,7 @@ int io_dpdk_open(dp_t *dp, const char *eal_args) {
     dk_t *s = calloc(1, sizeof(dk_t));
     if (!s) return -1;
     dp->bs = s; dp->be = &DPDK;
+    /* the af_xdp PMD builds its umem from these mbufs, one page each: frames up to 2 KB (DP_DPDK_MAX_FRAME) */
     s->pool = rte_pktmbuf_pool_create("tj_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, (int)rte_socket_id());
     if (!s->pool) { snprintf(dp->err, sizeof dp->err, "mbuf pool: %s", rte_strerror(rte_errno)); return -1; }
     s->port[0] = 0; s->port[1] = 1;

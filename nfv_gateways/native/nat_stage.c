@@ -28,6 +28,7 @@ struct nat {
     uint32_t nserved;
     uint32_t mtu;            /* the VPCs': a bigger packet in is Python's (it fragments or refuses it) */
     uint64_t *mtu_vni, *mtu_val;   /* sorted: VPCs whose MTU is not `mtu` */
+    uint32_t ext_mtu;        /* the internet side's */
     uint32_t nmtu;
     uint64_t hits_out, hits_in, misses;
     pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
@@ -49,11 +50,13 @@ nat_t *nat_create(uint32_t cap_pow2) {
     if (!n->slots || !n->out_index) { free(n->slots); free(n->out_index); free(n); return NULL; }
     for (uint32_t i = 0; i < cap_pow2; i++) n->out_index[i] = -1;
     n->mtu = 1450;
+    n->ext_mtu = 1500;
     pthread_mutex_init(&n->mu, NULL);
     return n;
 }
 
 void nat_set_mtu(nat_t *n, uint32_t mtu) { n->mtu = mtu; }
+void nat_set_external_mtu(nat_t *n, uint32_t mtu) { n->ext_mtu = mtu; }
 
 static uint32_t mtu_of(const nat_t *n, uint32_t vni);
 
@@ -250,7 +253,8 @@ static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
 
 static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now) {
     ip4_t ip; uint16_t sp = 0, dp = 0; uint8_t it = 0;
-    if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1 || !ip4_ports(b, &ip, &sp, &dp, &it)) goto miss;
+    if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1 || ip.total > n->ext_mtu || !ip4_ports(b, &ip, &sp, &dp, &it))
+        goto miss;
     if (in_list(n->served, n->nserved, ip.dst)) goto miss;                   /* hairpin */
     int64_t st = find_key(n->st_in, n->nstatic, (uint64_t)vni << 32 | ip.src);
     if (st >= 0) {                                                           /* a 1:1 EIP: the address only */

@@ -65,8 +65,8 @@ class Net:
     subnets: dict[str, dict] = field(default_factory=dict)
     vms: list[str] = field(default_factory=list)
 
-    def vpc(self, name: str, cidr: str, subnets: dict[str, str]) -> dict:
-        v = self.client.post("/v1/vpcs", {"name": name, "cidr": cidr})
+    def vpc(self, name: str, cidr: str, subnets: dict[str, str], **kw) -> dict:
+        v = self.client.post("/v1/vpcs", {"name": name, "cidr": cidr} | kw)
         self.vpcs[name] = v
         for sn_name, sn_cidr in subnets.items():
             self.subnets[sn_name] = self.client.post("/v1/subnets", {"vpc_id": v["id"], "name": sn_name,

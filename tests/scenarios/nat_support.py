@@ -7,9 +7,9 @@ import subprocess
 from tests.scenarios.conftest import Net, ex, wait_for
 
 
-def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24") -> tuple[Net, dict, dict]:
+def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24", **vpc_kw) -> tuple[Net, dict, dict]:
     n = tenants()
-    vpc = n.vpc("prod", cidr, {"s": subnet})
+    vpc = n.vpc("prod", cidr, {"s": subnet}, **vpc_kw)
     eip = n.client.post("/v1/eips", {})
     gw = n.client.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
     n.client.post(f"/v1/nat-gateways/{gw['id']}/snat-rules",

@@ -7,6 +7,9 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
+
+import pytest
 
 from tests.scenarios.conftest import ex, scapy_send
 from tests.scenarios.nat_support import gw_ready, nat_vpc, nat_works, served
@@ -141,3 +144,54 @@ def test_nat_13_datagrams_bigger_than_the_vpc_mtu(cluster, tenants, internet) ->
     assert sizes.count(1472) >= 1, f"the VM never got the fragmented datagram: {sizes}; {st['nat']}; {errors}"
     assert errors and all(p[ICMP].nexthopmtu == 1450 for p in errors), "no fragmentation-needed for DF"
     assert st["nat"].get("fragmented", 0) >= 1 and st["nat"].get("frag_needed", 0) >= 1, st["nat"]
+
+
+JUMBO_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, int(sys.argv[2]))  # IP_MTU_DISCOVER: 0 never DF, 2 always
+for _ in range(3):
+    try:
+        s.sendto(b"j" * 3000, (sys.argv[1], 7300))
+    except OSError as e:
+        print("refused", e.errno, flush=True)
+    time.sleep(0.3)
+"""
+UDP_SIZES = """
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("", 7300)); s.settimeout(0.5)
+end = time.time() + 5
+while time.time() < end:
+    try:
+        print(len(s.recvfrom(65535)[0]), flush=True)
+    except OSError:
+        pass
+"""
+
+
+def test_nat_14_a_vpc_with_a_larger_mtu_reaches_the_internet(cluster, tenants, internet) -> None:
+    """A VPC with a 3,450-byte MTU (the emulation's 3,500-byte underlay): DHCP gives its VMs that MTU; a 3,000-byte
+    datagram without DF reaches the internet (the gateway fragments it to the internet side's 1,500), and with DF
+    the VM is told the path's MTU, 1500, and keeps it for that destination (path MTU discovery works)."""
+    big = cluster.state.topology.get("underlay_mtu", 1500) - 50
+    if big < 3450:
+        pytest.fail(f"this cluster's underlay carries VPC MTUs up to {big}: the small topology sets 3500")
+    n, eip, _ = nat_vpc(tenants, mtu=3450)
+    vm = n.vm("s", "hv1", dhcp=True)
+    assert "mtu 3450" in ex(cluster, vm, "ip", "link", "show", "eth0").stdout
+    gw_ready(cluster, [eip["address"]])
+    nat_works(cluster, vm, internet, eip["address"])
+    for df, want in ((0, "whole"), (2, "refused")):
+        rx = subprocess.Popen(["ip", "netns", "exec", internet["ns"], sys.executable, "-c", UDP_SIZES],
+                              stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        sent = ex(cluster, vm, sys.executable, "-c", JUMBO_SENDER, internet["ip"], str(df)).stdout
+        sizes = [int(x) for x in rx.communicate(timeout=30)[0].split()]
+        st = sum((Counter(cluster.gateway_status(g)["nat"]) for g in ("gw1", "gw2")), Counter())
+        if want == "whole":
+            assert sizes.count(3000) >= 1, f"no 3,000-byte datagram arrived: {sizes}; {st}; sender: {sent!r}"
+            assert st.get("fragmented_out", 0) >= 1, st
+        else:
+            assert 3000 not in sizes and st.get("frag_needed_out", 0) >= 1, (sizes, st)
+            route = ex(cluster, vm, "ip", "route", "get", internet["ip"]).stdout
+            assert "mtu 1500" in route or "refused 90" in sent, (route, sent)

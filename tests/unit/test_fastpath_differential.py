@@ -27,13 +27,15 @@ FLAGS = ["S", "SA", "A", "PA", "FA", "R"]
 TTLS = [64, 64, 64, 2, 1, 0]  # 1 and 0 run out here: time exceeded, decided by Python
 
 out_pkt = st.builds(
-    lambda vni, src, dst, proto, sport, dport, flags, opts, ttl: (
-        "out", vni, IP(src=src, dst=dst, ttl=ttl, options=[b"\x01\x01\x01\x00"] if opts else [])
+    lambda vni, src, dst, proto, sport, dport, flags, opts, ttl, size, df: (
+        "out", vni, IP(src=src, dst=dst, ttl=ttl, flags="DF" if df else 0,
+                       options=[b"\x01\x01\x01\x00"] if opts else [])
         / (TCP(sport=sport, dport=dport, flags=flags) if proto == "tcp" else
-           UDP(sport=sport, dport=dport) if proto == "udp" else ICMP(type=8, id=sport))),
+           UDP(sport=sport, dport=dport) if proto == "udp" else ICMP(type=8, id=sport)) / (b"o" * size)),
     st.sampled_from([1001, 2002]), st.sampled_from(INSIDE), st.sampled_from(REMOTE + EIPS[:3]),
     st.sampled_from(["tcp", "udp", "icmp"]), st.sampled_from([1000, 1001, 5000]), st.sampled_from([53, 80]),
-    st.sampled_from(FLAGS), st.booleans(), st.sampled_from(TTLS))
+    st.sampled_from(FLAGS), st.booleans(), st.sampled_from(TTLS),
+    st.sampled_from([0, 0, 0, 1472, 2000]), st.booleans())  # over 1500: from a VPC with a larger MTU
 in_pkt = st.builds(
     lambda src, dst, proto, sport, dport, flags, ttl, size, df: (
         "in", 0, IP(src=src, dst=dst, ttl=ttl, flags="DF" if df else 0)

@@ -311,3 +311,23 @@ def test_truncated_and_option_packets_are_safe(cut: int, sport: int, dport: int,
     v = t.outbound(VNI, buf, 0)
     if v is not None:
         assert checksums_ok(buf)
+
+
+def test_packets_out_bigger_than_the_internet_side_are_cut_or_refused() -> None:
+    """From a VPC with a 3,450-byte MTU: without DF a 3,000-byte datagram leaves as fragments of at most 1,500
+    bytes from the EIP; with DF the VM is told the path's MTU (fragmentation needed, 1500) by its EIP."""
+    from scapy.layers.inet import defragment
+
+    t = table(vpc_mtus=((VNI, 3450),))
+    payload = bytes(range(250)) * 12
+    v = t.outbound(VNI, b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=9000) / payload), 0)
+    assert v.direction == "out" and len(v.fragments) == 3 and all(len(f) <= 1500 for f in v.fragments)
+    whole = defragment([IP(f) for f in v.fragments])[0]
+    assert whole.src == "203.0.113.1" and bytes(whole[UDP].payload) == payload and whole.ttl == 63
+    df = b(IP(src="10.0.1.2", dst=REMOTE, flags="DF") / UDP(sport=5001, dport=9000) / payload)
+    v = t.outbound(VNI, df, 1)
+    e = IP(bytes(df))
+    assert (v.direction, v.vni, v.ip) == ("in", VNI, ip2int("10.0.1.2"))
+    assert (e.src, e.dst, e[ICMP].type, e[ICMP].code, e[ICMP].nexthopmtu) == ("203.0.113.1", "10.0.1.2", 3, 4, 1500)
+    assert e[IPerror].src == "10.0.1.2" and e[UDPerror].sport == 5001 and checksums_ok(df)
+    assert t.counters["fragmented_out"] == 1 and t.counters["frag_needed_out"] == 1

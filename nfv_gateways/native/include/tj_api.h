@@ -13,7 +13,7 @@
 /* every exported constant: NAT verdicts, the data plane's ports, ring slot size, punt codes */
 #define TJ_CONSTANTS(X)                                                                                             \
     X(NAT_MISS, 0) X(NAT_OUT, 1) X(NAT_IN, 2) X(NAT_MAX_PEERS, 4)                                                  \
-    X(DP_UL, 0) X(DP_EXT, 1) X(DP_SLOT, 2048) X(DP_BURST, 64) X(DP_PUNT_TRANSLATED, 0x82)
+    X(DP_UL, 0) X(DP_EXT, 1) X(DP_SLOT, 4096) X(DP_DPDK_MAX_FRAME, 2048) X(DP_BURST, 64) X(DP_PUNT_TRANSLATED, 0x82)
 enum { TJ_CONSTANTS(TJ_ENUM) };
 
 /* the constants' names and values (the arrays stay valid for the library's lifetime); returns how many */

@@ -19,6 +19,8 @@ TJ_API void nat_destroy(nat_t *n);
 /* the VPCs' MTU (mtu), and the VPCs whose MTU differs (vnis[i] -> mtus[i]): a bigger packet in is Python's */
 TJ_API void nat_set_mtu(nat_t *n, uint32_t mtu);
 TJ_API int nat_set_vpc_mtus(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count);
+/* the internet side's MTU: a bigger packet out (from a VPC with a larger MTU) is Python's */
+TJ_API void nat_set_external_mtu(nat_t *n, uint32_t mtu);
 /* the EIPs this instance answers for (a destination among them, seen from inside, is a hairpin: Python's) */
 TJ_API int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len);
 /* 1:1 EIPs (vni, ip) <-> eip and DNAT rules (eip, port, proto) -> (vni, ip, port), replaced whole */
