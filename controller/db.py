@@ -67,6 +67,12 @@ class WriteTxn:
         trip; a constraint they break fails the transaction there, as it would have here."""
         self.deferred.append((stmt, params))
 
+    def flush_deferred(self) -> None:
+        """Run what was deferred now: a row about to be added refers to one of them (a foreign key)."""
+        for stmt, params in self.deferred:
+            self.session.execute(stmt, params)
+        self.deferred.clear()
+
     @property
     def revision(self) -> int:
         return self.changes.revision

@@ -27,6 +27,8 @@ COUNTS: dict[str, Any] = {
     "eips": select(func.count()).select_from(m.Eip).where(m.Eip.tenant_id == bindparam("tenant")),
     "nat_gateways": select(func.count()).select_from(m.NatGateway)
     .where(m.NatGateway.tenant_id == bindparam("tenant")),
+    "load_balancers": select(func.count()).select_from(m.LoadBalancer)
+    .where(m.LoadBalancer.tenant_id == bindparam("tenant")),
     "peerings": select(func.count()).select_from(m.Peering)
     .where(m.Peering.requester_tenant_id == bindparam("tenant")),
 }

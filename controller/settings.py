@@ -13,7 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 VNI_LIMIT = 16_777_215  # 24 bits
 
 DEFAULT_QUOTAS = {"vpcs": 50, "subnets": 500, "ports": 10_000, "security_groups": 500,
-                  "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100}
+                  "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100,
+                  "load_balancers": 20}
 
 
 def default_state_dir() -> Path:

@@ -135,6 +135,7 @@ def resource(name: str, help_: str) -> typer.Typer:
 def _register_components() -> None:
     """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet)."""
     import tianji.cli_admin
+    import tianji.cli_lb
     import tianji.cli_network  # noqa: F401 - their commands register on `app` as they are imported
 
     try:

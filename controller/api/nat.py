@@ -118,13 +118,15 @@ def get_eip(eip_id: str, request: Request, p: Principal = Depends(require_tenant
         return eip_out(s, owned(s, m.Eip, eip_id, p, "EIP"))
 
 
-def _eip_in_use(s: Session, eip: m.Eip) -> str | None:
+def eip_in_use(s: Session, eip: m.Eip) -> str | None:
     if eip.port_id:
         return f"EIP {eip.address} is associated with port {eip.port_id}"
     if s.execute(select(m.NatGatewayEip).where(m.NatGatewayEip.eip_id == eip.id)).first():
         return f"EIP {eip.address} is used by a NAT gateway"
     if s.execute(select(m.DnatRule.id).where(m.DnatRule.eip_id == eip.id)).first():
         return f"EIP {eip.address} is used by a DNAT rule"
+    if (lb := s.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.eip_id == eip.id)).scalar()) is not None:
+        return f"EIP {eip.address} fronts load balancer {lb}"
     return None
 
 
@@ -132,7 +134,7 @@ def _eip_in_use(s: Session, eip: m.Eip) -> str | None:
 def delete_eip(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write() as t:
         eip = owned(t.session, m.Eip, eip_id, p, "EIP")
-        if reason := _eip_in_use(t.session, eip):
+        if reason := eip_in_use(t.session, eip):
             raise conflict(None, reason + "; release it first")
         t.session.delete(eip)
 
@@ -147,7 +149,7 @@ def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = 
             raise not_found("port", body.port_id, "port_id")
         if eip.port_id == port.id:
             return eip_out(s, eip)
-        if reason := _eip_in_use(s, eip):
+        if reason := eip_in_use(s, eip):
             raise conflict(None, reason)
         if s.execute(select(m.Eip.id).where(m.Eip.port_id == port.id)).first():
             raise conflict("port_id", f"port {port.id} already has an EIP")
@@ -194,7 +196,7 @@ def create_natgw(body: NatGatewayCreate, request: Request, p: Principal = Depend
         vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
         eips = _owned_eips(s, body.eip_ids, p, vpc.tenant_id, "eip_ids")
         for i, eip in enumerate(eips):
-            if reason := _eip_in_use(s, eip):
+            if reason := eip_in_use(s, eip):
                 raise conflict(f"eip_ids.{i}", reason)
         if s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc.id,
                                                    m.NatGateway.name == body.name)).first():

@@ -82,7 +82,8 @@ INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key) for c in _PORTS.c}
 INSERT_MEMBERSHIPS = insert(_PSG).values({c.key: bindparam(c.key) for c in _PSG.c})
 
 
-def _create(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool, quota: dict[str, int]) -> list[PortOut]:
+def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
+                 quota: dict[str, int]) -> list[PortOut]:
     """Create ports inside the caller's transaction, set-based: a handful of statements whatever the number of
     ports (lock the subnets, read their allocation state, insert the ports, insert their group memberships), so
     a bulk create costs little more per port than building its row. Core statements, not the ORM's unit of
@@ -226,7 +227,7 @@ def _groups(s: Session, x: PortCreate, vpc_id: str, p: Principal, prefix: str) -
 def create_port(body: PortCreate, request: Request, p: Principal = Depends(require_port_api)) -> Response:
     def txn() -> PortOut:
         with db_of(request).write(concurrent=True) as t:
-            return _create(t, [body], p, bulk=False, quota=request.app.state.settings.quotas)[0]
+            return insert_ports(t, [body], p, bulk=False, quota=request.app.state.settings.quotas)[0]
 
     out = with_retries(txn, "port creation")
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
@@ -238,7 +239,7 @@ def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(
     the offending item, `ports.N.field`). One revision for the whole batch."""
     def txn() -> list[PortOut]:
         with db_of(request).write(concurrent=True) as t:
-            return _create(t, body.ports, p, bulk=True, quota=request.app.state.settings.quotas)
+            return insert_ports(t, body.ports, p, bulk=True, quota=request.app.state.settings.quotas)
 
     out = with_retries(txn, "bulk port creation")
     return Response(b"[" + b",".join(o.model_dump_json().encode() for o in out) + b"]", status_code=201,
@@ -296,6 +297,13 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
 def delete_port(port_id: str, request: Request, p: Principal = Depends(require_port_api)) -> None:
     with db_of(request).write() as t:
         port = owned(t.session, m.Port, port_id, p, "port")
+        if (lb := t.session.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.vip_port_id == port_id))
+                .scalar()) is not None:
+            raise conflict(None, f"port {port_id} holds the VIP of load balancer {lb}; delete the load balancer")
+        pools = t.session.execute(select(m.LbMember.pool_id).where(m.LbMember.port_id == port_id)).scalars().all()
+        if pools:
+            raise conflict(None, f"port {port_id} is a member of pool(s) {', '.join(sorted(set(pools)))}; "
+                                 f"remove it first")
         rules = t.session.execute(select(m.DnatRule.id).where(m.DnatRule.port_id == port_id)).scalars().all()
         if rules:
             raise conflict(None, f"port {port_id} is the target of DNAT rule(s) {', '.join(rules)}; delete them first")

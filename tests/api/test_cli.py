@@ -35,3 +35,31 @@ def test_a_tenant_builds_its_network_with_the_cli(controller: Controller) -> Non
     assert tianji(controller, controller.admin_token, "tenant", "create", "other")[0] == 0
     code, out = tianji(controller, token, "tenant", "list")
     assert code == 0 and "acme" in out and "other" not in out, out  # a tenant sees itself only
+
+
+def test_a_tenant_puts_a_load_balancer_in_front_of_vms_with_the_cli(controller: Controller) -> None:
+    t = controller.tenant()
+    token = t.http.headers["Authorization"].split()[1]
+    vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.8.0.0/16"})
+    sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.8.1.0/24"})
+    backends = [t.post("/v1/ports", {"subnet_id": sn["id"], "name": f"b{i}"}) for i in range(2)]
+    code, out = tianji(controller, token, "--json", "lb", "create", "web", "--vpc", vpc["id"], "--subnet", sn["id"])
+    assert code == 0, out
+    lb = json.loads(out)
+    code, out = tianji(controller, token, "--json", "lb", "pool-create", lb["id"], "--name", "p", "--protocol", "tcp")
+    assert code == 0, out
+    pool = json.loads(out)
+    assert tianji(controller, token, "lb", "listener-create", lb["id"], "--protocol", "tcp", "--port", "80",
+                  "--pool", pool["id"])[0] == 0
+    for i, b in enumerate(backends):
+        code, out = tianji(controller, token, "lb", "member-add", pool["id"], "--port", b["id"], "--protocol-port",
+                           "8080", "--weight", str(i + 1))
+        assert code == 0, out
+    assert tianji(controller, token, "lb", "monitor-set", pool["id"], "--type", "tcp")[0] == 0
+    code, out = tianji(controller, token, "lb", "members", pool["id"])
+    assert code == 0 and "OFFLINE" in out and backends[1]["ip"] in out and "pool p: OFFLINE" in out, out
+    code, out = tianji(controller, token, "lb", "pool-create", lb["id"], "--name", "q", "--protocol", "tcp",
+                       "--table-size", "65536")
+    assert code != 0 and "table_size" in out and "prime" in out, out
+    code, out = tianji(controller, token, "lb", "list")
+    assert code == 0 and "web" in out and lb["vip_address"] in out, out

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("controller", "vswitch_agent", "nfv_gateways")
 BELOW = ("tianji.inet", "tianji.ratelimit", "tianji.southbound", "tianji.southbound_client", "tianji.statusfile")
-ABOVE = ("tianji.cli", "tianji.cli_admin", "tianji.cli_network", "topologies", "tests", "bench")
+ABOVE = ("tianji.cli", "tianji.cli_admin", "tianji.cli_network", "tianji.cli_lb", "topologies", "tests", "bench")
 
 
 def imports(path: Path) -> set[str]:
