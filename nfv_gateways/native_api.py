@@ -17,7 +17,7 @@ from pathlib import Path
 
 NATIVE = Path(__file__).parent / "native"
 INCLUDE = NATIVE / "include"
-HEADERS = ("tj_api.h", "tj_nat.h", "tj_dp.h")
+HEADERS = ("tj_api.h", "tj_nat.h", "tj_lb.h", "tj_dp.h")
 
 _SCALARS: dict[str, type | None] = {
     "void": None, "int": ctypes.c_int, "double": ctypes.c_double,

@@ -18,7 +18,7 @@ def mac_bytes(mac: str) -> bytes:
 
 
 def mix64(x: int) -> int:
-    """gw_dp.c's mix(): the 64-bit finaliser of MurmurHash3, truncated to 32 bits."""
+    """native/include/tj_bytes.h's mix(): the 64-bit finaliser of MurmurHash3, truncated to 32 bits."""
     m = (1 << 64) - 1
     x ^= x >> 33
     x = x * 0xFF51AFD7ED558CCD & m

@@ -9,21 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from controller.api.schemas import NAME, Req, Resp
+from tianji.primes import is_prime
 
 Protocol = Literal["tcp", "udp"]
 MAX_TABLE = 1_000_003  # Maglev's M: a prime at least 100x the members (65537 by default)
 CODES = re.compile(r"^[1-5][0-9]{2}(-[1-5][0-9]{2})?(,[1-5][0-9]{2}(-[1-5][0-9]{2})?)*$")
-
-
-def is_prime(n: int) -> bool:
-    if n < 2 or n % 2 == 0:
-        return n == 2
-    f = 3
-    while f * f <= n:
-        if n % f == 0:
-            return False
-        f += 2
-    return True
 
 
 class LoadBalancerCreate(Req):

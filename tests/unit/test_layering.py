@@ -8,7 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("controller", "vswitch_agent", "nfv_gateways")
-BELOW = ("tianji.inet", "tianji.ratelimit", "tianji.southbound", "tianji.southbound_client", "tianji.statusfile")
+BELOW = ("tianji.inet", "tianji.primes", "tianji.ratelimit", "tianji.southbound", "tianji.southbound_client",
+         "tianji.statusfile")
 ABOVE = ("tianji.cli", "tianji.cli_admin", "tianji.cli_network", "tianji.cli_lb", "topologies", "tests", "bench")
 
 

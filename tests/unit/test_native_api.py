@@ -24,11 +24,13 @@ def test_prototypes_are_read_from_the_headers() -> None:
 
 
 def test_every_declared_function_is_exported_by_its_library() -> None:
-    nat, dp = load(), load_dataplane("packet")
+    nat, lb, dp = load(), native_api.load("_lb.so"), load_dataplane("packet")
     for name in native_api.prototypes():
         assert hasattr(dp, name), f"{name} is declared in a header but not exported by _gw_packet.so"
-        if not name.startswith("dp_"):
+        if name.startswith("nat_"):
             assert hasattr(nat, name), f"{name} is declared in a header but not exported by {LIB}"
+        if name.startswith("maglev_"):
+            assert hasattr(lb, name), f"{name} is declared in a header but not exported by _lb.so"
         assert getattr(dp, name).argtypes is not None or not native_api.prototypes()[name][1]
 
 
