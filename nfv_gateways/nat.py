@@ -8,16 +8,16 @@ Behaviour:
   inbound from anywhere (security groups still apply at the VM's host).
 * Hairpinning: a VM sending to an EIP served here is translated out and straight back in, and meets the
   receiver's filter as if it came from the internet (RFC 4787 REQ-9).
-* The VPCs' MTU (1450): a bigger datagram in is fragmented to fit, or with DF answered with fragmentation
-  needed (RFC 1191), from the EIP it was sent to.
-* A routing hop: TTL - 1 on everything forwarded. A packet whose TTL would run out is answered with ICMP time
-  exceeded (rate-limited): to a VM from the EIP it leaves with, to the internet from the EIP it was sent to.
-* TCP, UDP and ICMP echo (identifier translated like a port). ICMP errors arriving for a mapping (port
-  unreachable, fragmentation needed, time exceeded) are translated back with their embedded header rewritten.
-* Timeouts (configurable): UDP 300 s (RFC 4787 minimum 120 s), TCP established 7440 s (2 h 4 min), TCP
-  transitory 240 s, ICMP 60 s.
-* Each instance owns a disjoint slice of the port range, so instances never hand out the same mapping. When the
-  slice is full the packet is dropped and `port_exhausted` counted: a live mapping is never reused.
+* Size: a datagram bigger than its VPC's MTU (in) or the internet side's (out) is cut to fit, or with DF answered
+  with fragmentation needed (RFC 1191). Fragments are held until whole (RFC 4787 REQ-14; reassembly.py).
+* A routing hop: TTL - 1 on everything forwarded; a TTL that runs out is answered with time exceeded (rate-limited)
+  from the EIP: the one a VM leaves with, or the one the internet sent to.
+* TCP, UDP and ICMP echo (identifier translated like a port). ICMP errors arriving for a mapping are translated
+  back with their embedded header rewritten.
+* Timeouts (configurable): UDP 300 s (RFC 4787 minimum 120 s), TCP established 7440 s, TCP transitory 240 s,
+  ICMP 60 s.
+* Each instance owns a disjoint slice of the port range; when it is full the packet is dropped and
+  `port_exhausted` counted: a live mapping is never reused.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from nfv_gateways.nat_answers import IcmpAnswers
 from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
 from nfv_gateways.packet import (
     ICMP_ECHO,
@@ -46,7 +47,8 @@ from nfv_gateways.packet import (
     rewrite_addr,
     rewrite_port,
 )
-from tianji.inet import checksum, icmp_error
+from nfv_gateways.reassembly import Reassembler
+from tianji.inet import checksum
 from tianji.ratelimit import TokenBucket
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
@@ -71,10 +73,11 @@ class Mapping:
     tcp_closing: bool = False
 
 
+HELD = Verdict("held")  # a fragment kept until its datagram is whole: nothing to send yet
 ICMP_ERROR_RATE, ICMP_ERROR_BURST = 100.0, 100  # time-exceeded answers a second, and their burst
 
 
-class NatTable:
+class NatTable(IcmpAnswers):
     def __init__(self, config: NatConfig) -> None:
         self.config = config
         self.by_inside: dict[tuple[int, int, int, int], Mapping] = {}
@@ -83,6 +86,7 @@ class NatTable:
         self.cursor: dict[tuple[int, int], int] = {}
         self.held: dict[tuple[int, int, int], float] = {}  # (EIP, port, TCP): not handed out before this time
         self.icmp_limit = TokenBucket(ICMP_ERROR_RATE, ICMP_ERROR_BURST, 0.0)  # the ICMP errors it answers with
+        self.reassembly = Reassembler(self.counters)
         self._index_config()
 
     def _index_config(self) -> None:
@@ -176,9 +180,8 @@ class NatTable:
         if ip is None:
             self.counters["drop_malformed"] += 1
             return None
-        if ip.is_fragment:
-            self.counters["drop_fragment"] += 1
-            return None
+        if ip.is_fragment and (ip := self._reassembled(vni, buf, ip, now)) is None:
+            return HELD
         if buf[ip.l4 - ip.ihl + 8] <= 1:
             eip = self.static_in.get((vni, ip.src)) or self._pick_eip(vni, ip.src)
             return self._time_exceeded(buf, ip, now, eip, Verdict("in", vni, ip.src))
@@ -249,9 +252,8 @@ class NatTable:
         if ip.dst not in self.served:
             self.counters["drop_not_ours"] += 1
             return None
-        if ip.is_fragment:
-            self.counters["drop_fragment"] += 1
-            return None
+        if ip.is_fragment and (ip := self._reassembled(0, buf, ip, now)) is None:
+            return HELD
         if not hairpin and buf[ip.l4 - ip.ihl + 8] <= 1:  # (a hairpinned packet's TTL was checked on its way out)
             return self._time_exceeded(buf, ip, now, ip.dst, Verdict("out"))
         if (st := self.static_out.get(ip.dst)) is not None:
@@ -310,47 +312,13 @@ class NatTable:
         self.counters["in"] += 1
         return Verdict("in", m.vni, m.ip)
 
-    def _frag_needed_out(self, vni: int, buf: bytearray, ip: Ip4, now: float) -> Verdict | None:
-        """A packet from a VPC with a larger MTU than the internet side's, with DF: replace it with fragmentation
-        needed (next-hop MTU: the external one) to the VM, from its EIP, so its path MTU discovery learns it."""
-        eip = self.static_in.get((vni, ip.src)) or self._pick_eip(vni, ip.src)
-        if eip is None:
-            self.counters["drop_no_rule"] += 1
+    def _reassembled(self, scope: int, buf: bytearray, ip: Ip4, now: float) -> Ip4 | None:
+        """A fragment: held until its datagram is whole, then `buf` becomes the whole datagram (its header parsed)."""
+        whole = self.reassembly.add(scope, buf, ip, now)
+        if whole is None:
             return None
-        start = ip.l4 - ip.ihl
-        quoted = bytes(buf[start:ip.l4 + 8])
-        mtu = struct.pack("!HH", 0, self.config.external_mtu)
-        if self._icmp_error(buf, quoted, ICMP_UNREACH, 4, mtu, now, "frag_needed_out", eip) is None:
-            return None
-        return Verdict("in", vni, ip.src)
-
-    def _time_exceeded(self, buf: bytearray, ip: Ip4, now: float, src: int | None, to: Verdict) -> Verdict | None:
-        """Replace `buf` with ICMP time exceeded for it, from `src`, sent as `to` says; None (dropped, counted)
-        without an address to answer from."""
-        if src is None:
-            self.counters["drop_ttl"] += 1
-            return None
-        start = ip.l4 - ip.ihl
-        quoted = bytes(buf[start:min(start + ip.total, ip.l4 + 8)])
-        if self._icmp_error(buf, quoted, ICMP_TIME_EXCEEDED, 0, b"\0\0\0\0", now, "ttl_exceeded", src) is None:
-            return None
-        return to
-
-    def _icmp_error(self, buf: bytearray, about: bytes, typ: int, code: int, rest: bytes, now: float, what: str,
-                    src: int | None = None) -> Verdict | None:
-        """Replace `buf` with an ICMP error about the datagram whose start is `about` (RFC 792: its header and 8
-        bytes quoted), to its sender, from `src` (default: the address it was sent to); Verdict("out"). None
-        (dropped, counted) for an error about an ICMP error, or beyond the rate limit (RFC 1812 4.3.2.8)."""
-        ihl = (about[0] & 0xF) * 4
-        if about[9] == PROTO_ICMP and (len(about) <= ihl or about[ihl] not in (ICMP_ECHO, ICMP_ECHO_REPLY)):
-            self.counters[f"drop_{what}"] += 1
-            return None
-        if self.icmp_limit.take(now):
-            self.counters[f"drop_{what}_rate"] += 1
-            return None
-        buf[:] = icmp_error(about, typ, code, struct.unpack_from("!I", about, 16)[0] if src is None else src, rest)
-        self.counters[what] += 1
-        return Verdict("out")
+        buf[:] = whole
+        return parse_ip4(buf)
 
     def _icmp_error_in(self, buf: bytearray, ip: Ip4) -> Verdict | None:
         """An ICMP error about a packet we sent out: find its mapping from the embedded header, rewrite the

@@ -129,7 +129,7 @@ class PacketIO:
             v = self.table.outbound(vni, buf, time.time())
         if v is None:
             self.counters["drop_nat"] += 1
-        else:
+        elif v.direction != "held":
             self.deliver(v, buf)
 
     def ext_loop(self) -> None:
@@ -153,7 +153,8 @@ class PacketIO:
         if v is None:
             self.counters["drop_nat_in"] += 1
             return
-        self.deliver(v, buf)
+        if v.direction != "held":
+            self.deliver(v, buf)
 
     def deliver(self, v: Verdict, buf: bytearray) -> None:
         """Where the stage said: out to the internet (a translated packet, or an ICMP error the gateway answers

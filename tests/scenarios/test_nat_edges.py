@@ -171,8 +171,9 @@ while time.time() < end:
 
 def test_nat_14_a_vpc_with_a_larger_mtu_reaches_the_internet(cluster, tenants, internet) -> None:
     """A VPC with a 3,450-byte MTU (the emulation's 3,500-byte underlay): DHCP gives its VMs that MTU; a 3,000-byte
-    datagram without DF reaches the internet (the gateway fragments it to the internet side's 1,500), and with DF
-    the VM is told the path's MTU, 1500, and keeps it for that destination (path MTU discovery works)."""
+    datagram without DF reaches the internet (the gateway fragments it to the internet side's 1,500), with DF the
+    VM is told the path's MTU, 1500, and keeps it for that destination (path MTU discovery works), and fragmented
+    replies are reassembled by the gateway."""
     big = cluster.state.topology.get("underlay_mtu", 1500) - 50
     if big < 3450:
         pytest.fail(f"this cluster's underlay carries VPC MTUs up to {big}: the small topology sets 3500")
@@ -195,3 +196,9 @@ def test_nat_14_a_vpc_with_a_larger_mtu_reaches_the_internet(cluster, tenants, i
             assert 3000 not in sizes and st.get("frag_needed_out", 0) >= 1, (sizes, st)
             route = ex(cluster, vm, "ip", "route", "get", internet["ip"]).stdout
             assert "mtu 1500" in route or "refused 90" in sent, (route, sent)
+    # a 3,000-byte ping: the VM's echo leaves in fragments, the internet's reply comes back in fragments (its MTU
+    # is 1500), which the gateway reassembles (RFC 4787 REQ-14) and delivers whole into the 3,450-byte VPC
+    r = ex(cluster, vm, "ping", "-c", "3", "-i", "0.3", "-W", "2", "-s", "3000", "-M", "dont", internet["ip"])
+    st = sum((Counter(cluster.gateway_status(g)["nat"]) for g in ("gw1", "gw2")), Counter())
+    assert r.returncode == 0 and " 0% packet loss" in r.stdout, (r.stdout, st)
+    assert st["reassembled"] >= 3, st

@@ -331,3 +331,42 @@ def test_packets_out_bigger_than_the_internet_side_are_cut_or_refused() -> None:
     assert (e.src, e.dst, e[ICMP].type, e[ICMP].code, e[ICMP].nexthopmtu) == ("203.0.113.1", "10.0.1.2", 3, 4, 1500)
     assert e[IPerror].src == "10.0.1.2" and e[UDPerror].sport == 5001 and checksums_ok(df)
     assert t.counters["fragmented_out"] == 1 and t.counters["frag_needed_out"] == 1
+
+
+def test_fragments_are_reassembled_in_any_order_then_translated() -> None:
+    """RFC 4787 REQ-14: a datagram arriving in fragments (out of order) is translated whole, and cut again to the
+    VPC's MTU; overlapping fragments drop the datagram; unfinished ones expire; the number held is bounded."""
+    from scapy.layers.inet import defragment, fragment
+
+    from nfv_gateways import reassembly
+
+    t = table()
+    out = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=9000) / b"hi")
+    t.outbound(VNI, out, 0)
+    o = IP(bytes(out))
+    payload = bytes(range(256)) * 12  # 3,072 bytes
+    frags = fragment(IP(src=REMOTE, dst=o.src, id=99) / UDP(sport=9000, dport=o[UDP].sport) / payload, 1000)
+    verdicts = [t.inbound(b(f), 1) for f in reversed(frags)]
+    assert [v.direction for v in verdicts] == ["held"] * (len(frags) - 1) + ["in"]
+    whole = defragment([IP(f) for f in verdicts[-1].fragments])[0]
+    assert whole.dst == "10.0.1.2" and whole[UDP].dport == 5000 and bytes(whole[UDP].payload) == payload
+    assert all(len(f) <= 1450 for f in verdicts[-1].fragments) and t.counters["reassembled"] == 1
+    # from a VM too: its fragments leave as one translated datagram, cut to the internet side's 1500
+    vm = fragment(IP(src="10.0.1.2", dst=REMOTE, id=7) / UDP(sport=5000, dport=9000) / payload, 800)
+    v = [t.outbound(VNI, b(f), 2) for f in vm][-1]
+    assert v.direction == "out" and all(len(f) <= 1500 for f in v.fragments)
+    assert IP(v.fragments[0]).src == "203.0.113.1" and t.counters["reassembled"] == 2
+    # overlapping fragments: the datagram is dropped
+    a, c = fragment(IP(src=REMOTE, dst=o.src, id=100) / UDP(sport=9000, dport=o[UDP].sport) / payload, 1000)[:2]
+    evil = IP(bytes(c))
+    evil.frag -= 1
+    del evil.chksum
+    assert t.inbound(b(a), 3).direction == "held" and t.inbound(b(bytes(evil)), 3).direction == "held"
+    assert t.counters["drop_frag_overlap"] == 1 and not t.reassembly.held
+    # unfinished datagrams expire, and no more than MAX_DATAGRAMS are held
+    for i in range(reassembly.MAX_DATAGRAMS + 5):
+        f = fragment(IP(src=REMOTE, dst=o.src, id=1000 + i) / UDP(sport=9000, dport=1) / payload, 1000)[0]
+        t.inbound(b(f), 4)
+    assert len(t.reassembly.held) == reassembly.MAX_DATAGRAMS and t.counters["drop_frag_full"] == 5
+    t.inbound(b(fragment(IP(src=REMOTE, dst=o.src, id=5) / UDP() / payload, 1000)[0]), 4 + reassembly.TIMEOUT + 1)
+    assert len(t.reassembly.held) == 1 and t.counters["drop_frag_timeout"] == reassembly.MAX_DATAGRAMS
