@@ -17,4 +17,24 @@
 TJ_API int maglev_build(const uint64_t *keys, const uint32_t *weights, uint32_t n, uint32_t m, int32_t *table);
 /* The 5-tuple's hash that indexes a table (mod m): the same in every instance. */
 TJ_API uint32_t maglev_flow_hash(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport, uint8_t proto);
+
+/* An instance's pools and its connection table, so that an established connection keeps its member when the
+ * members change. New connections are decided here: a table hit, or the pool's Maglev entry, remembered while the
+ * table has room (3/4 of its slots) and the rate of new entries allows (a token bucket: a SYN flood cannot evict
+ * or crowd out the established); otherwise the Maglev pick alone (`fallback`), which every instance makes alike.
+ * nfv_gateways/lb.py (LbTable) is the same in Python: the differential test holds them to identical picks. */
+typedef struct lb lb_t;
+TJ_API lb_t *lb_create(uint32_t cap_pow2, double new_per_s, uint32_t burst);
+TJ_API void lb_destroy(lb_t *lb);
+/* a pool's Maglev table (entries index `ids`), its members' stable ids (draining ones included: their connections
+ * go on) and the idle timeout of its connections; replaced whole */
+TJ_API int lb_set_pool(lb_t *lb, uint32_t pool, const int32_t *table, uint32_t m, const uint32_t *ids, uint32_t n,
+                       double idle_s);
+/* the member id for this packet of pool `pool`, or -1 (no member has weight) */
+TJ_API int64_t lb_pick(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
+                       uint16_t dport, uint8_t proto, double now);
+/* forget connections idle past their pool's timeout; how many */
+TJ_API uint32_t lb_expire(lb_t *lb, double now);
+/* hits, new (remembered), fallback (not remembered), misses, connections held */
+TJ_API void lb_stats(lb_t *lb, uint64_t *out5);
 #endif
