@@ -68,7 +68,7 @@ typedef struct { uint32_t pool, vni, src, dst; uint16_t sport, dport; uint8_t pr
 typedef struct { int32_t *table; uint32_t m, n; uint32_t *ids; double idle; int set; } pool_t;
 
 struct lb {
-    uint32_t cap, count;
+    uint32_t cap, count, tombs;
     conn_t *slots;                 /* open addressing; used: 0 empty, 1 live, 2 deleted */
     pool_t pools[MAX_POOLS];
     double rate, tokens, at; uint32_t burst;
@@ -146,6 +146,7 @@ static int64_t pick_(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32
             }
             c->used = 2;  /* idle too long, or its member is gone: decided afresh */
             lb->count--;
+            lb->tombs++;
             if (free_at == lb->cap) free_at = i;
             break;
         }
@@ -154,6 +155,7 @@ static int64_t pick_(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32
     if (idx < 0 || (uint32_t)idx >= p->n) { lb->misses++; return -1; }
     uint32_t member = p->ids[idx];
     if (free_at < lb->cap && lb->count < lb->cap / 4 * 3 && take_token(lb, now)) {
+        if (lb->slots[free_at].used == 2) lb->tombs--;
         lb->slots[free_at] = (conn_t){.pool = pool, .vni = vni, .src = src, .dst = dst, .sport = sport,
                                       .dport = dport, .proto = proto, .used = 1, .member = member,
                                       .deadline = now + p->idle};
@@ -173,11 +175,31 @@ int64_t lb_pick(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t ds
     return r;
 }
 
+/* deleted slots lengthen every probe: past a quarter of the table, put the live entries back in a clean one */
+static void compact(lb_t *lb) {
+    conn_t *fresh = calloc(lb->cap, sizeof(conn_t));
+    if (!fresh) return;  /* no memory: probes stay long, nothing is lost */
+    uint32_t mask = lb->cap - 1;
+    for (uint32_t i = 0; i < lb->cap; i++) {
+        conn_t *c = &lb->slots[i];
+        if (c->used != 1) continue;
+        uint32_t j = conn_hash(c->pool, c->vni, c->src, c->dst, c->sport, c->dport, c->proto) & mask;
+        while (fresh[j].used) j = (j + 1) & mask;
+        fresh[j] = *c;
+    }
+    free(lb->slots);
+    lb->slots = fresh;
+    lb->tombs = 0;
+}
+
 uint32_t lb_expire(lb_t *lb, double now) {
     uint32_t n = 0;
     pthread_mutex_lock(&lb->mu);
     for (uint32_t i = 0; i < lb->cap; i++)
-        if (lb->slots[i].used == 1 && now > lb->slots[i].deadline) { lb->slots[i].used = 2; lb->count--; n++; }
+        if (lb->slots[i].used == 1 && now > lb->slots[i].deadline) {
+            lb->slots[i].used = 2; lb->count--; lb->tombs++; n++;
+        }
+    if (lb->tombs > lb->cap / 4) compact(lb);
     pthread_mutex_unlock(&lb->mu);
     return n;
 }
