@@ -108,8 +108,10 @@ def flow_add(dp: Any, f: Flow) -> Any:
 
 
 # --- the fast encoder ---------------------------------------------------------------------------------------
+# The caches hold the values shared by many flows (VNIs, router MACs, ports); a per-endpoint value is used by a few
+# flows only, so 8,192 entries keep the hits and, at 20,000 ports, 33 MB off the agent's peak (65,536 did not).
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 13)
 def _oxm(name: str, value: Any) -> tuple[Any, bytes]:
     """(sort key, bytes) of one match field: os-ken's serialiser, once per distinct value."""
     k, v = ofp.oxm_normalize_user(name, _value(value))
@@ -126,7 +128,7 @@ def _match_bytes(match: tuple) -> bytes:
     return struct.pack("!HH", ofp.OFPMT_OXM, length) + body + b"\0" * ((-length) % 8)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 13)
 def _action_bytes(a: Action) -> bytes:
     buf = bytearray()
     _action(a).serialize(buf, 0)
