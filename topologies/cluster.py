@@ -20,6 +20,7 @@ from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost, Hypervisor, Vm
 from topologies.wiring import underlay_mtu, wire
+from vswitch_agent.ovsdb import AFXDP
 
 TIANJI = str(Path(sys.executable).parent / "tianji")
 MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
@@ -211,8 +212,8 @@ class Cluster:
         hv_node.terminate()
         underlay = underlay_mtu(st.topology)
         vm.configure(self.admin.get(f"/v1/vpcs/{port['vpc_id']}")["mtu"], tap_mtu=underlay - 50)
-        port_type = "afxdp-nonpmd" if self.agent_status(port["host"]).get("port_types", {}).get(
-            "underlay") == "afxdp-nonpmd" else "system"  # the agent found AF_XDP works on this host's veths
+        port_type = AFXDP if self.agent_status(port["host"]).get("port_types", {}).get(
+            "underlay") == AFXDP else "system"  # the agent found AF_XDP works on this host's veths
         vm.plug(port_id, port_type)
         prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
         # DHCP is answered by the switch: wait until the agent has put this port's flows in, so the client's

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from vswitch_agent.ovsdb import Ovsdb
+
 VM_MTU = "1450"  # the VPCs' MTU: the underlay's 1500 less the VXLAN encapsulation
 
 
@@ -110,26 +112,16 @@ class Hypervisor:
         return sh("ovs-ofctl", "-O", "OpenFlow13", *args, ns=self.ns,
                   env=os.environ | {"OVS_RUNDIR": str(self.rundir)}).stdout
 
+    @property
+    def ovsdb(self) -> Ovsdb:
+        return Ovsdb(str(self.rundir))
+
     def plug(self, tap: str, port_id: str, mac: str, port_type: str = "system") -> str:
-        """Plug an interface into br-int the way Nova/OVN do (external_ids:iface-id names the port), as an
-        `afxdp-nonpmd` port if asked and it works (2-4x an AF_PACKET port here), else a `system` one; which."""
-        self.vsctl("--may-exist", "add-port", "br-int", tap, "--", "set", "interface", tap,
-                   f"external_ids:iface-id={port_id}", f"external_ids:attached-mac={mac}", f"type={port_type}")
-        if port_type == "system":
-            return port_type
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            err = self.vsctl("get", "interface", tap, "error").strip()
-            if err not in ("", "[]"):
-                break
-            if self.vsctl("get", "interface", tap, "ofport").strip() not in ("[]", "-1", "0"):
-                return port_type
-            time.sleep(0.05)
-        self.vsctl("set", "interface", tap, "type=system")  # the fallback: what every host can do
-        return "system"
+        """Plug into br-int as Nova/OVN do (vswitch_agent.ovsdb.Ovsdb.plug): the port type used."""
+        return self.ovsdb.plug("br-int", tap, port_id, mac, port_type)
 
     def unplug(self, tap: str) -> None:
-        self.vsctl("--if-exists", "del-port", "br-int", tap)
+        self.ovsdb.unplug("br-int", tap)
 
     def wait_port_flows(self, mac: str, timeout: float = 10) -> bool:
         """Whether the agent put a port's port-security flows in within `timeout` (DHCP needs them)."""
@@ -146,7 +138,6 @@ class Hypervisor:
         must have arrived at, next to what br-int holds."""
         from tianji.southbound import HostConfig
         from vswitch_agent.flows import compute_flows
-        from vswitch_agent.ovsdb import Ovsdb
 
         ofports, tunnel = Ovsdb(str(self.rundir)).interfaces()
         zones = json.loads(zones_file.read_text())

@@ -15,6 +15,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 TUNNEL_PORT = "vxlan0"
+AFXDP = "afxdp-nonpmd"  # AF_XDP without PMD threads: the fast port type of the userspace datapath here
 
 
 class OvsdbError(RuntimeError):
@@ -56,32 +57,45 @@ class Ovsdb:
         self.vsctl("set", "interface", "br-phy", f"mtu_request={mtu}", "--", "set", "interface", ifname,
                    f"mtu_request={mtu}")
         if want in ("auto", "afxdp"):
-            self.vsctl("set", "interface", ifname, "type=afxdp-nonpmd")
-            deadline = time.time() + 5
-            while time.time() < deadline:
-                err = self.vsctl("get", "interface", ifname, "error").strip().strip('"')
-                ofport = self.vsctl("get", "interface", ifname, "ofport").strip()
-                if err not in ("", "[]") or ofport not in ("[]", "-1", "0"):
-                    break
-                time.sleep(0.05)
-            if err in ("", "[]") and ofport not in ("[]", "-1", "0"):
-                return "afxdp-nonpmd"
+            self.vsctl("set", "interface", ifname, f"type={AFXDP}")
+            if (why := self.port_error(ifname)) is None:
+                return AFXDP
             if want == "afxdp":
-                raise OvsdbError(f"{ifname}: AF_XDP port failed ({err or 'no ofport'}); use --port-type system")
-            log.warning("%s: AF_XDP port failed (%s): using a system port", ifname, err or "no ofport")
+                raise OvsdbError(f"{ifname}: AF_XDP port failed ({why}); use --port-type system")
+            log.warning("%s: AF_XDP port failed (%s): using a system port", ifname, why)
         self.vsctl("set", "interface", ifname, "type=system")
         return "system"
+
+    def port_error(self, ifname: str, timeout: float = 5.0) -> str | None:
+        """None once ovs-vswitchd has opened the interface (it has an ofport); else why not: its error column, or
+        "no ofport" after `timeout`."""
+        deadline = time.time() + timeout
+        while True:
+            err = self.vsctl("get", "interface", ifname, "error").strip().strip('"')
+            if err not in ("", "[]"):
+                return err
+            if self.vsctl("get", "interface", ifname, "ofport").strip() not in ("[]", "-1", "0"):
+                return None
+            if time.time() > deadline:
+                return "no ofport"
+            time.sleep(0.05)
 
     def interfaces(self) -> tuple[dict[str, int], int | None]:
         """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port)."""
         out = self.vsctl("--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
         return _interfaces(json.loads(out)["data"])
 
-    def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None) -> None:
-        """Plug a VM interface the way Nova/OVN do: the iface-id names the logical port."""
+    def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None, port_type: str = "system") -> str:
+        """Plug a VM interface the way Nova/OVN do (the iface-id names the logical port), as a `port_type` port
+        (AFXDP: 2-4x an AF_PACKET port here) if that works, else a `system` one, what every host can do; which."""
         extra = [f"external_ids:attached-mac={mac}"] if mac else []
         self.vsctl("--may-exist", "add-port", bridge, ifname, "--", "set", "interface", ifname,
-                   f"external_ids:iface-id={port_id}", *extra)
+                   f"external_ids:iface-id={port_id}", *extra, f"type={port_type}")
+        if port_type == "system" or (why := self.port_error(ifname)) is None:
+            return port_type
+        log.warning("%s: %s port failed (%s): using a system port", ifname, port_type, why)
+        self.vsctl("set", "interface", ifname, "type=system")
+        return "system"
 
     def unplug(self, bridge: str, ifname: str) -> None:
         self.vsctl("--if-exists", "del-port", bridge, ifname)
