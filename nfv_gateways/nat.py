@@ -183,8 +183,7 @@ class NatTable(IcmpAnswers):
         if ip.is_fragment and (ip := self._reassembled(vni, buf, ip, now)) is None:
             return HELD
         if buf[ip.l4 - ip.ihl + 8] <= 1:
-            eip = self.static_in.get((vni, ip.src)) or self._pick_eip(vni, ip.src)
-            return self._time_exceeded(buf, ip, now, eip, Verdict("in", vni, ip.src))
+            return self._time_exceeded(buf, ip, now, self._eip_of(vni, ip.src), Verdict("in", vni, ip.src))
         ports = l4_ports(buf, ip)
         if ports is None:
             self.counters["drop_unsupported"] += 1

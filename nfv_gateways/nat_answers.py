@@ -21,10 +21,14 @@ class IcmpAnswers:
     def _pick_eip(self, vni: int, ip: int) -> int | None:
         raise NotImplementedError
 
+    def _eip_of(self, vni: int, ip: int) -> int | None:
+        """The EIP an inside address leaves with (its 1:1 EIP, else its SNAT rule's): where its answers come from."""
+        return self.static_in.get((vni, ip)) or self._pick_eip(vni, ip)
+
     def _frag_needed_out(self, vni: int, buf: bytearray, ip: Ip4, now: float) -> Verdict | None:
         """A packet from a VPC with a larger MTU than the internet side's, with DF: replace it with fragmentation
         needed (next-hop MTU: the external one) to the VM, from its EIP, so its path MTU discovery learns it."""
-        eip = self.static_in.get((vni, ip.src)) or self._pick_eip(vni, ip.src)
+        eip = self._eip_of(vni, ip.src)
         if eip is None:
             self.counters["drop_no_rule"] += 1
             return None
