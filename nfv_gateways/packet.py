@@ -155,6 +155,18 @@ class Verdict:
     fragments: tuple[bytes, ...] = ()  # set when the packet was cut to fit the VPC's MTU: send these instead
 
 
+def ip_header(head: bytes, total: int, flags_offset: int) -> bytes:
+    """IPv4 header `head` (its identification and options kept) with this total length and flags/fragment offset,
+    its IHL and checksum made to match."""
+    hdr = bytearray(head)
+    hdr[0] = 0x40 | len(hdr) // 4
+    struct.pack_into("!H", hdr, 2, total)
+    struct.pack_into("!H", hdr, 6, flags_offset)
+    struct.pack_into("!H", hdr, 10, 0)
+    struct.pack_into("!H", hdr, 10, checksum(bytes(hdr)))
+    return bytes(hdr)
+
+
 def fragment(pkt: bytes, mtu: int) -> tuple[bytes, ...]:
     """An IPv4 packet cut into fragments of at most `mtu` bytes (RFC 791): payload in multiples of 8, MF on all
     but the last, options without the copy bit left out after the first, each header's checksum recomputed."""
@@ -175,13 +187,8 @@ def fragment(pkt: bytes, mtu: int) -> tuple[bytes, ...]:
         step = (mtu - len(h)) // 8 * 8
         chunk = payload[off:off + step]
         last = off + len(chunk) >= len(payload)
-        hdr = bytearray(h)
-        hdr[0] = 0x40 | len(h) // 4
-        struct.pack_into("!HHH", hdr, 2, len(h) + len(chunk), struct.unpack_from("!H", head, 4)[0],
-                         (flags_off & 0x4000) | (more if last else 0x2000) | (base + off // 8))
-        struct.pack_into("!H", hdr, 10, 0)
-        struct.pack_into("!H", hdr, 10, checksum(bytes(hdr)))
-        out.append(bytes(hdr) + chunk)
+        out.append(ip_header(h, len(h) + len(chunk),
+                             (flags_off & 0x4000) | (more if last else 0x2000) | (base + off // 8)) + chunk)
         off += len(chunk)
     return tuple(out)
 

@@ -13,8 +13,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nfv_gateways.packet import Ip4
-from tianji.inet import checksum
+from nfv_gateways.packet import Ip4, ip_header
 
 MAX_DATAGRAMS = 256
 MAX_BYTES = 4 << 20
@@ -67,12 +66,8 @@ class Reassembler:
         whole = b"".join(d.parts[o] for o in sorted(d.parts))
         self._forget(key)
         self.counters["reassembled"] += 1
-        hdr = bytearray(d.header)
-        struct.pack_into("!HHH", hdr, 2, len(hdr) + len(whole), struct.unpack_from("!H", hdr, 4)[0],
-                         struct.unpack_from("!H", hdr, 6)[0] & 0x4000)  # offset 0, MF clear
-        struct.pack_into("!H", hdr, 10, 0)
-        struct.pack_into("!H", hdr, 10, checksum(bytes(hdr)))
-        return bytes(hdr) + whole
+        df = struct.unpack_from("!H", d.header, 6)[0] & 0x4000  # offset 0, MF clear
+        return ip_header(d.header, len(d.header) + len(whole), df) + whole
 
     def expire(self, now: float) -> None:
         for key in [k for k, d in self.held.items() if now - d.first_seen > TIMEOUT]:
