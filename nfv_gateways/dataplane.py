@@ -86,9 +86,10 @@ class NativeDataPlane:
                  config: NatConfig | None = None, capacity_pow2: int = 1 << 18) -> None:
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
-        if backend == "dpdk" and (mtu := link_mtu(ul_if)) + 14 > constants(self.lib)["DP_DPDK_MAX_FRAME"]:
-            raise FastPathUnavailable(f"dpdk: the af_xdp PMD carries frames up to "
-                                      f"{constants(self.lib)['DP_DPDK_MAX_FRAME']} bytes and {ul_if}'s MTU is {mtu}")
+        k = constants(self.lib)
+        if backend == "dpdk" and (mtu := link_mtu(ul_if)) + 14 > k["DP_DPDK_MAX_FRAME"]:
+            raise FastPathUnavailable(f"dpdk: the af_xdp PMD carries frames up to {k['DP_DPDK_MAX_FRAME']} bytes and "
+                                      f"{ul_if}'s MTU is {mtu}")
         self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
         self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
         if not self.h:
@@ -102,7 +103,6 @@ class NativeDataPlane:
             self.lib.dp_close(self.h)
             self._unblind()
             raise FastPathUnavailable(f"{backend}: {err}")
-        k = constants(self.lib)
         self._slot, self._burst = k["DP_SLOT"], k["DP_BURST"]
         self._bufs = ctypes.create_string_buffer(self._slot * self._burst)
         self._lens = (ctypes.c_uint32 * self._burst)()
