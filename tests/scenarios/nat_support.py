@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 
 from tests.scenarios.conftest import Net, ex, wait_for
 
@@ -56,3 +57,8 @@ def nat_works(cluster, vm: dict, internet: dict, eip: str, timeout: float = 10) 
 def gw_ready(cluster, eips: list[str]) -> None:
     wait_for(lambda: set(eips) <= set(served(cluster)), 10, "gateway config")
     cluster.wait_converged()
+
+
+def nat_counters(cluster) -> Counter[str]:
+    """Both instances' NAT counters, summed (a VPC's flows may meet either)."""
+    return sum((Counter(cluster.gateway_status(g)["nat"]) for g in ("gw1", "gw2")), Counter())

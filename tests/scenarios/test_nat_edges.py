@@ -7,12 +7,11 @@ import json
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import pytest
 
 from tests.scenarios.conftest import ex, scapy_send
-from tests.scenarios.nat_support import gw_ready, nat_vpc, nat_works, served
+from tests.scenarios.nat_support import gw_ready, nat_counters, nat_vpc, nat_works, served
 
 PEER = """
 import json, os, socket, sys, time
@@ -188,7 +187,7 @@ def test_nat_14_a_vpc_with_a_larger_mtu_reaches_the_internet(cluster, tenants, i
         time.sleep(0.3)
         sent = ex(cluster, vm, sys.executable, "-c", JUMBO_SENDER, internet["ip"], str(df)).stdout
         sizes = [int(x) for x in rx.communicate(timeout=30)[0].split()]
-        st = sum((Counter(cluster.gateway_status(g)["nat"]) for g in ("gw1", "gw2")), Counter())
+        st = nat_counters(cluster)
         if want == "whole":
             assert sizes.count(3000) >= 1, f"no 3,000-byte datagram arrived: {sizes}; {st}; sender: {sent!r}"
             assert st.get("fragmented_out", 0) >= 1, st
@@ -199,6 +198,6 @@ def test_nat_14_a_vpc_with_a_larger_mtu_reaches_the_internet(cluster, tenants, i
     # a 3,000-byte ping: the VM's echo leaves in fragments, the internet's reply comes back in fragments (its MTU
     # is 1500), which the gateway reassembles (RFC 4787 REQ-14) and delivers whole into the 3,450-byte VPC
     r = ex(cluster, vm, "ping", "-c", "3", "-i", "0.3", "-W", "2", "-s", "3000", "-M", "dont", internet["ip"])
-    st = sum((Counter(cluster.gateway_status(g)["nat"]) for g in ("gw1", "gw2")), Counter())
+    st = nat_counters(cluster)
     assert r.returncode == 0 and " 0% packet loss" in r.stdout, (r.stdout, st)
     assert st["reassembled"] >= 3, st
