@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,7 @@ from controller.reads import (
     Q_GROUP_MEMBERS,
     Q_GROUP_RULES,
     Q_HOSTS,
+    Q_LB_MEMBERS,
     Q_LOCAL,
     Q_NAT_GATEWAYS,
     Q_ROUTES,
@@ -41,6 +42,9 @@ from tianji.southbound import (
     Endpoint,
     HostConfig,
     HostConfigDelta,
+    LbBackendInfo,
+    LbListenerInfo,
+    LbVipInfo,
     PortInfo,
     RouteInfo,
     SecurityGroupInfo,
@@ -52,11 +56,19 @@ from tianji.southbound import (
 )
 
 
-def hosts_fragment(rows: list) -> tuple[tuple[Vtep, ...], dict[str, str]]:
-    """Every host's VTEP, and the live NAT gateway instances (name -> VTEP): hosts appearing, changing VTEP, and
-    going up or down all stamp the topology, which versions this fragment."""
-    return (tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _ in rows),
-            {n: ip for n, ip, k, st in rows if k == "gateway" and st == "up"})
+class Topology(NamedTuple):
+    """Every host's VTEP, and the live gateway instances of each role (name -> VTEP): hosts appearing, changing VTEP
+    or role, and going up or down all stamp the topology, which versions this fragment."""
+
+    vteps: tuple[Vtep, ...]
+    instances: dict[str, str]  # NAT
+    lb_instances: dict[str, str]
+
+
+def hosts_fragment(rows: list) -> Topology:
+    live = [(n, ip, role or "nat") for n, ip, k, st, role in rows if k == "gateway" and st == "up"]
+    return Topology(tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _, _ in rows),
+                    {n: ip for n, ip, role in live if role == "nat"}, {n: ip for n, ip, role in live if role == "lb"})
 
 
 def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:
@@ -241,6 +253,8 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         reads.add("members", Q_GROUP_MEMBERS, vpcs=stale_groups)
     if stale_subnets:
         reads.add("subnets", Q_SUBNETS, vpcs=stale_subnets)
+    if stale_entries:
+        reads.add("lbs", Q_LB_MEMBERS, vpcs=stale_entries)
     if stale_own:
         reads.add("routes", Q_ROUTES, vpcs=stale_own)
         reads.add("gateways", Q_NAT_GATEWAYS, vpcs=stale_own)
@@ -249,17 +263,18 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances = hosts_frag
+    vteps, instances, lb_instances = hosts_frag
     store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
     store(s, "endpoints", with_topology,
            endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
     store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes, gateway_eips = _route_rows(rows)
+    lbs = vip_infos(rows["lbs"], lb_instances)
     for vid in stale_entries:
         routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
                          instances) if vid in own else []
-        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes)
+        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []))
         FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
     return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
@@ -290,7 +305,32 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
     return user_routes, gateway_eips
 
 
-def _vpc_entry(v: Any, subnets: Any, routes: list) -> VpcInfo:
-    """A VPC's entry in a host's config: VNI, router MAC, subnets, and its route table if it has a local port."""
+def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo]) -> VpcInfo:
+    """A VPC's entry in a host's config: VNI, router MAC, subnets, its route table if it has a local port, and its
+    load balancers (clients in it or in a peer steer to their VIPs; hosts of members translate)."""
     return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                                   mtu=v.mtu, subnets=list(subnets), routes=routes)
+                                   mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs)
+
+
+def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipInfo]]:
+    """Q_LB_MEMBERS' rows as each VPC's load balancers, for vSwitches: every instance takes every VIP (they hold
+    identical tables), and the instance homing a VIP's EIP takes its replies to the internet."""
+    vteps = sorted(set(lb_instances.values()))
+    by_lb: dict[str, tuple[Any, dict[tuple[str, int], list[LbBackendInfo]]]] = {}
+    for r in rows:
+        _, listeners = by_lb.setdefault(r.id, (r, {}))
+        if r.protocol is None:
+            continue
+        backends = listeners.setdefault((r.protocol, r.port), [])
+        if r.member_id is not None:
+            backends.append(LbBackendInfo.model_construct(port_id=r.port_id, ip=r.member_ip, mac=r.member_mac,
+                                                          port=r.protocol_port))
+    out: dict[str, list[LbVipInfo]] = defaultdict(list)
+    for lb, listeners in by_lb.values():
+        home_of = home(f"eip:{lb.eip_id}", lb_instances) if lb.eip_id else None
+        out[lb.vpc_id].append(LbVipInfo.model_construct(
+            id=lb.id, vip=lb.vip_address, mac=lb.vip_mac, instance_vteps=vteps,
+            eip_home_vtep=lb_instances[home_of] if home_of else None,
+            listeners=[LbListenerInfo.model_construct(protocol=p, port=n, backends=b)
+                       for (p, n), b in listeners.items()]))
+    return out

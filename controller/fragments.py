@@ -3,6 +3,7 @@ version (the stamps it follows) and shared by every host and every compile that 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -85,3 +86,8 @@ def store(s: Session, kind: str, versions: dict[str, tuple | int], built: dict[s
     for vid, frag in built.items():
         into[vid] = frag
         FRAGMENTS.put(s, (kind, vid), versions[vid], (frag,))
+
+
+def digest_of(text_: str) -> str:
+    """The digest of a compiled section's JSON (what gateway configs are compared by)."""
+    return hashlib.sha256(text_.encode()).hexdigest()[:32]

@@ -18,12 +18,14 @@ from typing import NamedTuple
 from sqlalchemy.orm import Session
 
 from controller.compiler import endpoints_fragments, hosts_fragment
-from controller.fragments import FRAGMENTS, cached, store
+from controller.fragments import FRAGMENTS, cached, digest_of, store
+from controller.lb_compiler import lb_sections
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNAT,
     Q_ENDPOINTS,
     Q_HOSTS,
+    Q_LB_MEMBERS,
     Q_NAT_GATEWAYS_SERVED,
     Q_SNAT,
     Q_STATIC,
@@ -92,9 +94,9 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     rows = gateway_view(s, name)
     if not rows:
         return None
-    vtep_ip, topology, at = rows[0][:3]
+    vtep_ip, topology, at, role = rows[0][:4]
     # id -> (revision, vni, router MAC), from plain tuples: a Row's attribute access was most of a compile
-    vpcs = {vid: (rev, vni, rmac, mtu) for _, _, _, vid, rev, vni, rmac, mtu in rows if vid is not None}
+    vpcs = {vid: (rev, vni, rmac, mtu) for _, _, _, _, vid, rev, vni, rmac, mtu in rows if vid is not None}
     versions = {vid: (v[0], topology) for vid, v in vpcs.items()}
     hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
     got = FRAGMENTS.get_many(s, {("gateway", name, vid): version for vid, version in versions.items()})
@@ -106,8 +108,9 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     # a VPC's endpoints are the same fragment the hosts' compiles use, at the same (revision, topology)
     endpoints, stale_endpoints = cached(s, "endpoints", {v: versions[v] for v in stale})
     if stale:
-        for key, stmt in (("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC),
-                          ("dnat", Q_DNAT)):
+        role_reads = (("lbs", Q_LB_MEMBERS),) if role == "lb" else (
+            ("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT))
+        for key, stmt in role_reads:
             reads.add(key, stmt, vpcs=stale)
     if stale_endpoints:
         reads.add("endpoints", Q_ENDPOINTS, vpcs=stale_endpoints)
@@ -115,26 +118,28 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     if hosts_frag is None:
         hosts_frag = hosts_fragment(got_rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances = hosts_frag
-    instances = instances or ({name: vtep_ip} if vtep_ip else {})  # no live instance: compile as if this one were
+    vteps, instances, lb_instances = hosts_frag
+    # no live instance: compile as if this one were
+    if role == "lb":
+        lb_instances = lb_instances or ({name: vtep_ip} if vtep_ip else {})
+    else:
+        instances = instances or ({name: vtep_ip} if vtep_ip else {})
     if stale:
         store(s, "endpoints", versions,
                endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints}), endpoints)
-        built = _sections(name, {v: _Vpc(*vpcs[v]) for v in stale}, got_rows, endpoints, instances)
+        stale_vpcs = {v: _Vpc(*vpcs[v]) for v in stale}
+        built = lb_sections(name, stale_vpcs, got_rows["lbs"], endpoints, lb_instances) if role == "lb" \
+            else _sections(name, stale_vpcs, got_rows, endpoints, instances)
         for vid in stale:
             sections[vid] = built.get(vid)
             FRAGMENTS.put(s, ("gateway", name, vid), versions[vid], (sections[vid],))
     present = {vid: sec for vid, sec in sections.items() if sec is not None}
     vteps_digest = FRAGMENTS.get(s, ("vteps-digest",), topology)
     if vteps_digest is None:
-        vteps_digest = (_digest("|".join(f"{v.host},{v.ip},{v.kind}" for v in vteps)),)
+        vteps_digest = (digest_of("|".join(f"{v.host},{v.ip},{v.kind}" for v in vteps)),)
         FRAGMENTS.put(s, ("vteps-digest",), topology, vteps_digest)
     return GatewayCompiled(name, at, vtep_ip, topology, frozenset(vpcs), {vid: vpcs[vid][0] for vid in present},
                            present, vteps, vteps_digest[0])
-
-
-def _digest(text_: str) -> str:
-    return hashlib.sha256(text_.encode()).hexdigest()[:32]
 
 
 def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str, tuple],
@@ -179,5 +184,5 @@ def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str,
         sec = GatewaySection.model_construct(
             vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=snat),
             static=static, dnat=dnat, endpoints=list(endpoints[vid]), eips=served)
-        out[vid] = (sec, _digest(sec.model_dump_json()))
+        out[vid] = (sec, digest_of(sec.model_dump_json()))
     return out

@@ -114,6 +114,7 @@ class Host(Base):
     vtep_ip: Mapped[str] = mapped_column(String(15), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
     status: Mapped[str] = mapped_column(String(8), default="up")
+    role: Mapped[str | None] = mapped_column(String(8), nullable=True)  # a gateway's: nat (None: nat) or lb
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     # Global revision of the last change to the set of ports bound here.

@@ -22,6 +22,9 @@ _ROUTES, _SUBNETS, _PSG, _EIPS = m.Route.__table__, m.Subnet.__table__, m.PortSe
 _NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
 _SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
 _SNAT, _DNAT = m.SnatRule.__table__, m.DnatRule.__table__
+_LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.LbPool.__table__
+_MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
+_VIP, _MPORT = _PORTS.alias("vip_port"), _PORTS.alias("member_port")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
 # peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
@@ -42,7 +45,28 @@ Q_HOST_VPCS = text("""
                                    rel.peering_id, rel.peer_of
                             FROM rel JOIN vpcs ON vpcs.id = rel.id) v ON 1 = 1
     WHERE h.name = :host""")
-Q_HOSTS = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind, _HOSTS.c.status).order_by(_HOSTS.c.name)
+Q_HOSTS = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind, _HOSTS.c.status, _HOSTS.c.role) \
+    .order_by(_HOSTS.c.name)
+# every load balancer of these VPCs with its listeners and their pools' members (a row per member; NULLs for a
+# load balancer without listeners, a listener without a pool, a pool without members): the vSwitches' part and
+# the instances' part alike
+Q_LB_MEMBERS = select(_LBS.c.id, _LBS.c.vpc_id, _LBS.c.vip_address, _VIP.c.mac.label("vip_mac"),
+                      _LBS.c.eip_id, _EIPS.c.address.label("eip"),
+                      _LISTENERS.c.protocol, _LISTENERS.c.port, _LISTENERS.c.idle_timeout_s,
+                      _POOLS.c.id.label("pool_id"), _POOLS.c.algorithm, _POOLS.c.table_size,
+                      _POOLS.c.deregistration_delay_s, _MONITORS.c.pool_id.label("monitored"),
+                      _MEMBERS.c.id.label("member_id"), _MEMBERS.c.protocol_port, _MEMBERS.c.weight,
+                      _MEMBERS.c.operating_status, _MEMBERS.c.status_changed_at,
+                      _MPORT.c.id.label("port_id"), _MPORT.c.ip.label("member_ip"),
+                      _MPORT.c.mac.label("member_mac")) \
+    .join(_VIP, _VIP.c.id == _LBS.c.vip_port_id).outerjoin(_EIPS, _EIPS.c.id == _LBS.c.eip_id) \
+    .outerjoin(_LISTENERS, _LISTENERS.c.load_balancer_id == _LBS.c.id) \
+    .outerjoin(_POOLS, _POOLS.c.id == _LISTENERS.c.default_pool_id) \
+    .outerjoin(_MONITORS, _MONITORS.c.pool_id == _POOLS.c.id) \
+    .outerjoin(_MEMBERS, _MEMBERS.c.pool_id == _POOLS.c.id) \
+    .outerjoin(_MPORT, _MPORT.c.id == _MEMBERS.c.port_id) \
+    .where(in_ids(_LBS.c.vpc_id, "vpcs")) \
+    .order_by(_LBS.c.id, _LISTENERS.c.protocol, _LISTENERS.c.port, _MEMBERS.c.id)
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
     .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
 Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
@@ -68,15 +92,19 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
 
 
 # --- a gateway instance's config ---
-# The instance, the topology stamp, and every VPC a gateway instance may serve (one with a NAT gateway or a port
-# with an EIP), with its revision: what decides whether an instance's config changed. One round trip.
+# The instance, the topology stamp, and every VPC an instance of its role may serve (NAT: one with a NAT gateway or
+# a port with an EIP; LB: one with a load balancer), with its revision: what decides whether an instance's config
+# changed. One round trip.
 Q_GATEWAY_VIEW = text("""
     SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
-           (SELECT value FROM counters WHERE name = 'revision') AS at,
+           (SELECT value FROM counters WHERE name = 'revision') AS at, COALESCE(h.role, 'nat') AS role,
            v.id, v.revision, v.vni, v.router_mac, v.mtu
-    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac, mtu FROM vpcs
-                            WHERE id IN (SELECT vpc_id FROM nat_gateways)
-                               OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)) v ON 1 = 1
+    FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac, mtu,
+                                   CASE WHEN id IN (SELECT vpc_id FROM load_balancers) THEN 'lb' END AS lb,
+                                   CASE WHEN id IN (SELECT vpc_id FROM nat_gateways)
+                                          OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)
+                                        THEN 'nat' END AS nat
+                            FROM vpcs) v ON COALESCE(h.role, 'nat') IN (v.lb, v.nat)
     WHERE h.name = :name""")
 Q_NAT_GATEWAYS_SERVED = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip_id, _EIPS.c.address) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
@@ -102,11 +130,12 @@ def gateway_view(s: Session, name: str) -> list[tuple]:
 Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
+Q_HAS_LB = select(_LBS.c.id).where(in_ids(_LBS.c.vpc_id, "vpcs")).limit(1)
 
 
 def may_serve(s: Session, vpcs: set[str]) -> bool:
     """Whether any of these VPCs (written to, outside the instances' view) now has something gateways serve."""
-    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT))
+    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT, Q_HAS_LB))
 
 
 @dataclass(frozen=True)

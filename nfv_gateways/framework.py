@@ -106,7 +106,9 @@ def wire_parts(vpc: GatewayVpc, endpoints: list[Endpoint], policy: tuple) -> Vpc
 
 def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
     """A whole config cut into its VPCs' sections (a VNI names one VPC)."""
-    static, dnat, eps = defaultdict(list), defaultdict(list), defaultdict(list)
+    static, dnat, eps, lbs = defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list)
+    for b in cfg.lbs:
+        lbs[b.vni].append(b)
     for x in cfg.static:
         static[x.vni].append(x)
     for d in cfg.dnat:
@@ -114,7 +116,8 @@ def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
     for e in cfg.endpoints:
         eps[e.vni].append(e)
     return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
-                                                 endpoints=eps[v.vni], eips=[]) for v in cfg.vpcs}
+                                                 endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni])
+            for v in cfg.vpcs}
 
 
 @dataclass
@@ -298,7 +301,7 @@ class Gateway(PacketIO):
         while True:
             try:
                 if not self.counters["registered"]:
-                    self.api.register(self.o.name, self.vtep, "gateway")
+                    self.api.register(self.o.name, self.vtep, "gateway", self.role)
                     self.counters["registered"] = 1
                 self.api.beat(self.o.name, {"ports": {}})
             except Exception as e:

@@ -40,6 +40,33 @@ class RouteInfo(_Wire):
     origin: Literal["implicit", "user"] = "implicit"
 
 
+class LbBackendInfo(_Wire):
+    """A member as the vSwitch next to it translates to it: VIP:listener port -> ip:port (port: its MAC picks it)."""
+
+    port_id: str
+    ip: str
+    mac: str
+    port: int
+
+
+class LbListenerInfo(_Wire):
+    protocol: Literal["tcp", "udp"]
+    port: int
+    backends: list[LbBackendInfo] = Field(default_factory=list)
+
+
+class LbVipInfo(_Wire):
+    """A load balancer as vSwitches see it: its VIP (answered ARP for), the instances a flow to it is hashed over,
+    and per listener the members, which the hosts holding them DNAT to."""
+
+    id: str
+    vip: str
+    mac: str
+    listeners: list[LbListenerInfo] = Field(default_factory=list)
+    instance_vteps: list[str] = Field(default_factory=list)
+    eip_home_vtep: str | None = None  # replies to the internet go to the instance homing the VIP's EIP
+
+
 class VpcInfo(_Wire):
     id: str
     tenant_id: str
@@ -49,6 +76,7 @@ class VpcInfo(_Wire):
     mtu: int = OVERLAY_MTU
     subnets: list[SubnetInfo] = Field(default_factory=list)
     routes: list[RouteInfo] = Field(default_factory=list)
+    load_balancers: list[LbVipInfo] = Field(default_factory=list)
 
 
 class PortInfo(_Wire):
@@ -221,6 +249,36 @@ class DnatInfo(_Wire):
     internal_port: int
 
 
+class LbMemberServed(_Wire):
+    """A member as an LB instance picks it: `id` keys its Maglev permutation (stable across instances); weight 0
+    drains it (no new connections) until `drain_until` (epoch seconds), when its connections end."""
+
+    id: str
+    ip: str
+    weight: int
+    drain_until: float | None = None
+
+
+class LbListenerServed(_Wire):
+    protocol: Literal["tcp", "udp"]
+    port: int
+    idle_timeout_s: float
+    algorithm: Literal["maglev", "source_ip"] = "maglev"
+    table_size: int = 65537
+    members: list[LbMemberServed] = Field(default_factory=list)  # those the pool sends to (health applied)
+
+
+class LbServed(_Wire):
+    """A load balancer an LB instance serves: its VIP in its VPC's VNI, its EIP (if this instance homes it), and
+    per listener the pool's members."""
+
+    id: str
+    vni: int
+    vip: str
+    eip: str | None = None
+    listeners: list[LbListenerServed] = Field(default_factory=list)
+
+
 class GatewayConfig(_Wire):
     """What a NAT gateway instance serves: per VNI its SNAT rules, the 1:1 EIPs, DNAT rules, and where every
     port of those VPCs lives (to send replies back in VXLAN)."""
@@ -234,6 +292,7 @@ class GatewayConfig(_Wire):
     endpoints: list[Endpoint] = Field(default_factory=list)
     eips: list[str] = Field(default_factory=list)  # addresses this instance answers ARP for
     vteps: list[Vtep] = Field(default_factory=list)
+    lbs: list[LbServed] = Field(default_factory=list)
 
 
 class GatewaySection(_Wire):
@@ -245,6 +304,7 @@ class GatewaySection(_Wire):
     dnat: list[DnatInfo] = Field(default_factory=list)
     endpoints: list[Endpoint] = Field(default_factory=list)
     eips: list[str] = Field(default_factory=list)
+    lbs: list[LbServed] = Field(default_factory=list)
 
 
 class GatewayConfigDelta(_Wire):
@@ -269,7 +329,7 @@ def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: l
         name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
         static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
         endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),
-        vteps=vteps)
+        vteps=vteps, lbs=[b for x in sections for b in x.lbs])
 
 
 @dataclass

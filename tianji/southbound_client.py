@@ -68,8 +68,9 @@ class Southbound:
             self._conn.close()
             self._conn = None
 
-    def register(self, name: str, vtep_ip: str, kind: str) -> None:
-        self.call("POST", "/v1/hosts", {"name": name, "vtep_ip": vtep_ip, "kind": kind})
+    def register(self, name: str, vtep_ip: str, kind: str, role: str | None = None) -> None:
+        self.call("POST", "/v1/hosts", {"name": name, "vtep_ip": vtep_ip, "kind": kind}
+                  | ({"role": role} if role else {}))
 
     def beat(self, name: str, report: dict[str, Any]) -> dict[str, Any] | None:
         """The heartbeat (with the ports' states, for a hypervisor); HTTPError 404: the controller forgot us."""

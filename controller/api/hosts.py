@@ -28,7 +28,7 @@ router = APIRouter(tags=["hosts"])
 def host_out(s, h: m.Host, n: int | None = None) -> HostOut:
     if n is None:
         n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.host == h.name)).scalar()
-    return HostOut(name=h.name, vtep_ip=h.vtep_ip, kind=h.kind, status=h.status,
+    return HostOut(name=h.name, vtep_ip=h.vtep_ip, kind=h.kind, role=h.role, status=h.status,
                    last_seen=h.last_seen.isoformat(), ports=n)
 
 
@@ -38,6 +38,9 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     token names; it cannot move an existing host's VTEP (every hypervisor would tunnel that host's traffic to the
     new address): the admin does that (`PATCH /v1/hosts/{name}`), or registers it."""
     own_host(p, body.name, body.kind)
+    if body.role is not None and body.kind != "gateway":
+        raise ApiError(422, "role: only a gateway has a role (nat or lb)", "role")
+    role = (body.role or "nat") if body.kind == "gateway" else None
     with db_of(request).write() as t:
         s = t.session
         h = s.get(m.Host, body.name)
@@ -53,13 +56,14 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
         if clash:
             raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
         if h is None:
-            h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, status="up", last_seen=now())
+            h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up",
+                       last_seen=now())
             s.add(h)
             t.touch_topology()
         else:
-            if (h.vtep_ip, h.kind, h.status) != (body.vtep_ip, body.kind, "up"):
+            if (h.vtep_ip, h.kind, h.role, h.status) != (body.vtep_ip, body.kind, role, "up"):
                 t.touch_topology()  # VTEP lists and live gateway instances are compiled per topology revision
-            h.vtep_ip, h.kind, h.status, h.last_seen = body.vtep_ip, body.kind, "up", now()
+            h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
         t.touch_hosts(body.name)
         s.flush()
         return host_out(s, h)

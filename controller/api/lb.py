@@ -275,9 +275,11 @@ def add_member(pool_id: str, body: MemberCreate, request: Request,
                 raise invalid("port_id", f"port {port.id} is not in the load balancer's VPC {lb.vpc_id}")
             if port.id == lb.vip_port_id:
                 raise invalid("port_id", "the VIP's own port cannot be a member")
-            if s.execute(select(m.LbMember.id).where(m.LbMember.pool_id == pool.id, m.LbMember.port_id == port.id,
-                                                     m.LbMember.protocol_port == body.protocol_port)).first():
-                raise conflict("port_id", f"port {port.id} is already a member on port {body.protocol_port}")
+            # once per pool: the vSwitch next to a member tells the pool's members apart by their port's MAC
+            if s.execute(select(m.LbMember.id).where(m.LbMember.pool_id == pool.id,
+                                                     m.LbMember.port_id == port.id)).first():
+                raise conflict("port_id", f"port {port.id} is already a member of pool {pool.id}: a port is a "
+                                          "member of a pool once (put its other service port in another pool)")
             monitored = s.get(m.LbHealthMonitor, pool.id) is not None
             x = m.LbMember(tenant_id=pool.tenant_id, pool_id=pool.id, port_id=port.id,
                            protocol_port=body.protocol_port, weight=body.weight,

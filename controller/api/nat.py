@@ -7,7 +7,7 @@ import ipaddress
 import socket
 
 from fastapi import APIRouter, Depends, Request, Response
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -67,8 +67,10 @@ def _allocate(s: Session) -> tuple[m.EipPool, str]:
     raise ApiError(409, "no public addresses left: the operator must add an EIP pool (POST /v1/eip-pools)")
 
 
-def live_gateways(s: Session) -> list[str]:
-    return list(s.execute(select(m.Host.name).where(m.Host.kind == "gateway", m.Host.status == "up")).scalars())
+def live_gateways(s: Session, role: str = "nat") -> list[str]:
+    """The live gateway instances of a role (a gateway registered without one is a NAT instance)."""
+    return list(s.execute(select(m.Host.name).where(m.Host.kind == "gateway", m.Host.status == "up",
+                                                    func.coalesce(m.Host.role, "nat") == role)).scalars())
 
 
 def eip_out(s: Session, eip: m.Eip, live: list[str] | None = None) -> EipOut:

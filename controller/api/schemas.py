@@ -221,6 +221,7 @@ class HostRegister(Req):
     name: str = NAME
     vtep_ip: str
     kind: Literal["hypervisor", "gateway"] = "hypervisor"
+    role: Literal["nat", "lb"] | None = Field(None, description="a gateway's role (default nat); none for hypervisors")
 
     @field_validator("vtep_ip")
     @classmethod
@@ -244,6 +245,7 @@ class HostOut(Resp):
     name: str
     vtep_ip: str
     kind: str
+    role: str | None = None
     status: str
     last_seen: str
     ports: int = 0

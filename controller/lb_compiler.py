@@ -1,0 +1,71 @@
+"""Compile a load-balancer instance's sections: one per VPC with load balancers, every load balancer in each (the
+instances are active-active: each holds the same pools, so any of them picks the same member for a flow).
+
+A pool sends to its members with weight that are not down; when every one of them is down it fails open and sends
+to them all (as AWS NLB does: a health check that fails everywhere more likely says the checks are wrong). A
+draining member (weight 0) stays, without table entries, until its deregistration delay has passed since it began
+draining, so its established connections go on until then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.fragments import digest_of
+from controller.placement import home
+from tianji.southbound import (
+    GatewaySection,
+    GatewayVpc,
+    LbListenerServed,
+    LbMemberServed,
+    LbServed,
+)
+
+DOWN = "OFFLINE"
+
+
+def _members(rows: list) -> list[LbMemberServed]:
+    weighted = [r for r in rows if r.weight > 0]
+    up = [r for r in weighted if r.operating_status != DOWN] or weighted  # all down: fail open
+    out = [LbMemberServed.model_construct(id=r.member_id, ip=r.member_ip, weight=r.weight, drain_until=None)
+           for r in up]
+    out += [LbMemberServed.model_construct(id=r.member_id, ip=r.member_ip, weight=0,
+                                           drain_until=r.status_changed_at.timestamp() + r.deregistration_delay_s)
+            for r in rows if r.weight == 0]
+    return sorted(out, key=lambda x: x.id)
+
+
+def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str, tuple],
+                lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
+    """The sections of these VPCs for LB instance `name` (Q_LB_MEMBERS' rows); `vpcs`: id -> (revision, VNI,
+    router MAC, MTU). An EIP of a load balancer is homed on one instance (answers ARP for it, takes its replies)."""
+    lbs: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        lb = lbs.setdefault(r.id, {"row": r, "listeners": {}})
+        if r.protocol is not None:
+            lb["listeners"].setdefault((r.protocol, r.port), []).append(r)
+    by_vpc: dict[str, list[LbServed]] = {}
+    member_ips: dict[str, set[str]] = {}
+    for lb in lbs.values():
+        r = lb["row"]
+        eip = r.eip if r.eip_id and home(f"eip:{r.eip_id}", lb_instances) == name else None
+        listeners = []
+        for (proto, port), lrows in lb["listeners"].items():
+            first = lrows[0]
+            members = _members([x for x in lrows if x.member_id is not None])
+            member_ips.setdefault(r.vpc_id, set()).update(x.ip for x in members)
+            listeners.append(LbListenerServed.model_construct(
+                protocol=proto, port=port, idle_timeout_s=float(first.idle_timeout_s),
+                algorithm=first.algorithm or "maglev", table_size=first.table_size or 65537, members=members))
+        by_vpc.setdefault(r.vpc_id, []).append(LbServed.model_construct(
+            id=r.id, vni=vpcs[r.vpc_id].vni, vip=r.vip_address, eip=eip, listeners=listeners))
+    out = {}
+    for vid, served in by_vpc.items():
+        v = vpcs[vid]
+        ips = member_ips.get(vid, set())
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+            static=[], dnat=[], endpoints=[e for e in endpoints[vid] if e.ip in ips],
+            eips=sorted(b.eip for b in served if b.eip), lbs=served)
+        out[vid] = (sec, digest_of(sec.model_dump_json()))
+    return out
