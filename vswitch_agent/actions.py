@@ -135,14 +135,53 @@ class DecTtl(Action):
         return tuple.__new__(cls, ("dec_ttl",))
 
 
+class Nat(Action):
+    """Inside a Ct: translate the destination to `ip`:`port` when committing a new connection; with no address,
+    apply the translation the connection already has (both directions)."""
+
+    __slots__ = ()
+    kind = "nat"
+
+    def __new__(cls, ip: str | None = None, port: int | None = None) -> Nat:
+        return tuple.__new__(cls, ("nat", ip, port))
+
+    @property
+    def ip(self) -> str | None:
+        return self[1]
+
+    @property
+    def port(self) -> int | None:
+        return self[2]
+
+
+class Multipath(Action):
+    """Hash the flow's symmetric 5-tuple (UDP ports included) into one of `n` links, highest random weight (a link
+    that goes moves only its own flows), and load the link's number into bits [0, 16) of `dst` (Nicira
+    multipath)."""
+
+    __slots__ = ()
+    kind = "multipath"
+
+    def __new__(cls, n: int, dst: str) -> Multipath:
+        return tuple.__new__(cls, ("multipath", n, dst))
+
+    @property
+    def n(self) -> int:
+        return self[1]
+
+    @property
+    def dst(self) -> str:
+        return self[2]
+
+
 class Ct(Action):
-    """Send through conntrack in `zone`, optionally committing with `exec_` (Loads of ct_mark/ct_label), then
+    """Send through conntrack in `zone`, optionally committing with `exec_` (Loads of ct_mark/ct_label, a Nat), then
     continue in `table` (recirculated with ct_state set) or, with table None, in the current actions."""
 
     __slots__ = ()
     kind = "ct"
 
-    def __new__(cls, commit: bool, zone: int, table: int | None, exec_: tuple[Load, ...] = ()) -> Ct:
+    def __new__(cls, commit: bool, zone: int, table: int | None, exec_: tuple[Action, ...] = ()) -> Ct:
         return tuple.__new__(cls, ("ct", commit, zone, table, tuple(exec_)))
 
     @property
@@ -158,7 +197,7 @@ class Ct(Action):
         return self[3]
 
     @property
-    def exec_(self) -> tuple[Load, ...]:
+    def exec_(self) -> tuple[Action, ...]:
         return self[4]
 
 
@@ -199,7 +238,7 @@ class GotoTable(Action):
 
 
 KINDS: dict[str, type[Action]] = {c.kind: c for c in (Output, OutputReg, Controller, SetField, Load, Move, DecTtl,
-                                                        Ct, Conjunction, GotoTable)}
+                                                        Ct, Nat, Multipath, Conjunction, GotoTable)}
 
-__all__ = ["KINDS", "Action", "Conjunction", "Controller", "Ct", "DecTtl", "GotoTable", "Load", "Move", "Output",
-           "OutputReg", "SetField"]
+__all__ = ["KINDS", "Action", "Conjunction", "Controller", "Ct", "DecTtl", "GotoTable", "Load", "Move", "Multipath",
+           "Nat", "Output", "OutputReg", "SetField"]

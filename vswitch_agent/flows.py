@@ -103,8 +103,9 @@ def arp_reply(mac: str, ip: str) -> tuple[Action, ...]:
 def base_flows() -> list[Flow]:
     """Every table ends in an explicit, counted drop; DELIVER outputs to reg7. Established/related traffic passes
     while the rules that admitted it live (rule ids with ct_mark 0 / ct_label 0: admitted by no rule here)."""
-    out = [flow(t, 0, {}) for t in P.TABLES if t is not P.DELIVER]
+    out = [flow(t, 0, {}) for t in P.TABLES if t not in (P.DELIVER, P.LB_UNNAT)]
     out.append(flow(P.DELIVER, 0, {}, [OutputReg(P.REG_DST_PORT)]))
+    out.append(flow(P.LB_UNNAT, 0, {}, [goto(P.ROUTING)]))  # not a member's reply: routed as it is
     # a VM never speaks as a DHCP server (to anyone, broadcast or unicast): only the agent answers DHCP
     out.append(flow(P.PORT_SECURITY, 120, {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 67}))
     inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}
@@ -113,7 +114,7 @@ def base_flows() -> list[Flow]:
         st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW)}
         for table, nxt in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
             out.append(flow(table, 150, st | {"ct_mark": 0}, [goto(nxt)]))
-    for table, nxt in ((P.EGRESS_ACL_LABEL, P.ROUTING), (P.INGRESS_ACL_LABEL, P.DELIVER)):
+    for table, nxt in ((P.EGRESS_ACL_LABEL, P.LB_UNNAT), (P.INGRESS_ACL_LABEL, P.DELIVER)):
         out.append(flow(table, 100, {"ct_label": (0, ALL32)}, [goto(nxt)]))
     return out
 
@@ -248,7 +249,7 @@ def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
     for rule in g.rules:
         obj = str(rule.id)
         if rule.direction == "egress":
-            table, remote, stamp, nxt = P.EGRESS_ACL, "ipv4_dst", "ct_mark", P.ROUTING
+            table, remote, stamp, nxt = P.EGRESS_ACL, "ipv4_dst", "ct_mark", P.LB_UNNAT
         else:
             table, remote, stamp, nxt = P.INGRESS_ACL, "ipv4_src", "ct_label", P.DELIVER
         for mt in rule_matches(rule, remote):
@@ -261,7 +262,7 @@ def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
                 for t, label_table in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
                     out.append(flow(t, 150, st, [goto(label_table)], "rule", obj))
         else:
-            for t, after in ((P.EGRESS_ACL_LABEL, P.ROUTING), (P.INGRESS_ACL_LABEL, P.DELIVER)):
+            for t, after in ((P.EGRESS_ACL_LABEL, P.LB_UNNAT), (P.INGRESS_ACL_LABEL, P.DELIVER)):
                 out.append(flow(t, 100, {"ct_label": (rule.id, ALL32)}, [goto(after)], "rule", obj))
     return out
 
@@ -318,6 +319,11 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
     for g in cfg.security_groups:
         if g.vpc_id in zones:
             out += group_flows(g, vpcs[g.vpc_id].vni, zones[g.vpc_id])
+    from vswitch_agent.lb_flows import lb_flows, lb_zone_key  # it builds on this module's helpers
+
+    for vid, vpc in vpcs.items():
+        for lb in vpc.load_balancers:
+            out += lb_flows(lb, vpc, reach.get(vid, []), ofports, zones.get(lb_zone_key(vid)), tunnel_ofport)
     return merge_all(out)
 
 

@@ -27,6 +27,8 @@ from vswitch_agent.actions import (
     GotoTable,
     Load,
     Move,
+    Multipath,
+    Nat,
     Output,
     OutputReg,
     SetField,
@@ -34,6 +36,8 @@ from vswitch_agent.actions import (
 from vswitch_agent.flow import Flow
 
 NX_CT_RECIRC_NONE = 255
+NX_NAT_F_DST = 1 << 1  # OVS's nx_nat_flags (os-ken names none)
+NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP = 3  # OVS's nx_hash_fields (os-ken names only 0 and 1): IP addresses, TCP/UDP ports
 ALL_COOKIE = 0xFFFFFFFFFFFFFFFF
 OFP_VERSION = ofp.OFP_VERSION
 
@@ -70,6 +74,15 @@ def _action(a: Action) -> Any:
             return parser.NXActionCT(flags=1 if commit else 0, zone_src="", zone_ofs_nbits=zone,
                                      recirc_table=NX_CT_RECIRC_NONE if table is None else table, alg=0,
                                      actions=[_action(x) for x in exec_])
+        case Nat(ip=ip, port=port):
+            if ip is None:
+                return parser.NXActionNAT(flags=0)
+            return parser.NXActionNAT(flags=NX_NAT_F_DST, range_ipv4_min=ip, range_ipv4_max=ip,
+                                      range_proto_min=port, range_proto_max=port)
+        case Multipath(n=n, dst=dst):
+            return parser.NXActionMultipath(fields=NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, basis=0,
+                                            algorithm=nicira_ext.NX_MP_ALG_HRW, max_link=n - 1, arg=0,
+                                            ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst=dst)
         case Conjunction(id=cid, clause=clause, n=n):
             return parser.NXActionConjunction(clause=clause - 1, n_clauses=n, id_=cid)  # 0-based on the wire
     raise ValueError(f"not an action openflow.py encodes: {a!r}")

@@ -3,8 +3,10 @@
 Registers and metadata (preserved across conntrack recirculation):
   metadata  the VNI of the VPC the packet currently belongs to (switched to the peer's VNI by peering routes)
   reg0      bit 0 set: the packet arrived from the VXLAN tunnel (never re-tunnelled)
+  reg1      bits 0..15: the load-balancer instance a flow to a VIP is hashed to (FORWARD -> LB_STEER)
   reg7      OpenFlow port of the local destination VM, chosen by FORWARD, used by INGRESS_ACL and DELIVER
-Conntrack (one zone per VPC on this host):
+Conntrack (one zone per VPC on this host, and one more per VPC with load balancers: its VIPs' DNAT, apart from the
+security groups' connections, which then see the member's own address and port):
   ct_mark   id of the egress security group rule that admitted the connection here (0: none)
   ct_label  bits 0..31: id of the ingress rule that admitted it here (0: none)
 Removing a rule removes the flows that accept its id, so its established connections stop too.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from vswitch_agent.actions import Action, Ct, GotoTable, Load, Move, SetField
+from vswitch_agent.actions import Action, Ct, GotoTable, Load, Move, Multipath, SetField
 
 
 class PipelineViolation(ValueError):
@@ -71,7 +73,7 @@ def _shape(a: Action) -> tuple:
     """What `verify` looks at in an action: its kind, the field it writes, the table it goes to."""
     if isinstance(a, Ct):
         return (a.kind, a.table, tuple(_shape(x) for x in a.exec_))
-    if isinstance(a, Move):
+    if isinstance(a, Move | Multipath):
         return (a.kind, a.dst)
     if isinstance(a, SetField | Load):
         return (a.kind, a.field)
@@ -93,6 +95,8 @@ def _sets(a: Action) -> set[str]:
         return {a.field}
     if isinstance(a, Move):
         return {a.dst}
+    if isinstance(a, Multipath):
+        return {a.dst}
     if isinstance(a, Ct):
         return set().union(*(_sets(x) for x in a.exec_))
     return set()
@@ -111,11 +115,12 @@ CLASSIFY = Table(0, "classify", "in_port (VM port or VXLAN port + tun_src)",
               may_match=_d("in_port", "tun_ipv4_src"),
               may_set=_d("metadata"),
               may_do=_d("goto", "set"), next=frozenset({5, 10}))
-TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id",
-                   "VNI of a VPC with ports on this host: metadata=VNI, reg0=1, to FORWARD. Else drop.",
-              may_match=_d("tunnel_id"),
+TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id; for a VIP with a member here also ipv4_dst",
+                   "VNI of a VPC with ports on this host: metadata=VNI, reg0=1, to FORWARD (to LB_DNAT for its "
+                   "VIPs). Else drop.",
+              may_match=_d("tunnel_id", "eth_type", "ipv4_dst"),
               may_set=_d("metadata", "reg0"),
-              may_do=_d("goto", "set", "load"), next=frozenset({50}))
+              may_do=_d("goto", "set", "load"), next=frozenset({45, 50}))
 PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP",
                       "DHCP server messages (UDP from port 67): drop, a VM is never a DHCP server. The VM's own "
                       "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP to the agent. Else drop.",
@@ -135,15 +140,21 @@ EGRESS_ACL = Table(31, "egress_acl", "ct_state, ct_mark; conjunctions: in_port (
                    "address/protocol/ports (clause 2); conj_id",
                    "inv: drop. est/rel with a live (or no) egress rule mark: EGRESS_ACL_LABEL. new, and a rule's "
                    "conjunction complete (the sending port is in its group, the packet matches its remote side): "
-                   "conj_id=rule: commit with ct_mark=rule, to ROUTING. Else drop.",
+                   "conj_id=rule: commit with ct_mark=rule, to LB_UNNAT. Else drop.",
               may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "in_port", "metadata", "ipv4_dst"),
               may_set=_d("ct_mark"),
-              may_do=_d("conj", "ct", "goto"), next=frozenset({32, 40}))
+              may_do=_d("conj", "ct", "goto"), next=frozenset({32, 35}))
 EGRESS_ACL_LABEL = Table(32, "egress_acl_label", "ct_label[0..31]",
-                         "live (or no) ingress rule id: ROUTING. Else drop (its rule was removed).",
+                         "live (or no) ingress rule id: LB_UNNAT. Else drop (its rule was removed).",
               may_match=_d("ct_label"),
               may_set=_d(),
-              may_do=_d("goto"), next=frozenset({40}))
+              may_do=_d("goto"), next=frozenset({35}))
+LB_UNNAT = Table(35, "lb_unnat", "metadata, ipv4_src + ip_proto + tcp_src/udp_src of a local load-balancer member",
+                 "a member's replies: ct(nat) in the VPC's LB zone (source back to VIP:listener port), ROUTING. "
+                 "Else ROUTING.",
+              may_match=IP4 | _d("metadata", "ipv4_src", "tcp_src", "udp_src"),
+              may_set=_d(),
+              may_do=_d("ct", "goto"), next=frozenset({40}))
 ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest prefix first); for NAT "
                 "gateways with several instances also ipv4_src & 7 (the VM's bucket); a port's own EIP: ipv4_src",
                 "local: TTL-1 (TTL run out: to the agent, which answers time exceeded from the subnet gateway), "
@@ -153,12 +164,25 @@ ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest 
               may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src"),
               may_set=_d("eth_src", "metadata", "tun_ipv4_dst", "tunnel_id"),
               may_do=_d("dec_ttl", "goto", "output", "set"), next=frozenset({50}))
+LB_DNAT = Table(45, "lb_dnat", "metadata, eth_dst (the member's MAC: the instance's pick), ipv4_dst=VIP, ip_proto, "
+                "tcp_dst/udp_dst=listener port",
+                "ct(commit, nat(dst=member:port)) in the VPC's LB zone, FORWARD (established: the same "
+                "translation). Else drop.",
+              may_match=IP4 | _d("metadata", "eth_dst", "ipv4_dst", "tcp_dst", "udp_dst"),
+              may_set=_d(),
+              may_do=_d("ct"), next=frozenset({50}))
 FORWARD = Table(50, "forward", "metadata, ipv4_dst, reg0",
                 "local port: eth_dst, reg7=ofport, INGRESS_CT. remote port (not from tunnel): eth_dst, "
-                "tun_id=VNI, tun_dst=VTEP, out VXLAN. Unknown: drop (counted).",
+                "tun_id=VNI, tun_dst=VTEP, out VXLAN. A VIP (not from tunnel): tun_id=VNI, reg1=multipath hash of "
+                "the 5-tuple over the LB instances, LB_STEER. Unknown: drop (counted).",
               may_match=_d("metadata", "eth_type", "ipv4_dst", "reg0"),
-              may_set=_d("eth_dst", "reg7", "tun_ipv4_dst", "tunnel_id"),
-              may_do=_d("goto", "load", "output", "set"), next=frozenset({60}))
+              may_set=_d("eth_dst", "reg7", "tun_ipv4_dst", "tunnel_id", "reg1"),
+              may_do=_d("goto", "load", "output", "set", "multipath"), next=frozenset({55, 60}))
+LB_STEER = Table(55, "lb_steer", "metadata, ipv4_dst=VIP, reg1 (the instance's link number)",
+                 "tun_dst=that instance's VTEP, out VXLAN. Else drop.",
+              may_match=_d("metadata", "eth_type", "ipv4_dst", "reg1"),
+              may_set=_d("tun_ipv4_dst"),
+              may_do=_d("set", "output"), next=frozenset())
 INGRESS_CT = Table(60, "ingress_ct", "metadata", "ct(zone of the VPC) then INGRESS_ACL",
               may_match=_d("metadata", "eth_type"),
               may_set=_d(),
@@ -181,16 +205,18 @@ DELIVER = Table(70, "deliver", "-", "output to reg7",
               may_do=_d("output_reg"), next=frozenset())
 
 TABLES: tuple[Table, ...] = (CLASSIFY, TUNNEL_VNI, PORT_SECURITY, ARP_RESPONDER, EGRESS_CT, EGRESS_ACL,
-                             EGRESS_ACL_LABEL, ROUTING, FORWARD, INGRESS_CT, INGRESS_ACL, INGRESS_ACL_LABEL, DELIVER)
+                             EGRESS_ACL_LABEL, LB_UNNAT, ROUTING, LB_DNAT, FORWARD, LB_STEER, INGRESS_CT, INGRESS_ACL,
+                             INGRESS_ACL_LABEL, DELIVER)
 
 REG_FROM_TUNNEL = "reg0"
+REG_LB_LINK = "reg1"
 REG_DST_PORT = "reg7"
 
 # ct_state bits (OVS)
 CT_NEW, CT_EST, CT_REL, CT_RPL, CT_INV, CT_TRK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 
 # cookie = kind(8) | object hash(24) | flow hash(32): names the object a flow came from and identifies the flow.
-COOKIE_KINDS = {"base": 1, "port": 2, "vtep": 3, "vpc": 4, "endpoint": 5, "route": 6, "rule": 7, "arp": 8}
+COOKIE_KINDS = {"base": 1, "port": 2, "vtep": 3, "vpc": 4, "endpoint": 5, "route": 6, "rule": 7, "arp": 8, "lb": 9}
 
 OFPP_IN_PORT = 0xFFFFFFF8
 OFPP_CONTROLLER = 0xFFFFFFFD

@@ -13,6 +13,7 @@ comes out: (port, packet) pairs, and packet-ins for the controller. It models ex
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +122,8 @@ class Conn:
     mark: int = 0
     label: int = 0
     replied: bool = False
+    dnat: tuple[str, int] | None = None  # the translated destination (address, port)
+    orig: tuple[str, int] | None = None  # ... and the original one
 
 
 @dataclass
@@ -128,7 +131,7 @@ class Switch:
     """Tables built from `flows` (re-installed whenever `flows` is set), and conntrack."""
 
     flows: set[Flow]
-    conntrack: dict[int, dict[tuple, Conn]] = field(default_factory=dict)
+    conntrack: dict[int, dict[tuple, tuple[Conn, bool]]] = field(default_factory=dict)  # zone -> tuple -> (conn, reply)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -225,6 +228,9 @@ class Switch:
             out.append((port, dict(pkt)))
         elif isinstance(a, parser.NXActionOutputReg):
             out.append((pkt[a.src], dict(pkt)))
+        elif isinstance(a, parser.NXActionMultipath):  # a stable hash of the 5-tuple (not OVS's own numbers)
+            n = a.max_link + 1
+            pkt[a.dst] = max(range(n), key=lambda i: zlib.crc32(repr((self._key(pkt), i)).encode()))
         elif isinstance(a, parser.NXActionCT):
             self._ct(pkt, a.zone_ofs_nbits, bool(a.flags & 1), a.actions)
             if a.recirc_table != NO_RECIRC:
@@ -240,28 +246,42 @@ class Switch:
         dport = pkt.get("tcp_dst", pkt.get("udp_dst", pkt.get("icmp_id", 0)))
         return (pkt["ipv4_src"], pkt["ipv4_dst"], proto, sport, dport)
 
+    @staticmethod
+    def _l4(pkt: dict) -> str:
+        return {6: "tcp", 17: "udp"}.get(pkt.get("ip_proto", 0), "")
+
     def _ct(self, pkt: dict, zone: int, commit: bool, exec_: Iterable) -> None:
+        """Both directions of a committed connection are found (the reply's tuple is the translated one); NAT
+        translates the original direction's destination and the reply's source."""
         table = self.conntrack.setdefault(zone, {})
         key = self._key(pkt)
-        rkey = (key[1], key[0], key[2], key[4], key[3])
-        if key in table:
-            c, state = table[key], (P.CT_EST if table[key].replied else P.CT_NEW)
-        elif rkey in table:
-            c = table[rkey]
+        nat = next((a for a in exec_ if isinstance(a, parser.NXActionNAT)), None)
+        c, reply = table.get(key, (None, False))
+        if c is not None and reply:
             c.replied = True
-            state = P.CT_EST | P.CT_RPL
-        else:
-            c, state = None, P.CT_NEW
+        state = (P.CT_EST | P.CT_RPL) if reply else (P.CT_EST if c is not None and c.replied else P.CT_NEW)
+        if commit and c is None:
+            c = Conn()
+            table[key] = (c, False)
+            rdst = (key[1], key[4])
+            if nat is not None and nat.flags & 2:
+                c.dnat, c.orig = (nat.range_ipv4_min, nat.range_proto_min), rdst
+                rdst = c.dnat
+            table[(rdst[0], key[0], key[2], rdst[1], key[3])] = (c, True)
         if commit:
-            if c is None:
-                c = table[key] = Conn()
-            for load in exec_:
+            for load in (a for a in exec_ if isinstance(a, parser.NXActionRegLoad)):
                 ofs, nbits = load.ofs_nbits >> 6, (load.ofs_nbits & 0x3F) + 1
                 mask = ((1 << nbits) - 1) << ofs
                 if load.dst == "ct_mark":
                     c.mark = (c.mark & ~mask) | (load.value << ofs)
                 else:
                     c.label = (c.label & ~mask) | (load.value << ofs)
+        if nat is not None and c is not None and c.dnat is not None:
+            ip, port = c.orig if reply else c.dnat
+            side = "src" if reply else "dst"
+            pkt[f"ipv4_{side}"] = ip
+            if self._l4(pkt):
+                pkt[f"{self._l4(pkt)}_{side}"] = port
         pkt["ct_state"] = state | P.CT_TRK
         pkt["ct_mark"] = c.mark if c else 0
         pkt["ct_label"] = c.label if c else 0

@@ -26,8 +26,8 @@ def test_disjoint_flows_conjunction_clauses_and_identical_behaviour_are_accepted
     c = flow(P.FORWARD, 100, {"metadata": 8, "eth_type": 0x800}, [Output(2)])
     clause1 = flow(P.EGRESS_ACL, 100, {"in_port": 3}, [Conjunction(5, 1, 2)])
     clause2 = flow(P.EGRESS_ACL, 100, IP | {"ipv4_dst": "10.0.0.9"}, [Conjunction(5, 2, 2)])
-    same1 = flow(P.EGRESS_ACL_LABEL, 100, {"ct_label": (0, 0xFFFF)}, [goto(P.ROUTING)])
-    same2 = flow(P.EGRESS_ACL_LABEL, 100, {"ct_label": (0, 0xFF)}, [goto(P.ROUTING)])
+    same1 = flow(P.EGRESS_ACL_LABEL, 100, {"ct_label": (0, 0xFFFF)}, [goto(P.LB_UNNAT)])
+    same2 = flow(P.EGRESS_ACL_LABEL, 100, {"ct_label": (0, 0xFF)}, [goto(P.LB_UNNAT)])
     sw = Switch({a, b, c, clause1, clause2, same1, same2, *base_flows()})
     assert len(sw.tables[P.FORWARD.id]) == 4  # three flows and the table's drop
 
