@@ -54,11 +54,13 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
     if as_json:
         console.print_json(json.dumps(st))
         return
-    t = Table(title=f"gateway {name}: fast path {st['fastpath']}, revision {st['revision']}, "
-                    f"{st.get('mappings', 0)} mappings, EIPs {', '.join(st['eips'])}", header_style="bold cyan")
+    held = f"{st['connections']} connections" if "connections" in st else f"{st.get('mappings', 0)} mappings"
+    t = Table(title=f"gateway {name}: fast path {st['fastpath']}, revision {st['revision']}, {held}, "
+                    f"EIPs {', '.join(st['eips'])}", header_style="bold cyan")
     t.add_column("counter")
     t.add_column("value", justify="right")
-    rows = {"role": st.get("role", "nat"), **st["counters"], **{f"nat.{k}": v for k, v in st.get("nat", {}).items()},
+    rows = {"role": st.get("role", "nat"), **st["counters"],
+            **{f"{part}.{k}": v for part in ("nat", "lb") for k, v in st.get(part, {}).items()},
             **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()}}
     for k, v in sorted(rows.items()):
         t.add_row(k, str(v))

@@ -56,7 +56,8 @@ from tianji.statusfile import write_atomic
 __all__ = ["EXT", "ROLES", "UL", "Gateway", "GatewayOptions", "PacketStage", "VpcParts", "ip2int", "role_class"]
 
 log = logging.getLogger("tianji.gateway")
-ROLES = {"nat": "nfv_gateways.nat_role:NatGateway"}  # role -> its Gateway subclass (imported when run)
+# role -> its Gateway subclass (imported when run)
+ROLES = {"nat": "nfv_gateways.nat_role:NatGateway", "lb": "nfv_gateways.lb_role:LbGateway"}
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "c", "python")
 GARP_REPEAT_S = 1.2  # an announcement is repeated once (RFC 5227 sends two): one lost frame does not strand an address
 
@@ -144,6 +145,7 @@ class Gateway(PacketIO):
     `role_status`."""
 
     role = "gateway"
+    expiry_interval = 5.0  # seconds between expiry passes
 
     def __init__(self, o: GatewayOptions, dataplane: Any = None) -> None:
         self.o = o
@@ -187,6 +189,9 @@ class Gateway(PacketIO):
 
     def role_status(self) -> dict:
         return {}
+
+    def expire_role(self, now: float) -> None:
+        """The role's own timers, every `expiry_interval` seconds (under the lock)."""
 
     # --- controller ----------------------------------------------------------------------------------------------
     def parts_of(self, section: Any) -> VpcParts:
@@ -322,9 +327,11 @@ class Gateway(PacketIO):
 
     def expiry_loop(self) -> None:
         while True:
-            time.sleep(5)
+            time.sleep(self.expiry_interval)
             with self.lock:
-                self.counters["expired"] += self.table.expire(time.time())
+                now = time.time()
+                self.counters["expired"] += self.table.expire(now)
+                self.expire_role(now)
 
     # --- status --------------------------------------------------------------------------------------------------
     def status(self) -> dict:

@@ -96,7 +96,10 @@ class Cluster:
                 for n in gateways:
                     c.start_gateway(n)
                 c.wait_gateways(timeout=30)
-                progress(f"NAT gateway instances up: {', '.join(gateways)}; EIP pool {EIP_POOL}")
+                by_role = {r: [n for n in gateways if st.nodes[n].get("gateway_role", "nat") == r]
+                           for r in ("nat", "lb")}
+                progress(f"gateway instances up: NAT {', '.join(by_role['nat']) or '-'}, load balancer "
+                         f"{', '.join(by_role['lb']) or '-'}; EIP pool {EIP_POOL}")
             st.up_seconds = round(time.monotonic() - t0, 2)
             st.save()
             progress(f"cluster {name!r} up in {st.up_seconds} s")
@@ -252,7 +255,7 @@ class Cluster:
     def start_gateway(self, name: str) -> int:
         st = self.state
         info = st.nodes[name]
-        host = GatewayHost(name, info["ns"], info["underlay_ip"])
+        host = GatewayHost(name, info["ns"], info["underlay_ip"], info.get("gateway_role", "nat"))
         source = ["--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
                   st.host_tokens[name]]
         pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",

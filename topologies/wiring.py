@@ -83,7 +83,8 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
     from topologies.nodes import ExternalNode, GatewayNode, OnPremNode
 
     topo = st.topology
-    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", [])),
+    lbs = topo.get("lb_gateways", [])
+    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", []) + lbs),
                               ("external", ExternalNode, topo.get("external", [])),
                               ("onprem", OnPremNode, topo.get("onprem", []))):
         for j, n in enumerate(names, start=1):
@@ -92,6 +93,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
             node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
             info: dict = {"ns": ns, "role": role}
             if role == "gateway":
+                info["gateway_role"] = "lb" if n in lbs else "nat"
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
                 net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
