@@ -48,6 +48,15 @@ _BUNDLE_ADD = struct.Struct("!BBHIIII2xH")
 _MULTIPART_FLOW = struct.Struct("!BBHIHH4xB3xII4xQQ")
 
 
+class _NAT(parser.NXActionNAT):
+    """os-ken's NAT action, padded to the 8 bytes its length field claims: its own serializer leaves the padding
+    out, which a standalone action survives (OpenFlow pads the list) but one nested in ct() does not."""
+
+    def serialize(self, buf: bytearray, offset: int) -> None:
+        super().serialize(buf, offset)
+        buf += b"\0" * ((-(len(buf) - offset)) % 8)
+
+
 def _value(v: Any) -> Any:
     return tuple(v) if isinstance(v, tuple) else v
 
@@ -76,9 +85,9 @@ def _action(a: Action) -> Any:
                                      actions=[_action(x) for x in exec_])
         case Nat(ip=ip, port=port):
             if ip is None:
-                return parser.NXActionNAT(flags=0)
-            return parser.NXActionNAT(flags=NX_NAT_F_DST, range_ipv4_min=ip, range_ipv4_max=ip,
-                                      range_proto_min=port, range_proto_max=port)
+                return _NAT(flags=0)
+            return _NAT(flags=NX_NAT_F_DST, range_ipv4_min=ip, range_ipv4_max=ip, range_proto_min=port,
+                        range_proto_max=port)
         case Multipath(n=n, dst=dst):
             return parser.NXActionMultipath(fields=NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, basis=0,
                                             algorithm=nicira_ext.NX_MP_ALG_HRW, max_link=n - 1, arg=0,

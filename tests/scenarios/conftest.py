@@ -100,6 +100,8 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
         for vm in n.vms:
             if vm in cluster.state.vms:
                 cluster.vm_remove(vm)
+        for lb in n.client.get("/v1/load-balancers"):
+            n.client.delete(f"/v1/load-balancers/{lb['id']}")
         for gw in n.client.get("/v1/nat-gateways"):
             n.client.delete(f"/v1/nat-gateways/{gw['id']}")
         for p in n.client.get("/v1/ports"):
