@@ -4,7 +4,20 @@ with their name and the client address they saw (they see the client's own: noth
 
 from __future__ import annotations
 
-from tests.scenarios.lb_support import connect_many, make_lb, shares_within, udp_ask, wait_serving
+import time
+
+from tests.scenarios.conftest import wait_for
+from tests.scenarios.lb_support import (
+    connect_many,
+    held,
+    hold,
+    make_lb,
+    shares_within,
+    start_backend,
+    udp_ask,
+    udp_flows,
+    wait_serving,
+)
 
 HOSTS = ("hv1", "hv2", "hv3")
 
@@ -32,6 +45,7 @@ def test_lb_1_tcp_shares_weights_and_client_addresses(cluster, tenants) -> None:
         from collections import Counter
 
         total = Counter(got)
+        print(f"lb_1: equal weights {sorted(total.values())}")
         assert shares_within(total, {b: 1 / 3 for b in names}), f"equal weights, shares {total}"
         assert seen == {c["ip"] for c in clients}, f"backends saw {seen}, not the clients' own addresses"
         for (b, w) in zip(names, (1, 2, 3), strict=True):
@@ -42,6 +56,7 @@ def test_lb_1_tcp_shares_weights_and_client_addresses(cluster, tenants) -> None:
             g, _, fails = connect_many(n, c, lb.vip, 1500)
             assert fails == 0
             weighted.update(g)
+        print(f"lb_1: weights 1:2:3 {[weighted[b] for b in names]}")
         assert shares_within(weighted, {names[0]: 1 / 6, names[1]: 2 / 6, names[2]: 3 / 6}), \
             f"weights 1:2:3, shares {weighted}"
         statuses = [cluster.gateway_status(g) for g in ("lb1", "lb2")]
@@ -81,3 +96,107 @@ def test_lb_9_isolation_identical_vips_and_backends(cluster, tenants) -> None:
     finally:
         for *_, lb in nets:
             lb.stop()
+
+
+def test_lb_4_add_member_under_load(cluster, tenants) -> None:
+    """Established connections keep their member; of fresh flows, the share that moves is near Maglev's minimum
+    (1/4 when a fourth member joins three): at most 1.5x it."""
+    n, backends, clients = web_tier(tenants, "10.43.0.0/16")
+    extra = n.vm("web", "hv1")
+    lb = make_lb(n, "prod", "web", backends, udp_idle=1)
+    try:
+        wait_serving(n, clients[0], lb.vip, 3)
+        long = hold(clients[1], lb.vip, 12, 8)
+        before = udp_flows(n, clients[0], lb.vip, range(20000, 20600))
+        n.client.post(f"/v1/pools/{lb.pool['id']}/members", {"port_id": extra["port_id"], "protocol_port": 8080})
+        n.client.post(f"/v1/pools/{lb.upool['id']}/members", {"port_id": extra["port_id"], "protocol_port": 5353})
+        lb.procs.append(start_backend(extra))
+        wait_serving(n, clients[0], lb.vip, 4)
+        time.sleep(2.5)  # the first round's UDP entries idle out (1 s): the second round is decided afresh
+        after = udp_flows(n, clients[0], lb.vip, range(20000, 20600))
+        moved = sum(1 for s in before if s in after and after[s] != before[s]) / len(before)
+        to_new = sum(1 for s in after if after[s] == extra["name"]) / len(after)
+        print(f"lb_4: the new member took {to_new:.1%} of fresh flows, {moved:.1%} moved (minimum 25%)")
+        assert 0.15 <= to_new <= 0.35, f"the new member took {to_new:.0%} of fresh flows"
+        assert moved <= 1.5 * 0.25, f"{moved:.0%} of flows moved; Maglev's minimum is 25%"
+        conns = held(long)
+        assert len(conns) == 12 and all("ERR" not in {w for _, w in c} and len({w for _, w in c}) == 1
+                                        for c in conns.values()), f"established connections broke: {conns}"
+    finally:
+        lb.stop()
+
+
+def test_lb_5_drain(cluster, tenants) -> None:
+    """Weight 0: the member's established connections go on, it gets no new ones, and they end after the pool's
+    deregistration delay (4 s here)."""
+    n, backends, clients = web_tier(tenants, "10.44.0.0/16")
+    lb = make_lb(n, "prod", "web", backends, delay=4)
+    try:
+        wait_serving(n, clients[0], lb.vip, 3)
+        long = hold(clients[1], lb.vip, 24, 12)
+        time.sleep(1.5)
+        victim = backends[0]["name"]
+        n.client.patch(f"/v1/pools/{lb.pool['id']}/members/{lb.members[victim]['id']}", {"weight": 0})
+        drained_at = time.monotonic()
+        cluster.wait_converged()
+        got, _, fails = connect_many(n, clients[0], lb.vip, 300)
+        assert fails == 0 and victim not in got, f"new connections reached the draining member: {got}"
+        member = n.client.get(f"/v1/pools/{lb.pool['id']}/members")
+        assert {x["id"]: x["operating_status"] for x in member}[lb.members[victim]["id"]] == "DRAINING"
+        conns = held(long)
+        on_victim = {i: c for i, c in conns.items() if c[0][1] == victim}
+        assert on_victim, "no long-lived connection was on the drained member"
+        t_drain = drained_at - (time.monotonic() - 12)  # the drain's time on the clients' clock, roughly
+        for c in on_victim.values():
+            kept = [t for t, w in c if w == victim]
+            assert max(kept) >= t_drain + 2, f"a drained member's connection stopped early: {c}"
+            assert c[-1][1] == "ERR" and c[-1][0] <= t_drain + 4 + 5, f"it outlived the delay: {c}"
+        others = [c for i, c in conns.items() if i not in on_victim]
+        assert all(c[-1][1] != "ERR" for c in others), "connections to other members broke"
+    finally:
+        lb.stop()
+
+
+def test_lb_6_kill_one_instance(cluster, tenants) -> None:
+    """New connections work within 3 s; long-lived connections hashed to the dead instance go on through the
+    survivor, which holds the same table (all of them here: the members did not change)."""
+    n, backends, clients = web_tier(tenants, "10.45.0.0/16")
+    lb = make_lb(n, "prod", "web", backends)
+    try:
+        wait_serving(n, clients[0], lb.vip, 3)
+        long = hold(clients[1], lb.vip, 24, 10)
+        time.sleep(2)
+        cluster.kill_gateway("lb1")
+        t0 = time.monotonic()
+        wait_for(lambda: connect_many(n, clients[0], lb.vip, 20, workers=20)[2] == 0, 3,
+                 "new connections after an instance died")
+        recovered = time.monotonic() - t0
+        conns = held(long)
+        broken = [i for i, c in conns.items() if c[-1][1] == "ERR"]
+        print(f"lb_6: new connections after {recovered:.2f} s; {len(conns) - len(broken)} of {len(conns)} "
+              "long-lived connections went on")
+        assert not broken, f"{len(broken)} of 24 long-lived connections broke (new ones after {recovered:.1f} s)"
+    finally:
+        lb.stop()
+        cluster.start_gateway("lb1")
+        cluster.wait_gateways(timeout=30)
+
+
+def test_lb_7_from_a_peered_vpc_and_the_internet(cluster, tenants, internet) -> None:
+    n, backends, _ = web_tier(tenants, "10.46.0.0/16")
+    other = n.vpc("other", "10.47.0.0/16", {"o": "10.47.1.0/24"})
+    n.client.post("/v1/peerings", {"requester_vpc_id": n.vpcs["prod"]["id"], "accepter_vpc_id": other["id"]})
+    peer_client = n.vm("o", "hv3")
+    eip = n.client.post("/v1/eips", {})
+    lb = make_lb(n, "prod", "web", backends, eip_id=eip["id"])
+    try:
+        wait_serving(n, peer_client, lb.vip, 3)
+        got, seen, fails = connect_many(n, peer_client, lb.vip, 300)
+        assert fails == 0 and len(got) == 3 and seen == {peer_client["ip"]}
+        wait_for(lambda: connect_many(n, None, eip["address"], 10, ns=internet["ns"])[2] == 0, 15,
+                 "the VIP's EIP answering the internet")
+        got, seen, fails = connect_many(n, None, eip["address"], 300, ns=internet["ns"])
+        assert fails == 0 and len(got) == 3, f"from the internet: {got}, {fails} failed"
+        assert seen == {internet["ip"]}, f"the backends saw {seen}, not the internet client's address"
+    finally:
+        lb.stop()
