@@ -10,7 +10,19 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI
 
 from controller import errors
-from controller.api import gateways, hosts, lb, nat, peerings, ports, security_groups, subnets, tenants, vpcs
+from controller.api import (
+    gateways,
+    hosts,
+    lb,
+    lb_health,
+    nat,
+    peerings,
+    ports,
+    security_groups,
+    subnets,
+    tenants,
+    vpcs,
+)
 from controller.auth import ensure_admin_token
 from controller.db import Database
 from controller.guards import Guard
@@ -55,7 +67,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.collector = Collector()
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
-    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, gateways):
+    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, lb_health, gateways):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["ops"])

@@ -44,6 +44,7 @@ from tianji.southbound import (
     HostConfigDelta,
     LbBackendInfo,
     LbListenerInfo,
+    LbMonitorInfo,
     LbVipInfo,
     PortInfo,
     RouteInfo,
@@ -317,20 +318,27 @@ def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipI
     identical tables), and the instance homing a VIP's EIP takes its replies to the internet."""
     vteps = sorted(set(lb_instances.values()))
     by_lb: dict[str, tuple[Any, dict[tuple[str, int], list[LbBackendInfo]]]] = {}
+    monitors: dict[tuple[str, str, int], LbMonitorInfo] = {}
     for r in rows:
         _, listeners = by_lb.setdefault(r.id, (r, {}))
         if r.protocol is None:
             continue
         backends = listeners.setdefault((r.protocol, r.port), [])
+        if r.monitored is not None:
+            monitors[(r.id, r.protocol, r.port)] = LbMonitorInfo.model_construct(
+                type=r.hm_type, interval_s=r.interval_s, timeout_s=r.timeout_s, rise=r.rise, fall=r.fall,
+                http_method=r.http_method, url_path=r.url_path, expected_codes=r.expected_codes)
         if r.member_id is not None:
             backends.append(LbBackendInfo.model_construct(port_id=r.port_id, ip=r.member_ip, mac=r.member_mac,
-                                                          port=r.protocol_port))
+                                                          port=r.protocol_port, member_id=r.member_id,
+                                                          gateway_ip=r.member_gateway))
     out: dict[str, list[LbVipInfo]] = defaultdict(list)
     for lb, listeners in by_lb.values():
         home_of = home(f"eip:{lb.eip_id}", lb_instances) if lb.eip_id else None
         out[lb.vpc_id].append(LbVipInfo.model_construct(
             id=lb.id, vip=lb.vip_address, mac=lb.vip_mac, instance_vteps=vteps,
             eip_home_vtep=lb_instances[home_of] if home_of else None,
-            listeners=[LbListenerInfo.model_construct(protocol=p, port=n, backends=b)
+            listeners=[LbListenerInfo.model_construct(protocol=p, port=n, backends=b,
+                                                      monitor=monitors.get((lb.id, p, n)))
                        for (p, n), b in listeners.items()]))
     return out

@@ -24,7 +24,7 @@ _SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
 _SNAT, _DNAT = m.SnatRule.__table__, m.DnatRule.__table__
 _LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.LbPool.__table__
 _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
-_VIP, _MPORT = _PORTS.alias("vip_port"), _PORTS.alias("member_port")
+_VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
 # peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
@@ -55,6 +55,9 @@ Q_LB_MEMBERS = select(_LBS.c.id, _LBS.c.vpc_id, _LBS.c.vip_address, _VIP.c.mac.l
                       _LISTENERS.c.protocol, _LISTENERS.c.port, _LISTENERS.c.idle_timeout_s,
                       _POOLS.c.id.label("pool_id"), _POOLS.c.algorithm, _POOLS.c.table_size,
                       _POOLS.c.deregistration_delay_s, _MONITORS.c.pool_id.label("monitored"),
+                      _MONITORS.c.type.label("hm_type"), _MONITORS.c.interval_s, _MONITORS.c.timeout_s,
+                      _MONITORS.c.rise, _MONITORS.c.fall, _MONITORS.c.http_method, _MONITORS.c.url_path,
+                      _MONITORS.c.expected_codes, _MSUBNET.c.gateway_ip.label("member_gateway"),
                       _MEMBERS.c.id.label("member_id"), _MEMBERS.c.protocol_port, _MEMBERS.c.weight,
                       _MEMBERS.c.operating_status, _MEMBERS.c.status_changed_at,
                       _MPORT.c.id.label("port_id"), _MPORT.c.ip.label("member_ip"),
@@ -65,6 +68,7 @@ Q_LB_MEMBERS = select(_LBS.c.id, _LBS.c.vpc_id, _LBS.c.vip_address, _VIP.c.mac.l
     .outerjoin(_MONITORS, _MONITORS.c.pool_id == _POOLS.c.id) \
     .outerjoin(_MEMBERS, _MEMBERS.c.pool_id == _POOLS.c.id) \
     .outerjoin(_MPORT, _MPORT.c.id == _MEMBERS.c.port_id) \
+    .outerjoin(_MSUBNET, _MSUBNET.c.id == _MPORT.c.subnet_id) \
     .where(in_ids(_LBS.c.vpc_id, "vpcs")) \
     .order_by(_LBS.c.id, _LISTENERS.c.protocol, _LISTENERS.c.port, _MEMBERS.c.id)
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \

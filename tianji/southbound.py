@@ -41,18 +41,33 @@ class RouteInfo(_Wire):
 
 
 class LbBackendInfo(_Wire):
-    """A member as the vSwitch next to it translates to it: VIP:listener port -> ip:port (port: its MAC picks it)."""
+    """A member as the vSwitch next to it translates to it: VIP:listener port -> ip:port (port: its MAC picks it),
+    and probes it (from its subnet's gateway address)."""
 
     port_id: str
     ip: str
     mac: str
     port: int
+    member_id: str = ""
+    gateway_ip: str = ""
+
+
+class LbMonitorInfo(_Wire):
+    type: Literal["tcp", "http", "udp-connect"]
+    interval_s: float
+    timeout_s: float
+    rise: int
+    fall: int
+    http_method: str | None = None
+    url_path: str | None = None
+    expected_codes: str | None = None
 
 
 class LbListenerInfo(_Wire):
     protocol: Literal["tcp", "udp"]
     port: int
     backends: list[LbBackendInfo] = Field(default_factory=list)
+    monitor: LbMonitorInfo | None = None  # the pool's health monitor: the members' hosts probe them
 
 
 class LbVipInfo(_Wire):

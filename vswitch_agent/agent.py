@@ -13,6 +13,7 @@ Each loop (watch, OVSDB monitor, program, heartbeat) is a thread; os-ken's event
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from os_ken.ofproto import ofproto_v1_3
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 from tianji.southbound_client import Southbound
 from tianji.statusfile import write_atomic
-from vswitch_agent import dhcp, icmp, openflow
+from vswitch_agent import health, icmp, openflow, punts
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
 from vswitch_agent.lb_flows import lb_zone_key
@@ -65,6 +66,8 @@ class AgentApp(app_manager.OSKenApp):
         self.verify: set[int] = set()  # cookies just installed, read back at once to take their baseline
         self.wake = threading.Event()
         self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
+        self.prober = health.Prober(self._probe_out, lambda ms: self.api.call(  # load-balancer members here
+            "POST", f"/v1/hosts/{o.host}/lb-health", {"members": ms}))
         self.hints_lock = threading.Lock()  # the watch and OVSDB threads add hints; the program thread takes them
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
@@ -74,7 +77,8 @@ class AgentApp(app_manager.OSKenApp):
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> Any:
         t = super().start()
-        for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop):
+        for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop,
+                   functools.partial(self.prober.run, hub.sleep)):
             self.threads.append(hub.spawn(self._forever, fn))
         return t
 
@@ -83,7 +87,7 @@ class AgentApp(app_manager.OSKenApp):
             try:
                 fn()
             except Exception as e:  # a loop must survive anything and retry
-                self._error(f"{fn.__name__}: {e}")
+                self._error(f"{getattr(fn, '__name__', 'health probes')}: {e}")
                 hub.sleep(1.0)
 
     def _error(self, msg: str) -> None:
@@ -233,32 +237,26 @@ class AgentApp(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev: Any) -> None:
-        """DHCP (a controller action in port security), and a TTL that ran out at the distributed router (OVS's
-        dec_ttl sends the packet here): answered from the sender's subnet gateway, rate-limited."""
+        """Health-probe answers (health.py), DHCP and time exceeded (punts.py), the last two rate-limited."""
         msg = ev.msg
         try:
-            in_port = msg.match["in_port"]
-            cfg = self.cfg
-            port_id = next((pid for pid, of in self.ofports.items() if of == in_port), None)
-            if cfg is None or port_id is None:
-                return  # from the tunnel: the routing hop was the sender's host
-            port = next(p for p in cfg.ports if p.id == port_id)
-            vpc = next(v for v in cfg.vpcs if v.id == port.vpc_id)
-            subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
-            if msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL:
-                if self.icmp_limit.allow() and (out := icmp.time_exceeded(bytes(msg.data), vpc.router_mac,
-                                                                          subnet.gateway_ip)) is not None:
-                    msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
-                    self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
+            in_port, data = msg.match["in_port"], bytes(msg.data)
+            if self.prober.on_packet(in_port, data, time.time()):
                 return
-            out = dhcp.reply(bytes(msg.data), ip=port.ip, cidr=subnet.cidr, gateway_ip=subnet.gateway_ip,
-                             router_mac=vpc.router_mac, mtu=vpc.mtu)
-            if out is not None:
+            port_id = next((pid for pid, of in self.ofports.items() if of == in_port), None)
+            if self.cfg is None or port_id is None:
+                return  # from the tunnel: the routing hop was the sender's host
+            expired = msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL
+            if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit)) is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
-                log.info("DHCP: %s gets %s/%s via %s", port_id, port.ip, subnet.cidr.split("/")[1],
-                         subnet.gateway_ip)
+                if expired:
+                    self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
         except Exception as e:  # malformed packet-ins never take the agent down
             self._error(f"packet-in: {e}")
+
+    def _probe_out(self, ofport: int, frame: bytes) -> None:  # a health probe (health.py)
+        if (s := self.session) is not None and s.alive:
+            s.dp.send_msg(openflow.packet_out(s.dp, ofport, frame))
 
     # --- programming ---------------------------------------------------------------------------------------
     def _program_loop(self) -> None:
@@ -287,6 +285,7 @@ class AgentApp(app_manager.OSKenApp):
         zones = self.zones.assign(local_vpcs | lb_vpcs.keys(),
                                   {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs} | lb_vpcs)
         diff = self.engine.update(cfg, self.ofports, self.tunnel_ofport, zones, hints)
+        self.prober.update(health.targets_of(cfg, self.ofports))
         t_computed = time.monotonic()
         st = self.state
         st["passes"] += 1

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tianji.southbound import LbVipInfo, VpcInfo
+from tianji.southbound import LbBackendInfo, LbVipInfo, VpcInfo
 from vswitch_agent import pipeline as P
-from vswitch_agent.actions import Ct, DecTtl, GotoTable, Load, Multipath, Nat, Output, SetField
+from vswitch_agent.actions import Controller, Ct, DecTtl, GotoTable, Load, Multipath, Nat, Output, SetField
 from vswitch_agent.flow import Flow, flow
 from vswitch_agent.flows import ETH_ARP, ETH_IP, PROTO, ROUTE_PRIORITY, arp_reply
+from vswitch_agent.health import PROBE_PORTS
 
 
 def client_flows(lb: LbVipInfo, vpc: VpcInfo, reach: Sequence[tuple[str, int, str]],
@@ -59,6 +60,8 @@ def backend_flows(lb: LbVipInfo, vpc: VpcInfo, local: Mapping[str, int], lb_zone
                 [SetField("metadata", vpc.vni), Load(P.REG_FROM_TUNNEL, 0, 1, 1), GotoTable(P.LB_DNAT.id)],
                 "lb", lb.id)]
     for listener, b in here:
+        if listener.monitor is not None:
+            out += probe_flows(listener.monitor.type, b, local[b.port_id])
         proto = PROTO[listener.protocol]
         l4 = f"{listener.protocol}_"
         out.append(flow(P.LB_DNAT, 100, {"metadata": vpc.vni, "eth_dst": b.mac, "eth_type": ETH_IP,
@@ -68,6 +71,15 @@ def backend_flows(lb: LbVipInfo, vpc: VpcInfo, local: Mapping[str, int], lb_zone
                                           "ip_proto": proto, l4 + "src": b.port},
                         [Ct(False, lb_zone, P.ROUTING.id, (Nat(),))], "lb", lb.id))
     return out
+
+
+def probe_flows(kind: str, b: LbBackendInfo, ofport: int) -> list[Flow]:
+    """The member's answers to the health probes (health.py) go to the agent: TCP to the probes' source ports, or
+    ICMP unreachable for a UDP probe, from the member's own port to its subnet's gateway address."""
+    src = {"in_port": ofport, "eth_type": ETH_IP, "ipv4_src": b.ip, "ipv4_dst": b.gateway_ip}
+    match = src | ({"ip_proto": PROTO["icmp"], "icmp_type": 3} if kind == "udp-connect" else
+                   {"ip_proto": PROTO["tcp"], "tcp_dst": PROBE_PORTS})
+    return [flow(P.PORT_SECURITY, 115, match, [Controller()], "lb", b.member_id)]
 
 
 def eip_return_flows(lb: LbVipInfo, vpc: VpcInfo, tunnel_ofport: int | None) -> list[Flow]:

@@ -123,8 +123,10 @@ TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id; for a VIP with a member here also i
               may_do=_d("goto", "set", "load"), next=frozenset({45, 50}))
 PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP",
                       "DHCP server messages (UDP from port 67): drop, a VM is never a DHCP server. The VM's own "
-                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP to the agent. Else drop.",
-              may_match=IP4 | _d("in_port", "eth_src", "ipv4_src", "arp_spa", "arp_sha", "udp_src", "udp_dst"),
+                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP, and a load-balancer member's answers "
+                      "to health probes, to the agent. Else drop.",
+              may_match=IP4 | _d("in_port", "eth_src", "ipv4_src", "ipv4_dst", "arp_spa", "arp_sha", "udp_src",
+                                 "udp_dst", "tcp_dst", "icmp_type"),
               may_set=_d(),
               may_do=_d("goto", "controller"), next=frozenset({20, 30}))
 ARP_RESPONDER = Table(20, "arp_responder", "metadata, arp_op=request, arp_tpa",

@@ -134,3 +134,28 @@ def test_tenants_never_see_or_use_each_others(controller: Controller) -> None:
            field="load_balancer_id")
     expect(404, b.delete, f"/v1/load-balancers/{lb['id']}")
     assert a.get(f"/v1/load-balancers/{lb['id']}")["id"] == lb["id"]
+
+
+def test_health_reports_come_from_the_members_own_host(controller: Controller) -> None:
+    a, vpc, sn, lb = lb_setup(controller)
+    adm = controller.admin
+    for i in (1, 2):
+        adm.post("/v1/hosts", {"name": f"hv{i}", "vtep_ip": f"172.31.0.{i}"})
+    pool = a.post("/v1/pools", {"load_balancer_id": lb["id"], "name": "p", "protocol": "tcp"})
+    port = a.post("/v1/ports", {"subnet_id": sn["id"], "name": "b"})
+    controller.orchestrator().patch(f"/v1/ports/{port['id']}", {"host": "hv1"})
+    member = a.post(f"/v1/pools/{pool['id']}/members", {"port_id": port["id"], "protocol_port": 80})
+    a.put(f"/v1/pools/{pool['id']}/health-monitor", {"type": "tcp", "interval_s": 1, "timeout_s": 1, "rise": 1,
+                                                     "fall": 1})
+    hv1, hv2 = controller.raw(controller.host_token("hv1")), controller.raw(controller.host_token("hv2"))
+    report = {"members": {member["id"]: "ONLINE"}}
+    assert hv2.post("/v1/hosts/hv2/lb-health", json=report).status_code == 404  # not its member
+    assert hv2.post("/v1/hosts/hv1/lb-health", json=report).status_code == 403  # not its host
+    assert controller.raw(a.http.headers["Authorization"].split()[1]).post("/v1/hosts/hv1/lb-health",
+                                                                           json=report).status_code == 403
+    assert hv1.post("/v1/hosts/hv1/lb-health", json={"members": {member["id"]: "UP"}}).status_code == 422
+    assert a.get(f"/v1/pools/{pool['id']}/members")[0]["operating_status"] == "OFFLINE"
+    got = hv1.post("/v1/hosts/hv1/lb-health", json=report)
+    assert got.status_code == 200 and got.json() == {"changed": 1}
+    assert a.get(f"/v1/pools/{pool['id']}/members")[0]["operating_status"] == "ONLINE"
+    assert a.get(f"/v1/pools/{pool['id']}")["operating_status"] == "ONLINE"

@@ -5,6 +5,7 @@ with their name and the client address they saw (they see the client's own: noth
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from tests.scenarios.conftest import wait_for
 from tests.scenarios.lb_support import (
@@ -42,8 +43,6 @@ def test_lb_1_tcp_shares_weights_and_client_addresses(cluster, tenants) -> None:
             assert fails == 0, f"{fails} of 1,500 connections failed from {c['name']}"
             got = {k: got.get(k, 0) + v for k, v in g.items()} if got else dict(g)
             seen |= addrs
-        from collections import Counter
-
         total = Counter(got)
         print(f"lb_1: equal weights {sorted(total.values())}")
         assert shares_within(total, {b: 1 / 3 for b in names}), f"equal weights, shares {total}"
@@ -198,5 +197,48 @@ def test_lb_7_from_a_peered_vpc_and_the_internet(cluster, tenants, internet) -> 
         got, seen, fails = connect_many(n, None, eip["address"], 300, ns=internet["ns"])
         assert fails == 0 and len(got) == 3, f"from the internet: {got}, {fails} failed"
         assert seen == {internet["ip"]}, f"the backends saw {seen}, not the internet client's address"
+    finally:
+        lb.stop()
+
+
+def member_status(n, lb) -> dict[str, str]:
+    by_id = {m["id"]: name for name, m in lb.members.items()}
+    return {by_id[x["id"]]: x["operating_status"] for x in n.client.get(f"/v1/pools/{lb.pool['id']}/members")}
+
+
+def test_lb_3_health_checks(cluster, tenants) -> None:
+    """HTTP checks from the members' own vSwitches (interval 1 s, timeout 0.5 s, rise 2, fall 2): a stopped server
+    gets no new connection after interval x fall + 1 s = 3 s, is back after it answers `rise` checks; with every
+    member down the pool is OFFLINE and fails open (the instances keep sending to all)."""
+    n, backends, clients = web_tier(tenants, "10.48.0.0/16")
+    lb = make_lb(n, "prod", "web", backends)
+    try:
+        n.client.put(f"/v1/pools/{lb.pool['id']}/health-monitor", {"type": "http", "interval_s": 1, "timeout_s": 0.5,
+                                                                   "rise": 2, "fall": 2, "url_path": "/healthz",
+                                                                   "expected_codes": "200-299"})
+        names = [b["name"] for b in backends]
+        wait_for(lambda: set(member_status(n, lb).values()) == {"ONLINE"}, 15, "every member ONLINE")
+        wait_serving(n, clients[0], lb.vip, 3)
+        victim = names[0]
+        lb.procs[0].kill()
+        stopped = time.monotonic()
+        time.sleep(max(0.0, stopped + 3 - time.monotonic()))
+        got, _, _ = connect_many(n, clients[0], lb.vip, 200)
+        assert victim not in got and member_status(n, lb)[victim] == "OFFLINE", \
+            f"3 s after its server stopped the member still gets connections: {got}"
+        lb.procs[0] = start_backend(backends[0])
+        back = wait_for(lambda: member_status(n, lb)[victim] == "ONLINE", 10, "the member ONLINE again")
+        wait_for(lambda: victim in connect_many(n, clients[0], lb.vip, 60)[0], 3, "connections reaching it again")
+        print(f"lb_3: back ONLINE {back:.1f} s after its server started (rise 2 x interval 1 s)")
+        before = Counter(cluster.gateway_status(g)["lb"].get("drop_no_member", 0) for g in ("lb1", "lb2"))
+        for p in lb.procs:
+            p.kill()
+        wait_for(lambda: n.client.get(f"/v1/pools/{lb.pool['id']}")["operating_status"] == "OFFLINE", 10,
+                 "the pool OFFLINE")
+        lb.procs[1] = start_backend(backends[1])  # one server answers again, its checks not yet passed
+        got, _, _ = connect_many(n, clients[0], lb.vip, 60, workers=8)
+        assert got.get(names[1], 0) > 0, "with every member down the pool did not fail open"
+        after = Counter(cluster.gateway_status(g)["lb"].get("drop_no_member", 0) for g in ("lb1", "lb2"))
+        assert after == before, "an instance dropped connections for want of a member"
     finally:
         lb.stop()
