@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from nfv_gateways.fastpath import FastNat, carray
+from nfv_gateways.lb import NativeLb
 from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.native_api import NATIVE, FastPathUnavailable, constants, counter_names
 from nfv_gateways.native_api import build as build_library
@@ -83,15 +84,24 @@ class NativeDataPlane:
     """Both ports of a gateway instance in C. Python drains the punt ring, answers through `inject`."""
 
     def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes, vtep: int,
-                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18) -> None:
+                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18, stage: str = "nat") -> None:
+        """`stage`: nat (the NAT table, `self.nat`) or lb (the load balancer's connection table, `self.lb`)."""
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
         k = constants(self.lib)
         if backend == "dpdk" and (mtu := link_mtu(ul_if)) + 14 > k["DP_DPDK_MAX_FRAME"]:
             raise FastPathUnavailable(f"dpdk: the af_xdp PMD carries frames up to {k['DP_DPDK_MAX_FRAME']} bytes and "
                                       f"{ul_if}'s MTU is {mtu}")
-        self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
-        self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
+        self.nat: FastNat | None = None
+        self.lb: NativeLb | None = None
+        if stage == "lb":
+            self.lb = NativeLb(lib=self.lib)
+            self.h = self.lib.dp_create(None, ul_mac, ext_mac, vtep)
+            if self.h:
+                self.lib.dp_use_lb(self.h, self.lb.h)
+        else:
+            self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
+            self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
         if not self.h:
             raise FastPathUnavailable("dp_create failed (out of memory?)")
         self.blinded: list[str] = []
@@ -186,6 +196,22 @@ class NativeDataPlane:
                                    mac_b, n)
         if r != 0:
             raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
+
+    def set_lb(self, listeners: list[tuple[int, int, int, int, int, bool]],
+               members: dict[int, tuple[int, int]]) -> None:
+        """Listeners (VNI, VIP, protocol, port, pool, hashes on the source alone) and members (number -> (VNI,
+        address)), replaced whole."""
+        u32, u8, u16 = ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint16
+        cols = list(zip(*listeners, strict=True)) or [()] * 6
+        ids = list(members)
+        if (h := self.h) is None:
+            return
+        r = self.lib.dp_set_lb(h, carray(u32, cols[0]), carray(u32, cols[1]), carray(u8, [p == 17 for p in cols[2]]),
+                               carray(u16, cols[3]), carray(u32, cols[4]), carray(u8, cols[5]), len(listeners),
+                               carray(u32, ids), carray(u32, [members[i][0] for i in ids]),
+                               carray(u32, [members[i][1] for i in ids]), len(ids))
+        if r != 0:
+            raise FastPathUnavailable("dp_set_lb failed (out of memory)")
 
     def set_neigh(self, port: int, ip: int, mac: bytes) -> None:
         if (h := self.h) is not None and self.lib.dp_set_neigh(h, port, ip, mac) != 0:

@@ -179,6 +179,22 @@ class Gateway(PacketIO):
         """The role's packet stage and a description of the fast path chosen (sets self.dp for a native one)."""
         raise NotImplementedError
 
+    def native_dataplane(self, stage: str) -> Any:
+        """The native data plane for --fastpath (auto: the best backend that starts, saying why others did not),
+        with this role's stage in it; None when --fastpath names no native backend or auto found none."""
+        from nfv_gateways.dataplane import BACKENDS, NativeDataPlane
+
+        fp = self.o.fastpath
+        for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
+            try:
+                return NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if, self.mac[UL],
+                                       self.mac[EXT], self.vtep_int, stage=stage)
+            except Exception as e:  # auto goes on to the next backend, and says why
+                if fp != "auto":
+                    raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e
+                log.warning("fast path %s unavailable: %s", backend, e)
+        return None
+
     def policy_of(self, section: Any) -> tuple:
         """The role's part of one VPC's section (hashable, compared for equality)."""
         raise NotImplementedError

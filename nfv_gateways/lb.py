@@ -76,10 +76,12 @@ class LbTable:
 class NativeLb:
     """LbTable's interface over native/_lb.so."""
 
-    def __init__(self, capacity: int = 1 << 20, new_per_s: float = 100_000.0, burst: int = 10_000) -> None:
+    def __init__(self, capacity: int = 1 << 20, new_per_s: float = 100_000.0, burst: int = 10_000,
+                 lib: ctypes.CDLL | None = None) -> None:
+        """`lib`: a data plane's library, whose packet loop then shares this table (default: _lb.so alone)."""
         from nfv_gateways.native_api import load
 
-        self.lib = load("_lb.so")
+        self.lib = lib or load("_lb.so")
         self.h = self.lib.lb_create(capacity, new_per_s, burst)
         if not self.h:
             raise MemoryError("lb_create failed")

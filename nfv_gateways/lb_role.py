@@ -35,8 +35,12 @@ class LbGateway(Gateway):
         self.member_no: dict[str, int] = {}
         self.drains: dict[int, float] = {}  # pool -> the next drain deadline among its members
         self.specs: dict[int, tuple[LbServed, LbListenerServed]] = {}
-        if fp in ("dpdk", "xdp", "packet"):
-            raise SystemExit(f"--fastpath {fp}: the load balancer runs on sockets (c or python) for now")
+        if self.dp is not None:  # given by the caller (tests)
+            self.maglev = maglev.NativeMaglev()
+            return LbStage(self.dp.lb), self.dp.backend
+        if (dp := self.native_dataplane("lb")) is not None:
+            self.dp, self.maglev = dp, maglev.NativeMaglev()
+            return LbStage(dp.lb), f"{dp.backend} (packet I/O, new and established connections in C)"
         if fp in ("auto", "c"):
             try:
                 self.maglev: Any = maglev.NativeMaglev()
@@ -66,7 +70,7 @@ class LbGateway(Gateway):
                     if lb.eip:
                         policy.eip_listeners[(ip2int(lb.eip), PROTO[lst.protocol], lst.port)] = (lb.vni, vip, pool)
                     for m in lst.members:
-                        policy.members[self._member_number(m.id)] = ip2int(m.ip)
+                        policy.members[self._member_number(m.id)] = (lb.vni, ip2int(m.ip))
                     self.specs[pool] = (lb, lst)
                     self._set_pool(pool, lst, now)
         for key, pool in list(self.pool_no.items()):
@@ -77,6 +81,9 @@ class LbGateway(Gateway):
                 self.specs.pop(pool, None)
                 self.drains.pop(pool, None)
         self.table.policy = policy
+        if self.dp is not None:
+            self.dp.set_lb([(vni, vip, proto, port, pool, pool in self.table.source_ip)
+                            for (vni, vip, proto, port), pool in policy.listeners.items()], policy.members)
         self.counters["config_lb_applies"] += 1
 
     def _pool_number(self, key: tuple[str, str, int]) -> int:

@@ -38,7 +38,7 @@ class LbPolicy:
     eip_listeners: dict[tuple[int, int, int], tuple[int, int, int]] = field(default_factory=dict)  # (EIP, proto,
     # port) -> (vni, VIP, pool)
     vip_eips: dict[tuple[int, int], int] = field(default_factory=dict)  # (vni, VIP) -> EIP homed here
-    members: dict[int, int] = field(default_factory=dict)  # member number -> its address
+    members: dict[int, tuple[int, int]] = field(default_factory=dict)  # member number -> (vni, its address)
 
 
 class LbStage:
@@ -60,10 +60,11 @@ class LbStage:
         if pool in self.source_ip:  # affinity: every connection of a client to one member
             dst, sport, dport, proto = 0, 0, 0, 0
         member = self.conns.pick(pool, vni, src, dst, sport, dport, proto, now)
-        ip = self.policy.members.get(member) if member >= 0 else None
-        if ip is None:
+        got = self.policy.members.get(member) if member >= 0 else None
+        if got is None:
             self.counters["drop_no_member"] += 1
-        return ip
+            return None
+        return got[1]
 
     def _parse(self, buf: bytearray) -> tuple[Any, tuple[int, int]] | None:
         ip = parse_ip4(buf)

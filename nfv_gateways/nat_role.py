@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 
-from nfv_gateways.dataplane import EXT, UL
 from nfv_gateways.framework import Gateway, PacketStage, VpcParts
 from nfv_gateways.nat import NatTable
 from nfv_gateways.nat_config import NatConfig, SnatRule
@@ -40,17 +39,9 @@ class NatGateway(Gateway):
         if self.dp is not None:  # given by the caller (tests)
             return self.dp.nat, self.dp.backend
         fp, config = self.o.fastpath, NatConfig()
-        from nfv_gateways.dataplane import BACKENDS, NativeDataPlane
-
-        for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
-            try:
-                self.dp = NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if,
-                                          self.mac[UL], self.mac[EXT], self.vtep_int, config)
-                return self.dp.nat, f"{backend} (packet I/O and established flows in C, new flows in Python)"
-            except Exception as e:  # auto goes on to the next backend, and says why
-                if fp != "auto":
-                    raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e
-                log.warning("fast path %s unavailable: %s", backend, e)
+        if (dp := self.native_dataplane("nat")) is not None:
+            self.dp = dp
+            return dp.nat, f"{dp.backend} (packet I/O and established flows in C, new flows in Python)"
         if fp in ("auto", "c"):
             try:
                 from nfv_gateways.fastpath import FastNat

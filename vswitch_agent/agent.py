@@ -35,7 +35,7 @@ from tianji.statusfile import write_atomic
 from vswitch_agent import health, icmp, openflow, punts
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
-from vswitch_agent.lb_flows import lb_zone_key
+from vswitch_agent.lb_flows import member_zone_seeds
 from vswitch_agent.osken_compat import wake_sender_when_receive_ends
 from vswitch_agent.ovsdb import InterfaceTable, monitor_command
 from vswitch_agent.switch import VERIFY_MAX, Session, SwitchGone, audit_chunk, n_chunks, take_baselines
@@ -280,10 +280,9 @@ class AgentApp(app_manager.OSKenApp):
         hints = self._take_hints()
         t0 = time.monotonic()
         local_vpcs = {p.vpc_id for p in cfg.ports}
-        # a VPC with load balancers gets a second zone here, for its VIPs' translation (see lb_flows)
-        lb_vpcs = {lb_zone_key(v.id): v.vni for v in cfg.vpcs if v.id in local_vpcs and v.load_balancers}
-        zones = self.zones.assign(local_vpcs | lb_vpcs.keys(),
-                                  {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs} | lb_vpcs)
+        members = member_zone_seeds(cfg)  # a load-balancer member here gets a zone for its translation (lb_flows)
+        zones = self.zones.assign(local_vpcs | members.keys(),
+                                  {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs} | members)
         diff = self.engine.update(cfg, self.ofports, self.tunnel_ofport, zones, hints)
         self.prober.update(health.targets_of(cfg, self.ofports))
         t_computed = time.monotonic()

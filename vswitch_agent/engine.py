@@ -22,7 +22,7 @@ from typing import Any
 from tianji.southbound import HostConfig, VpcInfo
 from vswitch_agent import flows as F
 from vswitch_agent.flow import Flow
-from vswitch_agent.lb_flows import lb_flows, lb_zone_key
+from vswitch_agent.lb_flows import lb_flows, members_here
 
 UnitKey = tuple[str, ...]
 BUCKETS = 4096  # the audit reads the switch in chunks of cookies with equal low bits
@@ -133,22 +133,20 @@ class FlowEngine:
                 vni, zone = vpcs[g.vpc_id].vni, zones[g.vpc_id]
                 self._build(key, g.vpc_id, (g, vni, zone), lambda g=g, n=vni, z=zone: F.group_flows(g, n, z))
         for vid in dirty & vpcs.keys():
-            self._update_lbs(vpcs[vid], reach.get(vid, []), ofports, zones.get(lb_zone_key(vid)), tunnel_ofport,
-                             want[vid])
+            self._update_lbs(vpcs[vid], reach.get(vid, []), ofports, zones, tunnel_ofport, want[vid])
         for vid in dirty:
             have = self.by_vpc.get(vid, set())
             for key in [k for k in have if k[0] != "vpc" and k not in want[vid]]:
                 self._drop(key)
 
-    def _update_lbs(self, vpc: VpcInfo, reach: list, ofports: Mapping[str, int], lb_zone: int | None,
+    def _update_lbs(self, vpc: VpcInfo, reach: list, ofports: Mapping[str, int], zones: Mapping[str, int],
                     tunnel_ofport: int | None, want: set[UnitKey]) -> None:
         for lb in vpc.load_balancers:
             key = ("lb", vpc.id, lb.id)
             want.add(key)
-            local = {b.port_id: ofports[b.port_id] for x in lb.listeners for b in x.backends if b.port_id in ofports}
-            deps = (lb, vpc.vni, vpc.router_mac, tuple(reach), tuple(sorted(local.items())), lb_zone, tunnel_ofport)
-            self._build(key, vpc.id, deps, lambda lb=lb, r=reach, lo=local: lb_flows(lb, vpc, r, lo, lb_zone,
-                                                                                   tunnel_ofport))
+            local = members_here(lb, ofports, zones)
+            deps = (lb, vpc.vni, vpc.router_mac, tuple(reach), tuple(sorted(local.items())), tunnel_ofport)
+            self._build(key, vpc.id, deps, lambda lb=lb, r=reach, lo=local: lb_flows(lb, vpc, r, lo, tunnel_ofport))
 
     # --- bookkeeping ------------------------------------------------------------------------------------------
     def _build(self, key: UnitKey, vid: str | None, deps: Any, make: Any) -> None:

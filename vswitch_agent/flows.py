@@ -319,11 +319,11 @@ def compute_flows(cfg: HostConfig, ofports: Mapping[str, int], tunnel_ofport: in
     for g in cfg.security_groups:
         if g.vpc_id in zones:
             out += group_flows(g, vpcs[g.vpc_id].vni, zones[g.vpc_id])
-    from vswitch_agent.lb_flows import lb_flows, lb_zone_key  # it builds on this module's helpers
+    from vswitch_agent.lb_flows import lb_flows, members_here  # it builds on this module's helpers
 
     for vid, vpc in vpcs.items():
         for lb in vpc.load_balancers:
-            out += lb_flows(lb, vpc, reach.get(vid, []), ofports, zones.get(lb_zone_key(vid)), tunnel_ofport)
+            out += lb_flows(lb, vpc, reach.get(vid, []), members_here(lb, ofports, zones), tunnel_ofport)
     return merge_all(out)
 
 

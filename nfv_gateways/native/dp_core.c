@@ -30,6 +30,20 @@ void dp_vxlan_encap(dp_t *dp, uint8_t *o, uint64_t next_hop_mac, uint32_t vtep, 
     wr32(x, 0x08000000); wr32(x + 4, vni << 8);
 }
 
+int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni) {
+    const uint8_t *o = d + 14;
+    if (len < 14 + 20 || o[0] != 0x45 || o[9] != 17 || rd32(o + 16) != dp->vtep_ip) return ACT_PUNT;
+    if ((rd16(o + 6) & 0x3fff) || csum(o, 20) != 0) return ACT_PUNT;  /* fragments, bad sums: Python */
+    if (len < 14 + 20 + 8 || rd16(o + 22) != VXLAN_PORT) return ACT_PUNT;
+    uint64_t v;
+    if (!map_get(dp->vteps, rd32(o + 12) | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vtep]++; return ACT_DROP; }
+    if (len < ENCAP + 14 + 20 || !(o[28] & 0x08)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    *vni = rd32(o + 32) >> 8;
+    if (!map_get(dp->routers, *vni | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vni]++; return ACT_DROP; }
+    if (rd16(d + ENCAP + 12) != 0x0800) { dp->c[C_drop_not_ipv4]++; return ACT_DROP; }
+    return 0;
+}
+
 static void transmit(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t n) {
     int sent = dp->be->tx(dp, port, data, len, n);
     uint32_t ok = sent > 0 ? (uint32_t)sent : 0;

@@ -10,17 +10,10 @@ static void unlock(dp_t *dp) { nat_unlock(dp->nat); }
 
 /* VXLAN from a known VTEP and VPC: translate the inner packet and send it out with the next hop's MAC */
 static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
-    const uint8_t *o = d + 14;
-    if (len < 14 + 20 || o[0] != 0x45 || o[9] != 17 || rd32(o + 16) != dp->vtep_ip) return ACT_PUNT;
-    if ((rd16(o + 6) & 0x3fff) || csum(o, 20) != 0) return ACT_PUNT;  /* fragments, bad sums: Python */
-    if (len < 14 + 20 + 8 || rd16(o + 22) != VXLAN_PORT) return ACT_PUNT;
-    uint64_t v;
-    if (!map_get(dp->vteps, rd32(o + 12) | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vtep]++; return ACT_DROP; }
-    if (len < ENCAP + 14 + 20 || !(o[28] & 0x08)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
-    uint32_t vni = rd32(o + 32) >> 8;
-    if (!map_get(dp->routers, vni | (1ULL << 32), &v)) { dp->c[C_drop_unknown_vni]++; return ACT_DROP; }
+    uint32_t vni;
+    int act = dp_vxlan_in(dp, d, len, &vni);
+    if (act != 0) return act;
     uint8_t *inner = d + ENCAP + 14;
-    if (rd16(inner - 2) != 0x0800) { dp->c[C_drop_not_ipv4]++; return ACT_DROP; }
     uint32_t ilen = len - ENCAP - 14;
     uint64_t nh;  /* every destination is on-link on the external segment; unknown neighbour: Python ARPs */
     if (ilen < 20 || !map_get(dp->neigh[DP_EXT], rd32(inner + 16) | (1ULL << 32), &nh)) return ACT_PUNT;
@@ -52,8 +45,7 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     uint8_t *ie = d;  /* the inner Ethernet header replaces the external one, in place */
     memcpy(ie, dp->ep_mac[ep & 0xffff], 6); mac_out(ie + 6, rmac); wr16(ie + 12, 0x0800);
     /* source port from the inner flow: ECMP entropy on the underlay, as Linux does */
-    dp_vxlan_encap(dp, d - ENCAP, nh, (uint32_t)(ep >> 16), vni,
-                   mix(rd32(ip + 12) ^ rd32(ip + 16) ^ (uint64_t)ip[9] << 32), len);
+    dp_vxlan_encap(dp, d - ENCAP, nh, (uint32_t)(ep >> 16), vni, dp_flow_entropy(ip), len);
     *out = d - ENCAP; *out_len = ENCAP + len;
     dp->c[C_fast_in]++;
     return DP_UL;

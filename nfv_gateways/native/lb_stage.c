@@ -128,7 +128,7 @@ static int take_token(lb_t *lb, double now) {
     return 0;
 }
 
-static int64_t pick_(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
+int64_t lb_pick_locked(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
                      uint16_t dport, uint8_t proto, double now) {
     if (pool >= MAX_POOLS || !lb->pools[pool].set) { lb->misses++; return -1; }
     pool_t *p = &lb->pools[pool];
@@ -170,10 +170,13 @@ static int64_t pick_(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32
 int64_t lb_pick(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                 uint8_t proto, double now) {
     pthread_mutex_lock(&lb->mu);
-    int64_t r = pick_(lb, pool, vni, src, dst, sport, dport, proto, now);
+    int64_t r = lb_pick_locked(lb, pool, vni, src, dst, sport, dport, proto, now);
     pthread_mutex_unlock(&lb->mu);
     return r;
 }
+
+void lb_lock(lb_t *lb) { pthread_mutex_lock(&lb->mu); }
+void lb_unlock(lb_t *lb) { pthread_mutex_unlock(&lb->mu); }
 
 /* deleted slots lengthen every probe: past a quarter of the table, put the live entries back in a clean one */
 static void compact(lb_t *lb) {

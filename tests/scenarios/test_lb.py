@@ -59,7 +59,9 @@ def test_lb_1_tcp_shares_weights_and_client_addresses(cluster, tenants) -> None:
         assert shares_within(weighted, {names[0]: 1 / 6, names[1]: 2 / 6, names[2]: 3 / 6}), \
             f"weights 1:2:3, shares {weighted}"
         statuses = [cluster.gateway_status(g) for g in ("lb1", "lb2")]
-        assert all(st["lb"].get("to_member", 0) > 0 for st in statuses), "both instances carried connections"
+        assert all(st["fastpath"].split()[0] in ("xdp", "dpdk") for st in statuses), "not on the native path"
+        in_c = [st["dataplane"].get("lb_to_member", 0) for st in statuses]
+        assert all(n > 0 for n in in_c), f"both instances carried connections, in C: {in_c}"
     finally:
         lb.stop()
 
@@ -116,7 +118,7 @@ def test_lb_4_add_member_under_load(cluster, tenants) -> None:
         moved = sum(1 for s in before if s in after and after[s] != before[s]) / len(before)
         to_new = sum(1 for s in after if after[s] == extra["name"]) / len(after)
         print(f"lb_4: the new member took {to_new:.1%} of fresh flows, {moved:.1%} moved (minimum 25%)")
-        assert 0.15 <= to_new <= 0.35, f"the new member took {to_new:.0%} of fresh flows"
+        assert 0.18 <= to_new <= 0.32, f"the new member took {to_new:.0%} of fresh flows"
         assert moved <= 1.5 * 0.25, f"{moved:.0%} of flows moved; Maglev's minimum is 25%"
         conns = held(long)
         assert len(conns) == 12 and all("ERR" not in {w for _, w in c} and len({w for _, w in c}) == 1

@@ -11,7 +11,7 @@ from vswitch_agent.lb_flows import lb_zone_key
 
 VIP, VIP_MAC = "10.0.1.50", "02:00:00:00:00:fe"
 INSTANCES = ["192.0.2.11", "192.0.2.12"]
-ZONES = {"A": 1, "C": 2, lb_zone_key("A"): 3}
+ZONES = {"A": 1, "C": 2, lb_zone_key("a2"): 3}
 
 
 def lb_config(instances: list[str] = INSTANCES) -> HostConfig:
@@ -113,3 +113,20 @@ def test_the_incremental_engine_arrives_at_the_reference() -> None:
     for cfg in (lb_config(), lb_config(instances=INSTANCES[:1]), config(peered=False)):
         eng.update(cfg, OF, TUN, ZONES, {"A"})
         assert set(eng.desired.values()) == compute_flows(cfg, OF, TUN, ZONES)
+
+
+def test_a_flow_moved_to_another_member_on_the_same_host_reaches_it() -> None:
+    """Each member translates in its own zone: a 5-tuple an instance moves from a2 to a1 (both here) must not meet
+    a2's translation, which outlives the instance's decision."""
+    cfg = lb_config()
+    both = [LbBackendInfo(port_id=p, ip=ip, mac=MAC[p], port=8080) for p, ip in (("a1", "10.0.1.2"),
+                                                                                ("a2", "10.0.2.2"))]
+    lb = cfg.vpcs[0].load_balancers[0]
+    lb = lb.model_copy(update={"listeners": [lb.listeners[0].model_copy(update={"backends": both})]})
+    cfg = cfg.model_copy(update={"vpcs": [v.model_copy(update={"load_balancers": [lb]}) if v.id == "A" else v
+                                          for v in cfg.vpcs]})
+    sw = Switch(compute_flows(cfg, OF, TUN, ZONES | {lb_zone_key("a1"): 4}))
+    first = sw.inject(from_instance("10.0.1.3", MAC["a2"]))
+    moved = sw.inject(from_instance("10.0.1.3", MAC["a1"]))
+    assert [(p, x["ipv4_dst"]) for p, x in first] == [(OF["a2"], "10.0.2.2")]
+    assert [(p, x["ipv4_dst"]) for p, x in moved] == [(OF["a1"], "10.0.1.2")]

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "tj_api.h"
+#include "tj_lb.h"
 #include "tj_map.h"
 #include "tj_nat.h"
 
@@ -30,7 +31,8 @@
 /* the loop's counters, in this order; their names are exported as dp_counter_names */
 #define TJ_DP_COUNTERS(X)                                                                                           \
     X(rx_ul) X(rx_ext) X(tx_ul) X(tx_ext) X(fast_out) X(fast_in) X(punt) X(punt_full) X(drop_unknown_vtep)          \
-    X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)
+    X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)  \
+    X(lb_to_member) X(lb_no_member)
 #define TJ_COUNTER_ENUM(name) C_##name,
 enum { TJ_DP_COUNTERS(TJ_COUNTER_ENUM) C_COUNT };
 
@@ -70,10 +72,20 @@ typedef struct {
     int (*decide)(dp_t *, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len);
 } stage_t;
 extern const stage_t STAGE_NAT;
+extern const stage_t STAGE_LB;
+
+/* the load balancer's lookups (dp_lb.c), swapped whole under the config lock */
+typedef struct {
+    map_t *vips;       /* (vni << 32 | VIP) + 1 -> the VIP's index */
+    map_t *listeners;  /* (index << 24 | is_udp << 16 | port) + 1 -> pool << 1 | hashes on the source alone */
+    map_t *members;    /* member + 1 -> (vni << 32 | member IP) + 1: its key in `endpoints` */
+} lb_maps_t;
 
 struct dp {
     const stage_t *stage;
     nat_t *nat;
+    lb_t *lb;
+    lb_maps_t lbm;
     const backend_t *be;
     void *bs;                                   /* backend state */
     uint8_t mac[2][6];
@@ -90,6 +102,13 @@ struct dp {
     char err[256];
 };
 
+/* a VXLAN frame from the underlay to our VTEP, from a known VTEP, in a known VNI, carrying IPv4: 0 with *vni set;
+ * else ACT_PUNT (not VXLAN to us, outer fragments or bad sums: Python looks) or ACT_DROP (counted) */
+int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni);
+/* the outer UDP source port's entropy for an inner IPv4 packet (as Linux does; underlay.vxlan_ip_udp is the same) */
+static inline uint32_t dp_flow_entropy(const uint8_t *ip) {
+    return mix(rd32(ip + 12) ^ rd32(ip + 16) ^ (uint64_t)ip[9] << 32);
+}
 void *dp_loop(void *arg);
 int dp_poll_once(dp_t *dp);
 /* write the outer Ethernet/IPv4/UDP/VXLAN header at o (ENCAP bytes before the inner frame of ilen bytes) */
@@ -113,6 +132,13 @@ TJ_API int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const
                          const uint8_t *rmacs, uint32_t nvpcs, const uint32_t *ep_vni, const uint32_t *ep_ip,
                          const uint32_t *ep_vtep, const uint8_t *ep_mac, uint32_t nep);
 TJ_API int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac);
+/* the load-balancer stage instead of NAT: new connections and established ones decided by `lb` (lb_pick) */
+TJ_API void dp_use_lb(dp_t *dp, lb_t *lb);
+/* listeners (VNI, VIP, is_udp, port) -> pool (and whether it hashes on the client's address alone), and members ->
+ * (VNI, address): what the stage forwards to, replaced whole; 0, or -1 out of memory */
+TJ_API int dp_set_lb(dp_t *dp, const uint32_t *l_vni, const uint32_t *l_vip, const uint8_t *l_udp,
+                     const uint16_t *l_port, const uint32_t *l_pool, const uint8_t *l_src_only, uint32_t nl,
+                     const uint32_t *m_id, const uint32_t *m_vni, const uint32_t *m_ip, uint32_t nm);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);
