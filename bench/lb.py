@@ -1,12 +1,16 @@
-"""Load-balancer benchmark. Today: Maglev itself (the forwarding rows against the kernel's nftables Maglev come with
-the load balancer's data path).
+"""Load-balancer benchmark, two parts.
 
-For N = 10, 100 and 1,000 members and M = 65,537 (the default table size): the table's build time in C and in
-Python, the max/min share imbalance, and the fraction of entries that change when 1% of the members fail (at
-least one), next to Maglev's paper (Eisenbud et al., NSDI 2016: near-perfect balance at M = 65,537; a failure
+Maglev itself: for N = 10, 100 and 1,000 members and M = 65,537 (the default table size), the table's build time in
+C and in Python, the max/min share imbalance, and the fraction of entries that change when 1% of the members fail
+(at least one), next to Maglev's paper (Eisenbud et al., NSDI 2016: near-perfect balance at M = 65,537; a failure
 changes little more than the failed members' own entries).
 
-    python bench/lb.py [--m 65537] [--reps 5]
+The wire (bench/lb_wire.py): the Linux kernel (nftables DNAT through the same 65,537-slot Maglev map, conntrack)
+and a tianji LB instance on each native fast path, in the same run, on the same generated traffic (a C generator):
+forwarded 64-byte UDP packets/s over 1,000 flows, and new TCP connections/s (every SYN a new 5-tuple). Ratios are
+tianji / kernel; the goal is at least 1.0x on both.
+
+    python bench/lb.py [--m 65537] [--reps 5] [--wire] [--paths xdp,packet] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -36,7 +40,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", type=int, default=65537)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--wire", action="store_true", help="also the kernel comparison on the wire (root)")
+    ap.add_argument("--paths", default="xdp,packet", help="the tianji fast paths to measure on the wire")
+    ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
+    maglev_rows(args)
+    if args.wire:
+        wire_rows(args)
+
+
+def wire_rows(args: argparse.Namespace) -> None:
+    from bench.lb_wire import compare
+
+    rows = compare([p for p in args.paths.split(",") if p], args.seconds)
+    base = {label: got for who, label, got, _ in rows if who.startswith("Linux")}
+    print(f"\n{'balancer':<48} {'measure':<50} {'achieved/s':>12} {'offered/s':>11} {'x kernel':>9}")
+    for who, label, got, offered in rows:
+        print(f"{who:<48} {label:<50} {got:>12,.0f} {offered:>11,.0f} {got / base[label]:>8.2f}x")
+
+
+def maglev_rows(args: argparse.Namespace) -> None:
     c, m = NativeMaglev(), args.m
     print(f"Maglev, M = {m:,} (median of {args.reps} builds)")
     print(f"{'members':>8} {'build C':>10} {'build Python':>13} {'x':>6} {'max/min share':>14} "

@@ -197,18 +197,18 @@ class NativeDataPlane:
         if r != 0:
             raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
 
-    def set_lb(self, listeners: list[tuple[int, int, int, int, int, bool]],
+    def set_lb(self, listeners: list[tuple[int, int, int, int, int, bool, int]],
                members: dict[int, tuple[int, int]]) -> None:
-        """Listeners (VNI, VIP, protocol, port, pool, hashes on the source alone) and members (number -> (VNI,
-        address)), replaced whole."""
+        """Listeners (VNI, VIP, protocol, port, pool, hashes on the source alone, the VIP's EIP homed here or 0) and
+        members (number -> (VNI, address)), replaced whole."""
         u32, u8, u16 = ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint16
-        cols = list(zip(*listeners, strict=True)) or [()] * 6
+        cols = list(zip(*listeners, strict=True)) or [()] * 7
         ids = list(members)
         if (h := self.h) is None:
             return
         r = self.lib.dp_set_lb(h, carray(u32, cols[0]), carray(u32, cols[1]), carray(u8, [p == 17 for p in cols[2]]),
-                               carray(u16, cols[3]), carray(u32, cols[4]), carray(u8, cols[5]), len(listeners),
-                               carray(u32, ids), carray(u32, [members[i][0] for i in ids]),
+                               carray(u16, cols[3]), carray(u32, cols[4]), carray(u8, cols[5]), carray(u32, cols[6]),
+                               len(listeners), carray(u32, ids), carray(u32, [members[i][0] for i in ids]),
                                carray(u32, [members[i][1] for i in ids]), len(ids))
         if r != 0:
             raise FastPathUnavailable("dp_set_lb failed (out of memory)")

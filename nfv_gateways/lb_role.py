@@ -82,7 +82,8 @@ class LbGateway(Gateway):
                 self.drains.pop(pool, None)
         self.table.policy = policy
         if self.dp is not None:
-            self.dp.set_lb([(vni, vip, proto, port, pool, pool in self.table.source_ip)
+            self.dp.set_lb([(vni, vip, proto, port, pool, pool in self.table.source_ip,
+                             policy.vip_eips.get((vni, vip), 0))
                             for (vni, vip, proto, port), pool in policy.listeners.items()], policy.members)
         self.counters["config_lb_applies"] += 1
 

@@ -15,7 +15,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.dataplane import NativeDataPlane
-from nfv_gateways.framework import UL, GatewayOptions
+from nfv_gateways.framework import EXT, UL, GatewayOptions
 from nfv_gateways.lb import LbTable
 from nfv_gateways.lb_role import LbGateway
 from nfv_gateways.packet import ip2int
@@ -25,7 +25,8 @@ UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
 VTEP = "172.31.0.111"
 HV = {"hv1": ("172.31.0.11", "02:bb:00:00:00:11"), "hv2": ("172.31.0.12", "02:bb:00:00:00:12")}
 R1, R2 = "02:00:00:00:10:01", "02:00:00:00:10:02"
-VIP = "10.0.1.100"
+VIP, EIP = "10.0.1.100", "203.0.113.7"
+INTERNET = {"198.51.100.1": "02:cc:00:00:00:01", "198.51.100.2": "02:cc:00:00:00:02"}
 MEMBERS = {(1001, "10.0.1.5"): ("02:01:00:00:00:05", "hv1"), (1001, "10.0.1.6"): ("02:01:00:00:00:06", "hv2"),
            (1002, "10.0.1.5"): ("02:02:00:00:00:05", "hv2")}
 
@@ -45,7 +46,8 @@ def config() -> GatewayConfig:
     return GatewayConfig.model_validate({
         "name": "t", "revision": 1, "vtep_ip": VTEP, "endpoints": eps,
         "vpcs": [{"id": "v1001", "vni": 1001, "router_mac": R1}, {"id": "v1002", "vni": 1002, "router_mac": R2}],
-        "lbs": [{"id": f"lb{vni}", "vni": vni, "vip": VIP, "listeners": listeners(vni)} for vni in (1001, 1002)],
+        "lbs": [{"id": f"lb{vni}", "vni": vni, "vip": VIP, "listeners": listeners(vni),
+                 "eip": EIP if vni == 1001 else None} for vni in (1001, 1002)], "eips": [EIP],
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
@@ -90,6 +92,8 @@ class Pair:
         for h in HV.values():  # the hypervisors' VTEPs are resolved
             frame = bytes(Ether(src=h[1], dst=UL_MAC) / ARP(op=2, hwsrc=h[1], psrc=h[0], hwdst=UL_MAC, pdst=VTEP))
             self.step(frame)
+        ip, m = next(iter(INTERNET.items()))  # one internet client is resolved, the other is learnt by ARP
+        self.step(bytes(Ether(src=m, dst=EXT_MAC) / ARP(op=2, hwsrc=m, psrc=ip, hwdst=EXT_MAC, pdst=EIP)), EXT)
 
     def drain(self) -> tuple[list, list]:
         self.dp.poll()
@@ -97,15 +101,16 @@ class Pair:
         ref, self.ref_dp.out = self.ref_dp.out, []
         return native, ref
 
-    def step(self, frame: bytes) -> tuple[list, list, int]:
+    def step(self, frame: bytes, port: int = UL) -> tuple[list, list, int]:
         """(native output, reference output, frames the native loop punted)"""
-        self.dp.mem_push(UL, frame)
+        self.dp.mem_push(port, frame)
         self.dp.poll()
         punted = self.dp.punt(0)
         for p, f in punted:
             self.native.handle_punt(p, f)
+        self.dp.poll()  # sends what Python injected meanwhile
         native = self.dp.mem_pop()
-        self.ref.handle_punt(UL, frame)
+        self.ref.handle_punt(port, frame)
         ref, self.ref_dp.out = self.ref_dp.out, []
         return native, ref, len(punted)
 
@@ -145,11 +150,43 @@ frames = st.builds(frame, st.sampled_from(["hv1", "hv2"]), st.sampled_from([1001
                    st.sampled_from([0, 0, 0, 3]))
 
 
+def external(src: str, dst: str, proto: str, sport: int, dport: int, bad: bool) -> tuple[bytes, int]:
+    l4 = TCP(sport=sport, dport=dport, flags="S") if proto == "tcp" else UDP(sport=sport, dport=dport) / b"q"
+    f = bytes(Ether(src=INTERNET[src], dst=EXT_MAC) / IP(src=src, dst=dst) / l4)
+    return (f[:-3] if bad else f), EXT
+
+
+def reply(hv: str, sport: int, dst: str, proto: str) -> tuple[bytes, int]:
+    """A member's reply from VIP:sport to an internet client, routed to this instance by its vSwitch."""
+    l4 = TCP(sport=sport, dport=7000, flags="SA") if proto == "tcp" else UDP(sport=sport, dport=7000) / b"r"
+    return bytes(Ether(src=HV[hv][1], dst=UL_MAC) / IP(src=HV[hv][0], dst=VTEP) / UDP(sport=50000, dport=4789)
+                 / (b"\x08\0\0\0" + (1001).to_bytes(3, "big") + b"\0") / Ether(src=R1, dst=R1)
+                 / IP(src=VIP, dst=dst) / l4), UL
+
+
+def test_internet_clients_through_the_eip_in_c(pair: Pair) -> None:
+    for sport in range(7000, 7050):
+        native, ref, punted = pair.step(*external("198.51.100.1", EIP, "tcp", sport, 80, False))
+        assert punted == 0 and native == ref and len(native) == 1
+        assert IP(bytes(Ether(native[0][1])[UDP].payload)[8 + 14:]).dst == VIP
+    native, ref, punted = pair.step(*reply("hv1", 80, "198.51.100.1", "tcp"))
+    assert punted == 0 and native == ref and native[0][0] == EXT and IP(native[0][1][14:]).src == EIP
+
+
+ul_or_ext = st.one_of(
+    st.builds(lambda f: (f, UL), frames),
+    st.builds(external, st.sampled_from(list(INTERNET)), st.sampled_from([EIP, "203.0.113.8"]),
+              st.sampled_from(["tcp", "udp"]), st.integers(7000, 7010), st.sampled_from([80, 53, 81]),
+              st.sampled_from([False, False, True])),
+    st.builds(reply, st.sampled_from(["hv1", "hv2"]), st.sampled_from([80, 53, 81]), st.sampled_from(list(INTERNET)),
+              st.sampled_from(["tcp", "udp"])))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seq=st.lists(frames, min_size=1, max_size=25))
-def test_every_frame_gives_the_same_output_as_the_python_instance(pair: Pair, seq: list[bytes]) -> None:
-    for f in seq:
-        native, ref, _ = pair.step(f)
+@given(seq=st.lists(ul_or_ext, min_size=1, max_size=25))
+def test_every_frame_gives_the_same_output_as_the_python_instance(pair: Pair, seq: list[tuple[bytes, int]]) -> None:
+    for f, port in seq:
+        native, ref, _ = pair.step(f, port)
         assert native == ref, Ether(f).summary()
     assert pair.native.table.conns.held() == len(pair.ref.table.conns.conns)
     pair.native.table.expire(time.time() + 3600)

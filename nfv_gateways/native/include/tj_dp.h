@@ -79,6 +79,9 @@ typedef struct {
     map_t *vips;       /* (vni << 32 | VIP) + 1 -> the VIP's index */
     map_t *listeners;  /* (index << 24 | is_udp << 16 | port) + 1 -> pool << 1 | hashes on the source alone */
     map_t *members;    /* member + 1 -> (vni << 32 | member IP) + 1: its key in `endpoints` */
+    map_t *eips;       /* EIP | 1 << 32 -> the index of the VIP it fronts (EIPs homed here) */
+    uint64_t *vip;     /* index -> vni << 32 | VIP */
+    uint32_t *eip;     /* index -> its EIP homed here, or 0 */
 } lb_maps_t;
 
 struct dp {
@@ -134,11 +137,13 @@ TJ_API int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const
 TJ_API int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac);
 /* the load-balancer stage instead of NAT: new connections and established ones decided by `lb` (lb_pick) */
 TJ_API void dp_use_lb(dp_t *dp, lb_t *lb);
-/* listeners (VNI, VIP, is_udp, port) -> pool (and whether it hashes on the client's address alone), and members ->
- * (VNI, address): what the stage forwards to, replaced whole; 0, or -1 out of memory */
+/* listeners (VNI, VIP, is_udp, port) -> pool (and whether it hashes on the client's address alone; the VIP's EIP if
+ * this instance homes it, else 0), and members -> (VNI, address): what the stage forwards to, replaced whole; 0,
+ * or -1 out of memory */
 TJ_API int dp_set_lb(dp_t *dp, const uint32_t *l_vni, const uint32_t *l_vip, const uint8_t *l_udp,
-                     const uint16_t *l_port, const uint32_t *l_pool, const uint8_t *l_src_only, uint32_t nl,
-                     const uint32_t *m_id, const uint32_t *m_vni, const uint32_t *m_ip, uint32_t nm);
+                     const uint16_t *l_port, const uint32_t *l_pool, const uint8_t *l_src_only,
+                     const uint32_t *l_eip, uint32_t nl, const uint32_t *m_id, const uint32_t *m_vni,
+                     const uint32_t *m_ip, uint32_t nm);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);

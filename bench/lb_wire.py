@@ -1,0 +1,214 @@
+"""The load balancer on the wire, against the Linux kernel doing the same job in the same run.
+
+Three namespaces: the client `c` (the traffic generator, bench/native/lbgen.c, and for tianji also the members'
+host), the balancer `l`, and the backends' side `s`. c.ul0 -- l.ul0 is the underlay, l.ext0 -- s.eth0 the
+backends' link.
+
+  kernel  l routes, nftables DNATs VIP:port through a 65,537-slot Maglev map, with conntrack:
+          `dnat to jhash ip saddr . tcp sport mod 65537 seed S map @lut` (the same Maglev table tianji builds);
+          s counts the packets that arrive at a backend address
+  tianji  a `tianji gateway run --role lb` instance in l (native fast path) gets the client's packets in VXLAN and
+          sends them on, re-encapsulated, to the members' host (c, which counts what arrives from the instance)
+
+Both see 64-byte inner packets from the same generator: `flows` (1,000 established flows, UDP) and `new` (every
+SYN a new 5-tuple: a new connection's decision, conntrack entry or connection-table entry). The generator runs on
+the first core; the kernel's RPS and the instance's loop get the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nfv_gateways.maglev import NativeMaglev, member_key
+from topologies.machines import GatewayHost
+
+C, L, S = "tjlbc", "tjlbl", "tjlbs"
+DIR = Path("/run/tianji-lab/tjlb")
+GEN_SRC = Path(__file__).parent / "native" / "lbgen.c"
+GEN = Path("/run/tianji-lab/lbgen")
+CLIENT_VTEP, LB_VTEP = "10.77.0.1", "10.77.0.2"
+VIP, CLIENT_IP, VNI, ROUTER_MAC = "10.79.0.100", "10.80.0.1", 1001, "0a:58:00:00:00:01"
+BACKENDS = [f"10.78.0.{10 + i}" for i in range(8)]
+M, SEED = 65537, 0x5EED
+TIANJI = str(Path(sys.executable).with_name("tianji"))
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def ns(n: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return sh("ip", "netns", "exec", n, *cmd, check=check)
+
+
+def mac(n: str, dev: str) -> str:
+    return json.loads(sh("ip", "-n", n, "-j", "link", "show", "dev", dev).stdout)[0]["address"]
+
+
+def generator() -> Path:
+    GEN.parent.mkdir(parents=True, exist_ok=True)
+    if not GEN.exists() or GEN.stat().st_mtime < GEN_SRC.stat().st_mtime:
+        sh("gcc", "-O2", "-o", str(GEN), str(GEN_SRC))
+    return GEN
+
+
+class Lab:
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def plumb(self) -> None:
+        self.down()
+        DIR.mkdir(parents=True, exist_ok=True)
+        for n in (C, L, S):
+            sh("ip", "netns", "add", n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        sh("ip", "link", "add", "ul0", "netns", C, "type", "veth", "peer", "name", "ul0", "netns", L)
+        sh("ip", "link", "add", "ext0", "netns", L, "type", "veth", "peer", "name", "eth0", "netns", S)
+        for n, dev, addr in ((C, "ul0", f"{CLIENT_VTEP}/24"), (L, "ul0", f"{LB_VTEP}/24"),
+                             (S, "eth0", "10.78.0.1/24")):
+            sh("ip", "-n", n, "addr", "add", addr, "dev", dev)
+        for n, dev in ((C, "ul0"), (L, "ul0"), (L, "ext0"), (S, "eth0")):
+            sh("ip", "-n", n, "link", "set", dev, "up")
+            ns(n, "ethtool", "-K", dev, "tx", "off", check=False)  # full checksums (packet sockets, XDP)
+
+    def count_rule(self, n: str, dev: str, match: str) -> None:
+        """Count (and drop, so nothing answers) what arrives on `dev` matching `match`."""
+        for c in ("add table netdev bench", f"add chain netdev bench in {{ type filter hook ingress device {dev} "
+                  "priority 0 ; }", f"add rule netdev bench in {match} counter drop"):
+            ns(n, "nft", c)
+        self.counted = n
+
+    def counted_packets(self) -> int:
+        out = ns(self.counted, "nft", "list", "chain", "netdev", "bench", "in").stdout
+        return int(out.split("counter packets ")[1].split()[0])
+
+    # --- the two balancers -------------------------------------------------------------------------------------
+    def kernel(self) -> None:
+        self.plumb()
+        ns(L, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        ns(L, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+        sh("ip", "-n", L, "addr", "add", "10.78.0.2/24", "dev", "ext0")
+        sh("ip", "-n", L, "route", "add", "10.80.0.0/16", "via", CLIENT_VTEP)
+        for b in BACKENDS:
+            sh("ip", "-n", S, "addr", "add", f"{b}/24", "dev", "eth0")
+        cpu = max(os.sched_getaffinity(0))
+        ns(L, "sh", "-c", f"echo {1 << cpu:x} > /sys/class/net/ul0/queues/rx-0/rps_cpus")
+        table = NativeMaglev().build([member_key(b) for b in BACKENDS], [1] * len(BACKENDS), M)
+        elements = ", ".join(f"{i} : {BACKENDS[x]}" for i, x in enumerate(table))
+        rules = DIR / "lb.nft"
+        rules.write_text(f"""table ip lb {{
+  map lut {{ type mark : ipv4_addr ; elements = {{ {elements} }} }}
+  chain pre {{ type nat hook prerouting priority dstnat ;
+    ip daddr {VIP} tcp dport 80 dnat to jhash ip saddr . tcp sport mod {M} seed {SEED:#x} map @lut
+    ip daddr {VIP} udp dport 80 dnat to jhash ip saddr . udp sport mod {M} seed {SEED:#x} map @lut
+  }}
+}}
+""")
+        ns(L, "nft", "-f", str(rules))
+        self.count_rule(S, "eth0", "ip daddr 10.78.0.0/24")
+        self.frame_dst, self.ipoff = mac(L, "ul0"), 14
+
+    def tianji(self, fastpath: str) -> str:
+        self.plumb()
+        members = [{"id": f"m{i}", "ip": b, "weight": 1} for i, b in enumerate(BACKENDS)]
+        cfg = {"name": "lab", "revision": 1, "vtep_ip": LB_VTEP,
+               "vpcs": [{"id": "v1", "vni": VNI, "router_mac": ROUTER_MAC}],
+               "endpoints": [{"port_id": f"p{i}", "vpc_id": "v1", "vni": VNI, "ip": b,
+                              "mac": f"02:00:00:00:01:{i:02x}", "host": "c", "vtep_ip": CLIENT_VTEP}
+                             for i, b in enumerate(BACKENDS)],
+               "vteps": [{"host": "c", "ip": CLIENT_VTEP}],
+               "lbs": [{"id": "lb1", "vni": VNI, "vip": VIP, "listeners": [
+                   {"protocol": p, "port": 80, "idle_timeout_s": 60, "members": members} for p in ("tcp", "udp")]}]}
+        (DIR / "config.json").write_text(json.dumps(cfg))
+        host = GatewayHost("lab", L, f"{LB_VTEP}/24", "lb")
+        cmd = ["ip", "netns", "exec", L, *host.command(TIANJI, ["--config-file", str(DIR / "config.json")], DIR,
+                                                        "--fastpath", fastpath)]
+        with open(DIR / "gateway.log", "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                st = json.loads((DIR / "gateway-lab.json").read_text())
+                if st.get("revision") == 1:
+                    break
+            except (OSError, ValueError):
+                pass
+            if self.proc.poll() is not None or time.time() > deadline - 1:
+                raise RuntimeError(f"the lab instance did not start: {(DIR / 'gateway.log').read_text()[-1500:]}")
+            time.sleep(0.2)
+        self.count_rule(C, "ul0", f"ip saddr {LB_VTEP} udp dport 4789")
+        self.frame_dst, self.ipoff = mac(L, "ul0"), 64
+        return st["fastpath"].split()[0]
+
+    # --- traffic -----------------------------------------------------------------------------------------------
+    def template(self, proto: str) -> Path:
+        from scapy.layers.inet import IP, TCP, UDP
+        from scapy.layers.l2 import Ether
+
+        l4 = TCP(sport=10000, dport=80, flags="S") if proto == "tcp" else UDP(sport=10000, dport=80) / (b"\0" * 18)
+        inner = IP(src=CLIENT_IP, dst=VIP) / l4
+        src = mac(C, "ul0")
+        if self.ipoff == 14:
+            frame = Ether(src=src, dst=self.frame_dst) / inner
+        else:
+            vx = b"\x08\0\0\0" + VNI.to_bytes(3, "big") + b"\0"
+            frame = (Ether(src=src, dst=self.frame_dst) / IP(src=CLIENT_VTEP, dst=LB_VTEP)
+                     / UDP(sport=49152, dport=4789, chksum=0) / (vx + bytes(Ether(src="02:00:00:00:00:aa",
+                                                                                   dst=ROUTER_MAC) / inner)))
+        path = DIR / f"frame-{proto}.bin"
+        path.write_bytes(bytes(frame))
+        return path
+
+    def rate(self, proto: str, mode: str, seconds: float) -> tuple[float, float]:
+        """(packets/s that arrived where they should, packets/s offered)."""
+        frame, pin = self.template(proto), ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+        gen = [*pin, str(generator()), "ul0", str(seconds), str(frame), str(self.ipoff), mode, "1000"]
+        if mode == "flows":  # the flows exist before the measurement
+            ns(C, *pin, str(generator()), "ul0", "0.3", str(frame), str(self.ipoff), mode, "1000")
+            time.sleep(1.0)
+        before = self.counted_packets()
+        sent, elapsed = (float(x) for x in ns(C, *gen).stdout.split())
+        time.sleep(0.5)
+        return (self.counted_packets() - before) / elapsed, sent / elapsed
+
+    def down(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+        self.proc = None
+        for n in (C, L, S):
+            sh("ip", "netns", "del", n, check=False)
+
+
+def compare(fastpaths: list[str], seconds: float) -> list[tuple[str, str, float, float]]:
+    """Rows (balancer, measure, achieved/s, offered/s) for the kernel and each tianji fast path."""
+    rows = []
+    lab = Lab()
+    try:
+        for who in ["kernel", *fastpaths]:
+            used = "Linux kernel (nftables Maglev DNAT + conntrack)"
+            if who == "kernel":
+                lab.kernel()
+            else:
+                used = f"tianji LB instance, fast path {lab.tianji(who)}"
+            for label, proto, mode in (("forwarded 64-byte UDP packets/s (1,000 flows)", "udp", "flows"),
+                                       ("new TCP connections/s (every SYN a new 5-tuple)", "tcp", "new")):
+                got, offered = lab.rate(proto, mode, seconds)
+                rows.append((used, label, got, offered))
+            lab.down()
+    finally:
+        lab.down()
+    return rows
