@@ -84,8 +84,10 @@ class NativeDataPlane:
     """Both ports of a gateway instance in C. Python drains the punt ring, answers through `inject`."""
 
     def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes, vtep: int,
-                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18, stage: str = "nat") -> None:
-        """`stage`: nat (the NAT table, `self.nat`) or lb (the load balancer's connection table, `self.lb`)."""
+                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18, stage: str = "nat",
+                 lb_table: tuple[int, float, int] = (1 << 20, 100_000.0, 10_000)) -> None:
+        """`stage`: nat (the NAT table, `self.nat`) or lb (the load balancer's connection table, `self.lb`, of
+        `lb_table`: capacity, new entries per second, burst)."""
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
         k = constants(self.lib)
@@ -95,7 +97,7 @@ class NativeDataPlane:
         self.nat: FastNat | None = None
         self.lb: NativeLb | None = None
         if stage == "lb":
-            self.lb = NativeLb(lib=self.lib)
+            self.lb = NativeLb(*lb_table, lib=self.lib)
             self.h = self.lib.dp_create(None, ul_mac, ext_mac, vtep)
             if self.h:
                 self.lib.dp_use_lb(self.h, self.lb.h)

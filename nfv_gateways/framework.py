@@ -137,6 +137,10 @@ class GatewayOptions:
     # a beat this often: the controller moves an instance's addresses after TIANJI_GATEWAY_DOWN_AFTER of silence
     # (2 s by default, 0.5 s on the emulated cluster), so failover takes that, a liveness tick, and the propagation
     beat_interval: float = 0.1
+    # the load balancer's connection table: its slots (a power of two; 3/4 of them are ever used) and the rate of
+    # new entries it takes (a token bucket holding a tenth of a second's worth): above it, Maglev alone decides
+    lb_connections: int = 1 << 20
+    lb_new_per_s: float = 100_000.0
 
 
 class Gateway(PacketIO):
@@ -179,6 +183,11 @@ class Gateway(PacketIO):
         """The role's packet stage and a description of the fast path chosen (sets self.dp for a native one)."""
         raise NotImplementedError
 
+    def lb_table_args(self) -> tuple[int, float, int]:
+        """(capacity, new entries per second, burst) of a load balancer's connection table."""
+        rate = self.o.lb_new_per_s
+        return self.o.lb_connections, rate, max(1, int(rate / 10))
+
     def native_dataplane(self, stage: str) -> Any:
         """The native data plane for --fastpath (auto: the best backend that starts, saying why others did not),
         with this role's stage in it; None when --fastpath names no native backend or auto found none."""
@@ -188,7 +197,7 @@ class Gateway(PacketIO):
         for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
             try:
                 return NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if, self.mac[UL],
-                                       self.mac[EXT], self.vtep_int, stage=stage)
+                                       self.mac[EXT], self.vtep_int, stage=stage, lb_table=self.lb_table_args())
             except Exception as e:  # auto goes on to the next backend, and says why
                 if fp != "auto":
                     raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e

@@ -44,13 +44,13 @@ class LbGateway(Gateway):
         if fp in ("auto", "c"):
             try:
                 self.maglev: Any = maglev.NativeMaglev()
-                return LbStage(NativeLb()), "c (sockets; connection table and Maglev in C)"
+                return LbStage(NativeLb(*self.lb_table_args())), "c (sockets; connection table and Maglev in C)"
             except Exception as e:
                 if fp == "c":
                     raise
                 log.warning("native load balancer unavailable (%s): using the Python path", e)
         self.maglev = maglev
-        return LbStage(LbTable()), "python"
+        return LbStage(LbTable(*self.lb_table_args())), "python"
 
     def policy_of(self, section: GatewaySection) -> tuple:
         return tuple(section.lbs)

@@ -258,8 +258,10 @@ class Cluster:
         host = GatewayHost(name, info["ns"], info["underlay_ip"], info.get("gateway_role", "nat"))
         source = ["--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
                   st.host_tokens[name]]
+        # a load balancer remembers 5,000 new connections/s here: a SYN flood from one namespace goes above it
+        lb = ["--lb-new-per-s", os.environ.get("TIANJI_LB_NEW_PER_S", "5000")] if host.role == "lb" else []
         pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
-                         "--beat-interval", os.environ.get("TIANJI_GATEWAY_BEAT", "0.1"))
+                         "--beat-interval", os.environ.get("TIANJI_GATEWAY_BEAT", "0.1"), *lb)
         info["pid"] = pid
         st.pids.append(pid)
         st.save()

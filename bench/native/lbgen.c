@@ -1,11 +1,12 @@
 /* Traffic generator for bench/lb.py: one template frame (Ethernet, maybe VXLAN, then the IPv4 packet whose
  * source varies), sent as fast as AF_PACKET sendmmsg allows (qdisc bypassed) for a number of seconds.
  *
- *   lbgen IFNAME SECONDS FRAMEFILE IPOFF MODE N
+ *   lbgen IFNAME SECONDS FRAMEFILE IPOFF MODE N [PPS]
  *
  *   IPOFF  offset of the varying IPv4 header in the frame (14, or 64 inside VXLAN)
  *   MODE   flows: N flows, the source port cycling over N values (established traffic)
  *          new:   every packet a new 5-tuple (the source address and port counting up: new connections)
+ *   PPS    at most this many packets per second (default: as fast as it goes)
  * Both rewrite the IPv4 and TCP/UDP checksums per packet. Prints: packets sent, seconds. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -52,7 +53,11 @@ static void vary(uint8_t *ip, uint32_t src, uint16_t sport) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) { fprintf(stderr, "usage: lbgen IFNAME SECONDS FRAMEFILE IPOFF flows|new N\n"); return 2; }
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: lbgen IFNAME SECONDS FRAMEFILE IPOFF flows|new N [PPS]\n");
+        return 2;
+    }
+    double pps = argc == 8 ? atof(argv[7]) : 0;
     FILE *f = fopen(argv[3], "rb");
     if (!f) { perror("frame"); return 1; }
     static uint8_t tmpl[2048];
@@ -85,6 +90,7 @@ int main(int argc, char **argv) {
         }
         int r = sendmmsg(fd, m, BATCH, 0);
         if (r > 0) sent += (unsigned)r;
+        while (pps > 0 && sent > (now() - t0) * pps) { /* paced: wait for the clock */ }
     }
     printf("%llu %.3f\n", sent, now() - t0);
     return 0;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 from tests.scenarios.conftest import wait_for
 from tests.scenarios.lb_support import (
@@ -242,5 +243,57 @@ def test_lb_3_health_checks(cluster, tenants) -> None:
         assert got.get(names[1], 0) > 0, "with every member down the pool did not fail open"
         after = Counter(cluster.gateway_status(g)["lb"].get("drop_no_member", 0) for g in ("lb1", "lb2"))
         assert after == before, "an instance dropped connections for want of a member"
+    finally:
+        lb.stop()
+
+
+def test_lb_8_syn_flood(cluster, tenants, internet) -> None:
+    """Spoofed SYNs from the internet at the VIP's EIP, four times what the instance remembers (5,000 new
+    connections/s on the emulated cluster): established connections, from inside and from the internet, go on; the
+    connection table stays bounded (Maglev alone decides the excess: `fallback`); the counters move. (A flood
+    above what the wire carries drops packets of every connection alike, before any table sees them.)"""
+    import json
+    import subprocess
+
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from bench.lb_wire import generator
+
+    n, backends, clients = web_tier(tenants, "10.49.0.0/16")
+    eip = n.client.post("/v1/eips", {})
+    lb = make_lb(n, "prod", "web", backends, eip_id=eip["id"])
+    ins = internet["ns"]
+    try:
+        wait_serving(n, clients[0], lb.vip, 3)
+        wait_for(lambda: connect_many(n, None, eip["address"], 10, ns=ins)[2] == 0, 15, "the EIP answering")
+        home = next(g for g in ("lb1", "lb2") if eip["address"] in cluster.gateway_status(g)["eips"])
+        before = cluster.gateway_status(home)["lb"]
+        inside, outside = hold(clients[1], lb.vip, 12, 9), hold({"ns": ins}, eip["address"], 6, 9)
+        time.sleep(2)
+        neigh = json.loads(subprocess.run(["ip", "-n", ins, "-j", "neigh", "show", eip["address"]],
+                                          capture_output=True, text=True).stdout)[0]["lladdr"]
+        mine = json.loads(subprocess.run(["ip", "-n", ins, "-j", "link", "show", "eth0"], capture_output=True,
+                                         text=True).stdout)[0]["address"]
+        frame = Path(f"/tmp/tianji-synflood-{eip['id'][:8]}.bin")
+        frame.write_bytes(bytes(Ether(src=mine, dst=neigh) / IP(src="198.51.100.50", dst=eip["address"])
+                                / TCP(sport=1024, dport=80, flags="S")))
+        try:
+            # 20,000 SYNs/s: four times what the table takes, within what the emulated wire carries
+            r = subprocess.run(["ip", "netns", "exec", ins, str(generator()), "eth0", "3", str(frame), "14", "new",
+                                "1", "20000"], capture_output=True, text=True, timeout=30)
+        finally:
+            frame.unlink(missing_ok=True)
+        sent = int(r.stdout.split()[0])
+        conns = held(inside) | {100 + i: c for i, c in held(outside).items()}
+        broken = [i for i, c in conns.items() if c[-1][1] == "ERR"]
+        st = cluster.gateway_status(home)
+        after = st["lb"]
+        print(f"lb_8: {sent:,} spoofed SYNs in 3 s; remembered {after.get('new', 0) - before.get('new', 0):,}, "
+              f"by Maglev alone {after.get('fallback', 0) - before.get('fallback', 0):,}; table holds "
+              f"{st['connections']:,}; {len(conns) - len(broken)} of {len(conns)} established connections went on")
+        assert not broken, f"established connections broke under the flood: {broken}"
+        assert after.get("fallback", 0) - before.get("fallback", 0) > 0, "the flood was not limited"
+        assert st["connections"] <= 500 + 5000 * 5 < sent, f"the table grew to {st['connections']}"
     finally:
         lb.stop()
