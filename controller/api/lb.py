@@ -280,6 +280,10 @@ def add_member(pool_id: str, body: MemberCreate, request: Request,
                                                      m.LbMember.port_id == port.id)).first():
                 raise conflict("port_id", f"port {port.id} is already a member of pool {pool.id}: a port is a "
                                           "member of a pool once (put its other service port in another pool)")
+            if (len(_members(s, pool.id)) + 1) * 100 > pool.table_size:
+                raise conflict("port_id", f"pool {pool.id} has table_size {pool.table_size}: Maglev keeps at least 100 "
+                                          f"entries per member, so it takes {pool.table_size // 100} members; "
+                                          "create a pool with a larger table_size (a prime) for more")
             monitored = s.get(m.LbHealthMonitor, pool.id) is not None
             x = m.LbMember(tenant_id=pool.tenant_id, pool_id=pool.id, port_id=port.id,
                            protocol_port=body.protocol_port, weight=body.weight,

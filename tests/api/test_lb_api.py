@@ -159,3 +159,14 @@ def test_health_reports_come_from_the_members_own_host(controller: Controller) -
     assert got.status_code == 200 and got.json() == {"changed": 1}
     assert a.get(f"/v1/pools/{pool['id']}/members")[0]["operating_status"] == "ONLINE"
     assert a.get(f"/v1/pools/{pool['id']}")["operating_status"] == "ONLINE"
+
+
+def test_a_pool_keeps_100_table_entries_per_member(controller: Controller) -> None:
+    a, vpc, sn, lb = lb_setup(controller)
+    pool = a.post("/v1/pools", {"load_balancer_id": lb["id"], "name": "small", "protocol": "tcp", "table_size": 251})
+    ports = [a.post("/v1/ports", {"subnet_id": sn["id"], "name": f"b{i}"}) for i in range(3)]
+    for p in ports[:2]:
+        a.post(f"/v1/pools/{pool['id']}/members", {"port_id": p["id"], "protocol_port": 80})
+    expect(409, a.post, f"/v1/pools/{pool['id']}/members", {"port_id": ports[2]["id"], "protocol_port": 80},
+           field="port_id")
+    assert len(a.get(f"/v1/pools/{pool['id']}/members")) == 2
