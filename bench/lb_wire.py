@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nfv_gateways.maglev import NativeMaglev, member_key
+from topologies.gwlab import TIANJI, sh
 from topologies.machines import GatewayHost
 
 C, L, S = "tjlbc", "tjlbl", "tjlbs"
@@ -37,14 +38,6 @@ CLIENT_VTEP, LB_VTEP = "10.77.0.1", "10.77.0.2"
 VIP, CLIENT_IP, VNI, ROUTER_MAC = "10.79.0.100", "10.80.0.1", 1001, "0a:58:00:00:00:01"
 BACKENDS = [f"10.78.0.{10 + i}" for i in range(8)]
 M, SEED = 65537, 0x5EED
-TIANJI = str(Path(sys.executable).with_name("tianji"))
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
 
 
 def ns(n: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

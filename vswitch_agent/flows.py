@@ -180,15 +180,20 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
     return out
 
 
+def arp_answers(reach: Sequence[tuple[str, int, str]], vpc_id: str, ip: str, mac: str, kind: str,
+                obj: str) -> list[Flow]:
+    """ARP for `ip` (of VPC `vpc_id`, at `mac`) answered in each local VPC that reaches it: with `mac` in its own
+    VPC, with the router MAC of a peered one (whose traffic to it is routed)."""
+    return [flow(P.ARP_RESPONDER, 100, {"metadata": src_vni, "eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": ip},
+                 arp_reply(mac if src_vid == vpc_id else src_mac, ip), kind, f"{src_vid}:{obj}")
+            for src_vid, src_vni, src_mac in reach]
+
+
 def endpoint_flows(e: Endpoint, reach: Sequence[tuple[str, int, str]], host: str, ofport: int | None,
                    tunnel_ofport: int | None) -> list[Flow]:
     """A port this host's ports may reach: ARP answers in each local VPC that reaches it (`reach`: (VPC id, VNI,
     router MAC), its own VPC or a peered one) and where to deliver it."""
-    out = []
-    for src_vid, src_vni, src_mac in reach:
-        mac = e.mac if src_vid == e.vpc_id else src_mac
-        match = {"metadata": src_vni, "eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": e.ip}
-        out.append(flow(P.ARP_RESPONDER, 100, match, arp_reply(mac, e.ip), "arp", f"{src_vid}:{e.port_id}"))
+    out = arp_answers(reach, e.vpc_id, e.ip, e.mac, "arp", e.port_id)
     dst = {"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}
     if e.host == host:
         if ofport is not None:

@@ -26,7 +26,7 @@ from tianji.southbound import HostConfig, LbBackendInfo, LbVipInfo, VpcInfo
 from vswitch_agent import pipeline as P
 from vswitch_agent.actions import Controller, Ct, DecTtl, GotoTable, Load, Multipath, Nat, Output, SetField
 from vswitch_agent.flow import Flow, flow
-from vswitch_agent.flows import ETH_ARP, ETH_IP, PROTO, ROUTE_PRIORITY, arp_reply
+from vswitch_agent.flows import ETH_IP, PROTO, ROUTE_PRIORITY, arp_answers
 from vswitch_agent.health import PROBE_PORTS
 
 
@@ -35,11 +35,7 @@ def client_flows(lb: LbVipInfo, vpc: VpcInfo, reach: Sequence[tuple[str, int, st
     """ARP for the VIP in every local VPC that reaches it, and the steering to the instances."""
     if not reach:
         return []
-    out = []
-    for src_vid, src_vni, src_mac in reach:
-        mac = lb.mac if src_vid == vpc.id else src_mac
-        match = {"metadata": src_vni, "eth_type": ETH_ARP, "arp_op": 1, "arp_tpa": lb.vip}
-        out.append(flow(P.ARP_RESPONDER, 100, match, arp_reply(mac, lb.vip), "lb", f"{src_vid}:{lb.id}"))
+    out = arp_answers(reach, vpc.id, lb.vip, lb.mac, "lb", lb.id)
     dst = {"metadata": vpc.vni, "eth_type": ETH_IP, "ipv4_dst": lb.vip}
     if tunnel_ofport is None or not lb.instance_vteps:
         out.append(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0}, [], "lb", lb.id))  # no instance: drop

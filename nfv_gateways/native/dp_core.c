@@ -30,6 +30,14 @@ void dp_vxlan_encap(dp_t *dp, uint8_t *o, uint64_t next_hop_mac, uint32_t vtep, 
     wr32(x, 0x08000000); wr32(x + 4, vni << 8);
 }
 
+int dp_ipv4_for_us(dp_t *dp, int port, const uint8_t *d, uint32_t len) {
+    if (len < 14) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    uint16_t et = rd16(d + 12);
+    if (et == 0x0806) return ACT_PUNT;
+    if (et != 0x0800 || memcmp(d, dp->mac[port], 6) != 0) { dp->c[C_ignored]++; return ACT_DROP; }
+    return 0;
+}
+
 int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni) {
     const uint8_t *o = d + 14;
     if (len < 14 + 20 || o[0] != 0x45 || o[9] != 17 || rd32(o + 16) != dp->vtep_ip) return ACT_PUNT;

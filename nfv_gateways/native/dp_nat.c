@@ -52,10 +52,8 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
 }
 
 static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
-    if (len < 14) { dp->c[C_drop_malformed]++; return ACT_DROP; }
-    uint16_t et = rd16(d + 12);
-    if (et == 0x0806) return ACT_PUNT;
-    if (et != 0x0800 || memcmp(d, dp->mac[port], 6) != 0) { dp->c[C_ignored]++; return ACT_DROP; }
+    int act = dp_ipv4_for_us(dp, port, d, len);
+    if (act != 0) return act;
     return port == DP_UL ? from_underlay(dp, d, len, now, out, out_len) : from_external(dp, d, len, now, out, out_len);
 }
 

@@ -24,6 +24,7 @@ from nfv_gateways.framework import EXT, UL, GatewayOptions
 from nfv_gateways.nat import NatTable, ip2int
 from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.nat_role import NatGateway
+from tests.support.frames import PythonFrames
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -49,29 +50,6 @@ def config() -> GatewayConfig:
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
-class PythonFrames:
-    """The data-plane interface with no fast path: every frame goes to Python, injected frames are collected."""
-
-    backend = "python"
-
-    def __init__(self) -> None:
-        self.nat = NatTable(NatConfig())
-        self.out: list[tuple[int, bytes]] = []
-
-    def set_config(self, *_a: object) -> None:
-        pass
-
-    def set_neigh(self, *_a: object) -> None:
-        pass
-
-    def inject(self, port: int, frame: bytes) -> bool:
-        self.out.append((port, frame))
-        return True
-
-    def stats(self) -> dict:
-        return {}
-
-
 def options(tmp: Path) -> GatewayOptions:
     return GatewayOptions(name="t", controller="", token="", underlay_if="ul0", vtep_ip=f"{VTEP}/24",
                           external_if="ext0", state_dir=tmp, macs=(UL_MAC, EXT_MAC))
@@ -82,7 +60,7 @@ class Pair:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
         self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
         self.native = NatGateway(options(tmp), dataplane=self.dp)
-        self.ref_dp = PythonFrames()
+        self.ref_dp = PythonFrames(nat=NatTable(NatConfig()))
         self.ref = NatGateway(options(tmp), dataplane=self.ref_dp)
         cfg = config()
         self.native.apply(cfg)

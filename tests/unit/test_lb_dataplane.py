@@ -19,6 +19,7 @@ from nfv_gateways.framework import EXT, UL, GatewayOptions
 from nfv_gateways.lb import LbTable
 from nfv_gateways.lb_role import LbGateway
 from nfv_gateways.packet import ip2int
+from tests.support.frames import PythonFrames
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -51,29 +52,6 @@ def config() -> GatewayConfig:
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
-class PythonFrames:
-    """The data-plane interface with no fast path: every frame goes to Python, injected frames are collected."""
-
-    backend = "python"
-
-    def __init__(self) -> None:
-        self.lb = LbTable()
-        self.out: list[tuple[int, bytes]] = []
-
-    def set_config(self, *_a: object) -> None:
-        pass
-
-    def set_lb(self, *_a: object) -> None:
-        pass
-
-    def set_neigh(self, *_a: object) -> None:
-        pass
-
-    def inject(self, port: int, frame: bytes) -> bool:
-        self.out.append((port, frame))
-        return True
-
-
 def options(tmp: Path) -> GatewayOptions:
     return GatewayOptions(name="t", controller="", token="", underlay_if="ul0", vtep_ip=f"{VTEP}/24",
                           external_if="ext0", state_dir=tmp, macs=(UL_MAC, EXT_MAC))
@@ -84,7 +62,7 @@ class Pair:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
         self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP), stage="lb")
         self.native = LbGateway(options(tmp), dataplane=self.dp)
-        self.ref_dp = PythonFrames()
+        self.ref_dp = PythonFrames(lb=LbTable())
         self.ref = LbGateway(options(tmp), dataplane=self.ref_dp)
         for g in (self.native, self.ref):
             g.apply(config())

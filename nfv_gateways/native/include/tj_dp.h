@@ -105,6 +105,8 @@ struct dp {
     char err[256];
 };
 
+/* a frame for a stage: 0 for IPv4 to our MAC on `port`; ACT_PUNT for ARP; else ACT_DROP (counted) */
+int dp_ipv4_for_us(dp_t *dp, int port, const uint8_t *d, uint32_t len);
 /* a VXLAN frame from the underlay to our VTEP, from a known VTEP, in a known VNI, carrying IPv4: 0 with *vni set;
  * else ACT_PUNT (not VXLAN to us, outer fragments or bad sums: Python looks) or ACT_DROP (counted) */
 int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni);
