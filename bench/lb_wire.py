@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nfv_gateways.maglev import NativeMaglev, member_key
-from topologies.gwlab import TIANJI, sh
+from topologies.gwlab import TIANJI, sh, stop
 from topologies.machines import GatewayHost
 
 C, L, S = "tjlbc", "tjlbl", "tjlbs"
@@ -181,12 +181,7 @@ class Lab:
         return (self.counted_packets() - before) / elapsed, sent / elapsed
 
     def down(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
+        stop(self.proc)
         self.proc = None
         (DIR / "gateway-lab.json").unlink(missing_ok=True)  # the next instance's status, not this one's
         for n in (C, L, S):

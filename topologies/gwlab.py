@@ -35,6 +35,17 @@ def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+def stop(proc: subprocess.Popen | None) -> None:
+    """Stop a lab instance (its process group): TERM, then KILL if it does not go within 10 s."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+
 class GatewayLab:
     def __init__(self, prefix: str = "tjgl") -> None:
         self.client, self.gw, self.server = (f"{prefix}c", f"{prefix}g", f"{prefix}s")
@@ -147,13 +158,7 @@ class GatewayLab:
         return read_status(self.dir / f"gateway-{self.name}.json")
 
     def down(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait(5)
+        stop(self.proc)
         self.proc = None
         (self.dir / f"gateway-{self.name}.json").unlink(missing_ok=True)
         sh("ip", "link", "del", f"{self.gw}m", check=False)

@@ -52,6 +52,13 @@ int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni) {
     return 0;
 }
 
+void dp_encap_to(dp_t *dp, uint8_t *o, uint8_t *e, uint32_t elen, const uint8_t *mac, uint64_t rmac, uint64_t nh,
+                 uint32_t vtep, uint32_t vni) {
+    memcpy(e, mac, 6); mac_out(e + 6, rmac); wr16(e + 12, 0x0800);
+    /* source port from the inner flow: ECMP entropy on the underlay, as Linux does */
+    dp_vxlan_encap(dp, o, nh, vtep, vni, dp_flow_entropy(e + 14), elen);
+}
+
 static void transmit(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t n) {
     int sent = dp->be->tx(dp, port, data, len, n);
     uint32_t ok = sent > 0 ? (uint32_t)sent : 0;

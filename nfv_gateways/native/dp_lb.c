@@ -35,8 +35,7 @@ static int to_member(dp_t *dp, uint64_t pl, uint32_t vni, uint8_t *o, uint8_t *e
         !map_get(dp->neigh[DP_UL], (ep >> 16) | (1ULL << 32), &nh))
         return ACT_PUNT;  /* the member's host not resolved yet: Python ARPs (and picks the same member) */
     if (rewrite_dst) ip4_rewrite_addr(e + 14, ip, 0, *rewrite_dst);
-    memcpy(e, dp->ep_mac[ep & 0xffff], 6); mac_out(e + 6, rmac); wr16(e + 12, 0x0800);
-    dp_vxlan_encap(dp, o, nh, (uint32_t)(ep >> 16), vni, dp_flow_entropy(e + 14), elen);
+    dp_encap_to(dp, o, e, elen, dp->ep_mac[ep & 0xffff], rmac, nh, (uint32_t)(ep >> 16), vni);
     dp->c[C_lb_to_member]++;
     return DP_UL;
 }

@@ -42,10 +42,8 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
         ring_push(&dp->punt, DP_PUNT_TRANSLATED, d, len) ? dp->c[C_punt_full]++ : dp->c[C_punt]++;
         return ACT_DROP;
     }
-    uint8_t *ie = d;  /* the inner Ethernet header replaces the external one, in place */
-    memcpy(ie, dp->ep_mac[ep & 0xffff], 6); mac_out(ie + 6, rmac); wr16(ie + 12, 0x0800);
-    /* source port from the inner flow: ECMP entropy on the underlay, as Linux does */
-    dp_vxlan_encap(dp, d - ENCAP, nh, (uint32_t)(ep >> 16), vni, dp_flow_entropy(ip), len);
+    /* the inner Ethernet header replaces the external one, in place */
+    dp_encap_to(dp, d - ENCAP, d, len, dp->ep_mac[ep & 0xffff], rmac, nh, (uint32_t)(ep >> 16), vni);
     *out = d - ENCAP; *out_len = ENCAP + len;
     dp->c[C_fast_in]++;
     return DP_UL;

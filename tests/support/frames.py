@@ -4,7 +4,10 @@ instance's punt path), injected frames are collected in `out`. `tables`: the sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from nfv_gateways.framework import GatewayOptions
 
 
 class PythonFrames:
@@ -30,3 +33,9 @@ class PythonFrames:
 
     def stats(self) -> dict:
         return {}
+
+
+def lab_options(tmp: Path, vtep: str, macs: tuple[str, str]) -> GatewayOptions:
+    """A gateway instance's options for a test: no controller, the given VTEP and (underlay, external) MACs."""
+    return GatewayOptions(name="t", controller="", token="", underlay_if="ul0", vtep_ip=f"{vtep}/24",
+                          external_if="ext0", state_dir=tmp, macs=macs)

@@ -24,7 +24,7 @@ from nfv_gateways.framework import EXT, UL, GatewayOptions
 from nfv_gateways.nat import NatTable, ip2int
 from nfv_gateways.nat_config import NatConfig
 from nfv_gateways.nat_role import NatGateway
-from tests.support.frames import PythonFrames
+from tests.support.frames import PythonFrames, lab_options
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -51,8 +51,7 @@ def config() -> GatewayConfig:
 
 
 def options(tmp: Path) -> GatewayOptions:
-    return GatewayOptions(name="t", controller="", token="", underlay_if="ul0", vtep_ip=f"{VTEP}/24",
-                          external_if="ext0", state_dir=tmp, macs=(UL_MAC, EXT_MAC))
+    return lab_options(tmp, VTEP, (UL_MAC, EXT_MAC))
 
 
 class Pair:

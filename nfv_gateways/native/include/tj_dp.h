@@ -110,6 +110,10 @@ int dp_ipv4_for_us(dp_t *dp, int port, const uint8_t *d, uint32_t len);
 /* a VXLAN frame from the underlay to our VTEP, from a known VTEP, in a known VNI, carrying IPv4: 0 with *vni set;
  * else ACT_PUNT (not VXLAN to us, outer fragments or bad sums: Python looks) or ACT_DROP (counted) */
 int dp_vxlan_in(dp_t *dp, const uint8_t *d, uint32_t len, uint32_t *vni);
+/* an inner IPv4 packet at e + 14 to an endpoint (MAC `mac` behind VTEP `vtep`, next hop `nh`): the inner Ethernet
+ * header at e (from the VPC's router MAC), the outer VXLAN header at o (ENCAP bytes before e), in VNI `vni` */
+void dp_encap_to(dp_t *dp, uint8_t *o, uint8_t *e, uint32_t elen, const uint8_t *mac, uint64_t rmac, uint64_t nh,
+                 uint32_t vtep, uint32_t vni);
 /* the outer UDP source port's entropy for an inner IPv4 packet (as Linux does; underlay.vxlan_ip_udp is the same) */
 static inline uint32_t dp_flow_entropy(const uint8_t *ip) {
     return mix(rd32(ip + 12) ^ rd32(ip + 16) ^ (uint64_t)ip[9] << 32);
