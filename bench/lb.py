@@ -50,13 +50,16 @@ def main() -> None:
 
 
 def wire_rows(args: argparse.Namespace) -> None:
-    from bench.lb_wire import compare
+    from bench.lb_wire import KERNEL_OVERLAY, KERNEL_PLAIN, compare
 
     rows = compare([p for p in args.paths.split(",") if p], args.seconds)
-    base = {label: got for who, label, got, _ in rows if who.startswith("Linux")}
-    print(f"\n{'balancer':<48} {'measure':<50} {'achieved/s':>12} {'offered/s':>11} {'x kernel':>9}")
+    same = {label: got for who, label, got, _ in rows if who == KERNEL_OVERLAY}
+    plain = {label: got for who, label, got, _ in rows if who == KERNEL_PLAIN}
+    print(f"\n{'balancer':<54} {'measure':<50} {'achieved/s':>11} {'offered/s':>10} {'x kernel':>9} "
+          f"{'x plain':>8}")
     for who, label, got, offered in rows:
-        print(f"{who:<48} {label:<50} {got:>12,.0f} {offered:>11,.0f} {got / base[label]:>8.2f}x")
+        print(f"{who:<54} {label:<50} {got:>11,.0f} {offered:>10,.0f} {got / same[label]:>8.2f}x "
+              f"{got / plain[label]:>7.2f}x")
 
 
 def maglev_rows(args: argparse.Namespace) -> None:

@@ -4,9 +4,11 @@ Three namespaces: the client `c` (the traffic generator, bench/native/lbgen.c, a
 host), the balancer `l`, and the backends' side `s`. c.ul0 -- l.ul0 is the underlay, l.ext0 -- s.eth0 the
 backends' link.
 
-  kernel  l routes, nftables DNATs VIP:port through a 65,537-slot Maglev map, with conntrack:
-          `dnat to jhash ip saddr . tcp sport mod 65537 seed S map @lut` (the same Maglev table tianji builds);
-          s counts the packets that arrive at a backend address
+  kernel  l DNATs VIP:port with nftables through a 65,537-slot Maglev map, with conntrack:
+          `dnat to jhash ip saddr . tcp sport mod 65537 seed S map @lut` (the same Maglev table tianji builds).
+          Two jobs: the instance's own (a kernel VXLAN device takes the client's packets from the overlay and
+          sends the DNATed ones on to the members' host, c, which counts them), and a lighter one, plain IP in and
+          routed to the backends' link (s counts)
   tianji  a `tianji gateway run --role lb` instance in l (native fast path) gets the client's packets in VXLAN and
           sends them on, re-encapsulated, to the members' host (c, which counts what arrives from the instance)
 
@@ -86,14 +88,27 @@ class Lab:
         return int(out.split("counter packets ")[1].split()[0])
 
     # --- the two balancers -------------------------------------------------------------------------------------
-    def kernel(self) -> None:
+    def kernel(self, overlay: bool) -> None:
+        """`overlay`: the same job as the instance's (VXLAN in from the client's host, DNAT, VXLAN out to the
+        members' host, counted there); else plain IP in, DNAT, routed to the backends' link (a lighter job)."""
         self.plumb()
         ns(L, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         ns(L, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-        sh("ip", "-n", L, "addr", "add", "10.78.0.2/24", "dev", "ext0")
-        sh("ip", "-n", L, "route", "add", "10.80.0.0/16", "via", CLIENT_VTEP)
-        for b in BACKENDS:
-            sh("ip", "-n", S, "addr", "add", f"{b}/24", "dev", "eth0")
+        if overlay:
+            sh("ip", "-n", L, "link", "add", "vx0", "address", ROUTER_MAC, "type", "vxlan", "id", str(VNI), "local",
+               LB_VTEP, "remote", CLIENT_VTEP, "dstport", "4789", "nolearning")
+            sh("ip", "-n", L, "addr", "add", "10.78.0.2/24", "dev", "vx0")
+            sh("ip", "-n", L, "link", "set", "vx0", "up")
+            for i, b in enumerate(BACKENDS):  # the members, behind the client's VTEP (their host), as for tianji
+                sh("ip", "-n", L, "neigh", "replace", b, "lladdr", f"02:00:00:00:01:{i:02x}", "dev", "vx0", "nud",
+                   "permanent")
+            self.count_rule(C, "ul0", f"ip saddr {LB_VTEP} udp dport 4789")
+        else:
+            sh("ip", "-n", L, "addr", "add", "10.78.0.2/24", "dev", "ext0")
+            sh("ip", "-n", L, "route", "add", "10.80.0.0/16", "via", CLIENT_VTEP)
+            for b in BACKENDS:
+                sh("ip", "-n", S, "addr", "add", f"{b}/24", "dev", "eth0")
+            self.count_rule(S, "eth0", "ip daddr 10.78.0.0/24")
         self.rps()
         table = NativeMaglev().build([member_key(b) for b in BACKENDS], [1] * len(BACKENDS), M)
         elements = ", ".join(f"{i} : {BACKENDS[x]}" for i, x in enumerate(table))
@@ -107,8 +122,7 @@ class Lab:
 }}
 """)
         ns(L, "nft", "-f", str(rules))
-        self.count_rule(S, "eth0", "ip daddr 10.78.0.0/24")
-        self.frame_dst, self.ipoff = mac(L, "ul0"), 14
+        self.frame_dst, self.ipoff = mac(L, "ul0"), 64 if overlay else 14
 
     def tianji(self, fastpath: str) -> str:
         self.plumb()
@@ -188,15 +202,20 @@ class Lab:
             sh("ip", "netns", "del", n, check=False)
 
 
+KERNEL_OVERLAY = "Linux kernel: VXLAN, nftables Maglev DNAT, conntrack"
+KERNEL_PLAIN = "Linux kernel, plain IP (no overlay)"
+
+
 def compare(fastpaths: list[str], seconds: float) -> list[tuple[str, str, float, float]]:
-    """Rows (balancer, measure, achieved/s, offered/s) for the kernel and each tianji fast path."""
+    """Rows (balancer, measure, achieved/s, offered/s): the kernel doing the instance's job (KERNEL_OVERLAY),
+    the kernel's lighter plain-IP job, and each tianji fast path."""
     rows = []
     lab = Lab()
     try:
-        for who in ["kernel", *fastpaths]:
-            used = "Linux kernel (nftables Maglev DNAT + conntrack)"
-            if who == "kernel":
-                lab.kernel()
+        for who in ["kernel-overlay", "kernel-plain", *fastpaths]:
+            if who.startswith("kernel"):
+                lab.kernel(overlay=who == "kernel-overlay")
+                used = KERNEL_OVERLAY if who == "kernel-overlay" else KERNEL_PLAIN
             else:
                 used = f"tianji LB instance, fast path {lab.tianji(who)}"
             for label, proto, mode in (("forwarded 64-byte UDP packets/s (1,000 flows)", "udp", "flows"),
