@@ -21,6 +21,7 @@
 #include <time.h>
 
 #define BATCH 64
+#define FLOWS_MAX 65536
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
@@ -67,10 +68,14 @@ int main(int argc, char **argv) {
     int fresh = !strcmp(argv[5], "new");
     uint32_t n = (uint32_t)atol(argv[6]);
     if (len < ipoff + 28 || !n) { fprintf(stderr, "bad frame or count\n"); return 2; }
-    static uint8_t bufs[BATCH][2048];
-    struct iovec iov[BATCH];
+    /* flows: every flow's frame built once (up to FLOWS_MAX), sent round-robin untouched; new: BATCH frames
+     * rewritten before each send */
+    uint32_t nbuf = fresh ? BATCH : (n < FLOWS_MAX ? n : FLOWS_MAX);
+    uint8_t (*bufs)[2048] = calloc(nbuf < BATCH ? BATCH : nbuf, 2048);
+    struct iovec *iov = calloc(nbuf < BATCH ? BATCH : nbuf, sizeof *iov);
     struct mmsghdr m[BATCH];
-    for (int i = 0; i < BATCH; i++) {
+    if (!bufs || !iov) { perror("calloc"); return 1; }
+    for (uint32_t i = 0; i < nbuf; i++) {
         memcpy(bufs[i], tmpl, len);
         iov[i] = (struct iovec){.iov_base = bufs[i], .iov_len = len};
     }
@@ -82,11 +87,13 @@ int main(int argc, char **argv) {
     uint32_t base = (uint32_t)(t[12] << 24 | t[13] << 16 | t[14] << 8 | t[15]);
     double end = now() + atof(argv[2]), t0 = now();
     unsigned long long sent = 0, k = 0;
+    if (!fresh)
+        for (uint32_t i = 0; i < nbuf; i++) vary(bufs[i] + ipoff, base, (uint16_t)(10000 + i));
     while (now() < end) {
         for (int i = 0; i < BATCH; i++, k++) {
-            if (fresh) vary(bufs[i] + ipoff, base + (uint32_t)(k >> 14), (uint16_t)(1024 + (k & 0x3fff)));
-            else vary(bufs[i] + ipoff, base, (uint16_t)(10000 + k % n));
-            m[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[i], .msg_iovlen = 1}};
+            uint32_t b = fresh ? (uint32_t)i : (uint32_t)(k % nbuf);
+            if (fresh) vary(bufs[b] + ipoff, base + (uint32_t)(k >> 14), (uint16_t)(1024 + (k & 0x3fff)));
+            m[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[b], .msg_iovlen = 1}};
         }
         int r = sendmmsg(fd, m, BATCH, 0);
         if (r > 0) sent += (unsigned)r;
