@@ -25,6 +25,43 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 NAME = "demo"
 
 
+# a backend that answers any GET with its name (the load balancer's demo)
+NAMED_HTTP = """
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = sys.argv[1].encode(); self.send_response(200)
+        self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+socketserver.TCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+
+
+def load_balancer(ea: dict, vpc: dict, subnet: dict, vms: dict) -> list[subprocess.Popen]:
+    """VIP 10.0.1.100:80 in acme's web subnet, web1 and web2 its members on 8080 (each answers with its name), an
+    HTTP monitor; waits until both are ONLINE and shows them. Returns the backends' processes."""
+    tj(ea, "sg", "rule-add", vpc["default_security_group_id"], "--direction", "ingress", "--protocol", "tcp",
+       "--port", "8080", show=False)
+    lb = tj(ea, "lb", "create", "www", "--vpc", vpc["id"], "--subnet", subnet["id"], "--vip", "10.0.1.100",
+            show=False)
+    pool = tj(ea, "lb", "pool-create", lb["id"], "--name", "web", "--protocol", "tcp", show=False)
+    tj(ea, "lb", "listener-create", lb["id"], "--protocol", "tcp", "--port", "80", "--pool", pool["id"], show=False)
+    for name in ("web1", "web2"):
+        tj(ea, "lb", "member-add", pool["id"], "--port", vms[f"acme/{name}"]["port_id"], "--protocol-port", "8080",
+           show=False)
+    tj(ea, "lb", "monitor-set", pool["id"], "--type", "http", "--interval", "1", "--timeout", "0.5", show=False)
+    backends = [subprocess.Popen(["ip", "netns", "exec", vms[f"acme/{n}"]["ns"], sys.executable, "-c", NAMED_HTTP,
+                                  n], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in ("web1", "web2")]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20 and any(m["operating_status"] != "ONLINE"
+                                              for m in tj(ea, "lb", "members", pool["id"], show=False)):
+        time.sleep(0.5)
+    tj(ea, "lb", "list")
+    tj(ea, "lb", "members", pool["id"])
+    return backends
+
+
 def step(title: str) -> None:
     console.rule(f"[bold]{title}")
 
@@ -106,6 +143,9 @@ def main() -> None:
             console.print(f"  {tenant}/{name:5} on {host}: {vm['ip']} (DHCP)")
         tj(ea, "port", "list")
 
+        step("3b. a load balancer: a VIP in front of web1 and web2, HTTP health checks from their vSwitches")
+        backends = load_balancer(ea, avpc, aweb, vms)
+
         step("4. traffic")
         web = subprocess.Popen(["ip", "netns", "exec", vms["acme/www"]["ns"], sys.executable, "-c",
                                 "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', 80), "
@@ -178,6 +218,15 @@ def main() -> None:
         failures += not good
         results.add_row("internet via NAT gateway", "acme/web1", f"inet {inet['ip']}", f"seen as {eip['address']}",
                         "[green]ok" if good else f"[red]FAIL ({got or 'no answer'})", "-", "-")
+        answers = [c.vm_exec(vms["acme/app1"]["name"], "curl", "-s", "-m", "2", "http://10.0.1.100/").stdout
+                   for _ in range(20)]
+        for b in backends:
+            b.kill()
+        good = {"web1", "web2"} <= set(answers)
+        failures += not good
+        results.add_row("load balancer: VIP 10.0.1.100:80", "acme/app1", "web1, web2 :8080", "both answer",
+                        "[green]ok" if good else f"[red]FAIL ({sorted(set(answers))})",
+                        f"{answers.count('web1')} / {answers.count('web2')} of 20", "-")
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()
         row("peering deleted", "acme/web1", "acme/db1", False)
