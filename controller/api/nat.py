@@ -74,10 +74,13 @@ def live_gateways(s: Session, role: str = "nat") -> list[str]:
 
 
 def eip_out(s: Session, eip: m.Eip, live: list[str] | None = None) -> EipOut:
-    """`home`: the gateway instance that answers ARP for the address (rendezvous hashing over the live ones, as
-    the gateways' compile decides it); null while no instance is up."""
+    """`home`: the gateway instance that answers ARP for the address (rendezvous hashing over the live ones of the
+    role it serves: a load balancer's EIP is homed on an LB instance, any other on a NAT instance, as the gateways'
+    compiles decide it); null while no instance is up. `live`: the live NAT instances, when the caller has them."""
     out = EipOut.model_validate(eip)
-    out.home = home(f"eip:{eip.id}", live_gateways(s) if live is None else live)
+    fronts_lb = s.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.eip_id == eip.id)).first() is not None
+    instances = live_gateways(s, "lb") if fronts_lb else live_gateways(s) if live is None else live
+    out.home = home(f"eip:{eip.id}", instances)
     return out
 
 

@@ -170,3 +170,19 @@ def test_a_pool_keeps_100_table_entries_per_member(controller: Controller) -> No
     expect(409, a.post, f"/v1/pools/{pool['id']}/members", {"port_id": ports[2]["id"], "protocol_port": 80},
            field="port_id")
     assert len(a.get(f"/v1/pools/{pool['id']}/members")) == 2
+
+
+def test_an_lb_eip_is_homed_on_an_lb_instance(controller: Controller) -> None:
+    adm = controller.admin
+    adm.post("/v1/hosts", {"name": "gw1", "vtep_ip": "172.31.0.21", "kind": "gateway"})
+    adm.post("/v1/hosts", {"name": "lb1", "vtep_ip": "172.31.0.31", "kind": "gateway", "role": "lb"})
+    assert {h["name"]: h["role"] for h in adm.get("/v1/hosts") if h["kind"] == "gateway"} == {"gw1": "nat",
+                                                                                           "lb1": "lb"}
+    expect(422, adm.post, "/v1/hosts", {"name": "hv9", "vtep_ip": "172.31.0.99", "role": "lb"}, field="role")
+    if not adm.get("/v1/eip-pools"):
+        adm.post("/v1/eip-pools", {"cidr": "203.0.113.0/24"})
+    a, vpc, sn, _ = lb_setup(controller)
+    plain, front = a.post("/v1/eips", {}), a.post("/v1/eips", {})
+    a.post("/v1/load-balancers", {"name": "pub", "vpc_id": vpc["id"], "subnet_id": sn["id"], "eip_id": front["id"]})
+    assert a.get(f"/v1/eips/{plain['id']}")["home"] == "gw1"
+    assert a.get(f"/v1/eips/{front['id']}")["home"] == "lb1"
