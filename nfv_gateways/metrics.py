@@ -42,15 +42,20 @@ class StatusCollector:
 
     COUNTERS = (("tianji_gateway_packets", "the instance's packet and control counters", "counters"),
                 ("tianji_gateway_nat", "the NAT table's counters (the Python reference)", "nat"),
+                ("tianji_gateway_lb", "the load balancer's counters: connection table (hits, new, fallback, "
+                                      "misses) and the Python stage's drops", "lb"),
                 ("tianji_gateway_dataplane", "the native data plane's counters", "dataplane"))
+    GAUGES = (("tianji_gateway_mappings", "NAT mappings held", "mappings"),
+              ("tianji_gateway_lb_connections", "load-balancer connections held", "connections"),
+              ("tianji_gateway_lb_pools", "load-balancer pools (listeners) served", "pools"))
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         st, name = self.gw.status(), self.gw.o.name
-        for metric, help_, value in (("tianji_gateway_mappings", "NAT mappings held", st.get("mappings", 0)),
-                                     ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
+        gauges = [(m, h, st[k]) for m, h, k in self.GAUGES if k in st]
+        for metric, help_, value in (*gauges, ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
             g = GaugeMetricFamily(metric, help_, labels=["gateway"])
             g.add_metric([name], value)
             yield g

@@ -115,3 +115,16 @@ def test_the_eip_brings_internet_clients_in_and_replies_leave_with_it(tmp_path: 
     v = g.table.outbound(1001, reply, time.time())
     assert v is not None and v.direction == "out" and IP(bytes(reply)).src == EIP
     assert g.eips == [EIP] and arps_for(g.ext.frames()) == [EIP]  # the EIP is announced
+
+
+def test_metrics_show_the_connection_table(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    g = instance(tmp_path, "c")
+    g.apply(config(1, {1: 1}))
+    pick(g, 5000)
+    families = {f.name: f for f in text_string_to_metric_families(g.metrics().decode())}
+    assert [s.value for s in families["tianji_gateway_lb_connections"].samples] == [1.0]
+    assert [s.value for s in families["tianji_gateway_lb_pools"].samples] == [2.0]
+    got = {s.labels["counter"]: s.value for s in families["tianji_gateway_lb"].samples if s.name.endswith("_total")}
+    assert got["new"] == 1.0 and got["to_member"] == 1.0
