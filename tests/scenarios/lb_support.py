@@ -144,8 +144,8 @@ def udp_flows(n: Net, client: dict, vip: str, sports: range, port: int = 53) -> 
 
 
 def connect_many(n: Net, client: dict, vip: str, count: int, port: int = 80, workers: int = 16,
-                 timeout: float = 180, ns: str | None = None) -> tuple[Counter, set[str], int]:
-    """(answers per backend, client addresses the backends saw, connections that failed); `ns`: run in this
+                 timeout: float = 180, ns: str | None = None) -> tuple[Counter, dict[str, set[str]], int]:
+    """(answers per backend, the client addresses each backend saw, connections that failed); `ns`: run in this
     namespace instead of the client VM's (the internet host)."""
     cmd = [sys.executable, "-c", CLIENT, vip, str(port), str(count), str(workers)]
     r = subprocess.run(["ip", "netns", "exec", ns or client["ns"], *cmd], capture_output=True, text=True,
@@ -154,7 +154,10 @@ def connect_many(n: Net, client: dict, vip: str, count: int, port: int = 80, wor
     lines = r.stdout.split("\n")
     answers = [x.split() for x in lines if x and not x.startswith("FAIL")]
     fails = int(next(x for x in lines if x.startswith("FAIL")).split()[1])
-    return Counter(a[0] for a in answers), {a[1] for a in answers}, fails
+    seen: dict[str, set[str]] = {}
+    for backend, addr in answers:
+        seen.setdefault(backend, set()).add(addr)
+    return Counter(a[0] for a in answers), seen, fails
 
 
 def wait_serving(n: Net, client: dict, vip: str, backends: int, port: int = 80) -> None:
