@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from sqlalchemy.orm import Session
 
 from controller.fragments import FRAGMENTS, cached, store
+from controller.lb_compiler import by_listener
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_ENDPOINTS,
@@ -317,28 +318,23 @@ def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipI
     """Q_LB_MEMBERS' rows as each VPC's load balancers, for vSwitches: every instance takes every VIP (they hold
     identical tables), and the instance homing a VIP's EIP takes its replies to the internet."""
     vteps = sorted(set(lb_instances.values()))
-    by_lb: dict[str, tuple[Any, dict[tuple[str, int], list[LbBackendInfo]]]] = {}
-    monitors: dict[tuple[str, str, int], LbMonitorInfo] = {}
-    for r in rows:
-        _, listeners = by_lb.setdefault(r.id, (r, {}))
-        if r.protocol is None:
-            continue
-        backends = listeners.setdefault((r.protocol, r.port), [])
-        if r.monitored is not None:
-            monitors[(r.id, r.protocol, r.port)] = LbMonitorInfo.model_construct(
-                type=r.hm_type, interval_s=r.interval_s, timeout_s=r.timeout_s, rise=r.rise, fall=r.fall,
-                http_method=r.http_method, url_path=r.url_path, expected_codes=r.expected_codes)
-        if r.member_id is not None:
-            backends.append(LbBackendInfo.model_construct(port_id=r.port_id, ip=r.member_ip, mac=r.member_mac,
-                                                          port=r.protocol_port, member_id=r.member_id,
-                                                          gateway_ip=r.member_gateway))
     out: dict[str, list[LbVipInfo]] = defaultdict(list)
-    for lb, listeners in by_lb.values():
+    for lb, listeners in by_listener(rows).values():
         home_of = home(f"eip:{lb.eip_id}", lb_instances) if lb.eip_id else None
         out[lb.vpc_id].append(LbVipInfo.model_construct(
             id=lb.id, vip=lb.vip_address, mac=lb.vip_mac, instance_vteps=vteps,
             eip_home_vtep=lb_instances[home_of] if home_of else None,
-            listeners=[LbListenerInfo.model_construct(protocol=p, port=n, backends=b,
-                                                      monitor=monitors.get((lb.id, p, n)))
-                       for (p, n), b in listeners.items()]))
+            listeners=[_listener_info(p, n, lrows) for (p, n), lrows in listeners.items()]))
     return out
+
+
+def _listener_info(protocol: str, port: int, rows: list) -> LbListenerInfo:
+    """A listener as vSwitches take it: its members' translations, and its pool's monitor (the same on each row)."""
+    r = rows[0]
+    monitor = LbMonitorInfo.model_construct(
+        type=r.hm_type, interval_s=r.interval_s, timeout_s=r.timeout_s, rise=r.rise, fall=r.fall,
+        http_method=r.http_method, url_path=r.url_path, expected_codes=r.expected_codes) if r.monitored else None
+    backends = [LbBackendInfo.model_construct(port_id=x.port_id, ip=x.member_ip, mac=x.member_mac,
+                                              port=x.protocol_port, member_id=x.member_id,
+                                              gateway_ip=x.member_gateway) for x in rows if x.member_id is not None]
+    return LbListenerInfo.model_construct(protocol=protocol, port=port, backends=backends, monitor=monitor)

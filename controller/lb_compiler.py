@@ -24,6 +24,17 @@ from tianji.southbound import (
 DOWN = "OFFLINE"
 
 
+def by_listener(rows: list) -> dict[str, tuple[Any, dict[tuple[str, int], list]]]:
+    """Q_LB_MEMBERS' rows per load balancer: (its first row, listener (protocol, port) -> the listener's rows, one
+    per member, or one with no member)."""
+    lbs: dict[str, tuple[Any, dict[tuple[str, int], list]]] = {}
+    for r in rows:
+        _, listeners = lbs.setdefault(r.id, (r, {}))
+        if r.protocol is not None:
+            listeners.setdefault((r.protocol, r.port), []).append(r)
+    return lbs
+
+
 def _members(rows: list) -> list[LbMemberServed]:
     weighted = [r for r in rows if r.weight > 0]
     up = [r for r in weighted if r.operating_status != DOWN] or weighted  # all down: fail open
@@ -39,18 +50,12 @@ def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str
                 lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
     """The sections of these VPCs for LB instance `name` (Q_LB_MEMBERS' rows); `vpcs`: id -> (revision, VNI,
     router MAC, MTU). An EIP of a load balancer is homed on one instance (answers ARP for it, takes its replies)."""
-    lbs: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        lb = lbs.setdefault(r.id, {"row": r, "listeners": {}})
-        if r.protocol is not None:
-            lb["listeners"].setdefault((r.protocol, r.port), []).append(r)
     by_vpc: dict[str, list[LbServed]] = {}
     member_ips: dict[str, set[str]] = {}
-    for lb in lbs.values():
-        r = lb["row"]
+    for r, lb_listeners in by_listener(rows).values():
         eip = r.eip if r.eip_id and home(f"eip:{r.eip_id}", lb_instances) == name else None
         listeners = []
-        for (proto, port), lrows in lb["listeners"].items():
+        for (proto, port), lrows in lb_listeners.items():
             first = lrows[0]
             members = _members([x for x in lrows if x.member_id is not None])
             member_ips.setdefault(r.vpc_id, set()).update(x.ip for x in members)
