@@ -17,7 +17,7 @@ from nfv_gateways.framework import Gateway, PacketStage, VpcParts
 from nfv_gateways.lb import LbTable, NativeLb
 from nfv_gateways.lb_stage import LbPolicy, LbStage, PoolSpec
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, ip2int
-from tianji.southbound import GatewaySection, LbListenerServed, LbServed
+from tianji.southbound import GatewaySection, LbListenerServed
 
 log = logging.getLogger("tianji.gateway")
 PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
@@ -34,7 +34,7 @@ class LbGateway(Gateway):
         self.pool_sig: dict[int, tuple] = {}
         self.member_no: dict[str, int] = {}
         self.drains: dict[int, float] = {}  # pool -> the next drain deadline among its members
-        self.specs: dict[int, tuple[LbServed, LbListenerServed]] = {}
+        self.listeners: dict[int, LbListenerServed] = {}  # pool -> its listener as served
         if self.dp is not None:  # given by the caller (tests)
             self.maglev = maglev.NativeMaglev()
             return LbStage(self.dp.lb), self.dp.backend
@@ -71,14 +71,14 @@ class LbGateway(Gateway):
                         policy.eip_listeners[(ip2int(lb.eip), PROTO[lst.protocol], lst.port)] = (lb.vni, vip, pool)
                     for m in lst.members:
                         policy.members[self._member_number(m.id)] = (lb.vni, ip2int(m.ip))
-                    self.specs[pool] = (lb, lst)
+                    self.listeners[pool] = lst
                     self._set_pool(pool, lst, now)
         for key, pool in list(self.pool_no.items()):
             if pool not in live:  # the listener or its load balancer went
                 self.table.conns.set_pool(pool, [], [], 1.0)
                 del self.pool_no[key]
                 self.pool_sig.pop(pool, None)
-                self.specs.pop(pool, None)
+                self.listeners.pop(pool, None)
                 self.drains.pop(pool, None)
         self.table.policy = policy
         if self.dp is not None:
@@ -122,8 +122,8 @@ class LbGateway(Gateway):
     def expire_role(self, now: float) -> None:
         """Draining members whose delay passed leave their pools: their connections end."""
         for pool, at in list(self.drains.items()):
-            if at <= now and pool in self.specs:
-                self._set_pool(pool, self.specs[pool][1], now)
+            if at <= now and pool in self.listeners:
+                self._set_pool(pool, self.listeners[pool], now)
 
     def role_status(self) -> dict:
         conns = self.table.conns
