@@ -73,15 +73,24 @@ def live_gateways(s: Session, role: str = "nat") -> list[str]:
                                                     func.coalesce(m.Host.role, "nat") == role)).scalars())
 
 
-def eip_out(s: Session, eip: m.Eip, live: list[str] | None = None) -> EipOut:
-    """`home`: the gateway instance that answers ARP for the address (rendezvous hashing over the live ones of the
+def eip_outs(s: Session, eips: list[m.Eip]) -> list[EipOut]:
+    """`home`: the gateway instance that answers ARP for each address (rendezvous hashing over the live ones of the
     role it serves: a load balancer's EIP is homed on an LB instance, any other on a NAT instance, as the gateways'
-    compiles decide it); null while no instance is up. `live`: the live NAT instances, when the caller has them."""
-    out = EipOut.model_validate(eip)
-    fronts_lb = s.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.eip_id == eip.id)).first() is not None
-    instances = live_gateways(s, "lb") if fronts_lb else live_gateways(s) if live is None else live
-    out.home = home(f"eip:{eip.id}", instances)
+    compiles decide it); null while no instance is up. One query for which front a load balancer, one per role."""
+    ids = [e.id for e in eips]
+    fronts_lb = set(s.execute(select(m.LoadBalancer.eip_id).where(m.LoadBalancer.eip_id.in_(ids))).scalars()) \
+        if ids else set()
+    live = {role: live_gateways(s, role) for role in {"lb" if e.id in fronts_lb else "nat" for e in eips}}
+    out = []
+    for e in eips:
+        x = EipOut.model_validate(e)
+        x.home = home(f"eip:{e.id}", live["lb" if e.id in fronts_lb else "nat"])
+        out.append(x)
     return out
+
+
+def eip_out(s: Session, eip: m.Eip) -> EipOut:
+    return eip_outs(s, [eip])[0]
 
 
 @router.post("/eips", status_code=201, response_model=EipOut)
@@ -112,9 +121,8 @@ def create_eip(request: Request, body: EipCreate | None = None, p: Principal = D
 def list_eips(request: Request, response: Response, page: Page = Depends(),
               p: Principal = Depends(require_tenant_api)) -> list[EipOut]:
     with db_of(request).read() as s:
-        live = live_gateways(s)
-        return [eip_out(s, e, live) for e in paged(s, scoped(select(m.Eip), m.Eip, p), m.Eip, [m.Eip.address], page,
-                                                   p, request, response)]
+        return eip_outs(s, list(paged(s, scoped(select(m.Eip), m.Eip, p), m.Eip, [m.Eip.address], page, p, request,
+                                      response)))
 
 
 @router.get("/eips/{eip_id}", response_model=EipOut)
