@@ -35,7 +35,7 @@ from tianji.statusfile import write_atomic
 from vswitch_agent import health, icmp, openflow, punts
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
-from vswitch_agent.lb_flows import member_zone_seeds
+from vswitch_agent.lb_members import LocalMembers
 from vswitch_agent.osken_compat import wake_sender_when_receive_ends
 from vswitch_agent.ovsdb import InterfaceTable, monitor_command
 from vswitch_agent.switch import VERIFY_MAX, Session, SwitchGone, audit_chunk, n_chunks, take_baselines
@@ -68,6 +68,7 @@ class AgentApp(app_manager.OSKenApp):
         self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
         self.prober = health.Prober(self._probe_out, lambda ms: self.api.call(  # load-balancer members here
             "POST", f"/v1/hosts/{o.host}/lb-health", {"members": ms}))
+        self.lb_members = LocalMembers(self.prober)
         self.hints_lock = threading.Lock()  # the watch and OVSDB threads add hints; the program thread takes them
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
@@ -280,11 +281,10 @@ class AgentApp(app_manager.OSKenApp):
         hints = self._take_hints()
         t0 = time.monotonic()
         local_vpcs = {p.vpc_id for p in cfg.ports}
-        members = member_zone_seeds(cfg)  # a load-balancer member here gets a zone for its translation (lb_flows)
+        members = self.lb_members.zone_seeds(cfg, self.ofports)  # zones for their translations (lb_flows)
         zones = self.zones.assign(local_vpcs | members.keys(),
                                   {v.id: v.vni for v in cfg.vpcs if v.id in local_vpcs} | members)
         diff = self.engine.update(cfg, self.ofports, self.tunnel_ofport, zones, hints)
-        self.prober.update(health.targets_of(cfg, self.ofports))
         t_computed = time.monotonic()
         st = self.state
         st["passes"] += 1
