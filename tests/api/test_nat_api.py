@@ -170,6 +170,14 @@ def test_gateway_delta_watch_sends_the_sections_that_changed(controller: Control
 
     a, vpc, sn, port = setup(controller)
     controller.admin.post("/v1/hosts", {"name": "gw1", "vtep_ip": "198.18.0.1", "kind": "gateway"})
+    # gw1 beats as a live instance does: on a slow machine the test outlasts the gateways' down-after (2 s), and a
+    # gateway marked down moves the topology between a delta and the whole config it is compared with
+    import threading
+
+    alive = threading.Event()
+    beats = controller.raw(controller.admin_token)
+    threading.Thread(target=lambda: [beats.post("/v1/hosts/gw1/status", json={"ports": {}})
+                                     for _ in iter(lambda: alive.wait(0.2), True)], daemon=True).start()
     e1 = a.post("/v1/eips", {})
     gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e1["id"]]})
     a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
@@ -223,3 +231,4 @@ def test_gateway_delta_watch_sends_the_sections_that_changed(controller: Control
     b.delete(f"/v1/nat-gateways/{b.get('/v1/nat-gateways')[0]['id']}")
     changed, digest = poll()
     assert changed == {other["id"]} and other["id"] not in held.sections
+    alive.set()
