@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nfv_gateways.nat_answers import IcmpAnswers
@@ -77,6 +78,11 @@ HELD = Verdict("held")  # a fragment kept until its datagram is whole: nothing t
 ICMP_ERROR_RATE, ICMP_ERROR_BURST = 100.0, 100  # time-exceeded answers a second, and their burst
 
 
+def served_eips(c: NatConfig) -> set[int]:
+    """The EIPs a config answers for: its SNAT pools', 1:1 EIPs and DNAT'd."""
+    return {e for r in c.snat for e in r.eips} | {s[2] for s in c.static} | {d[0] for d in c.dnat}
+
+
 class NatTable(IcmpAnswers):
     def __init__(self, config: NatConfig) -> None:
         self.config = config
@@ -99,12 +105,12 @@ class NatTable(IcmpAnswers):
         self.dnat = {(eip, proto, port): (vni, ip, iport) for eip, proto, port, vni, ip, iport in c.dnat}
         self.dnat_rev = {(vni, ip, iport, proto): (eip, port) for (eip, proto, port), (vni, ip, iport)
                          in self.dnat.items()}
-        self.served = {e for r in c.snat for e in r.eips} | set(self.static_out) | {k[0] for k in self.dnat}
+        self.served = served_eips(c)
 
-    def update_config(self, config: NatConfig) -> list[tuple[int, int, int, int]]:
+    def update_config(self, config: NatConfig) -> list[Mapping]:
         """New rules. A mapping stays only while a rule still gives its internal address that EIP: flows the
         change does not concern are untouched, and a released EIP handed to someone else starts clean. Only the
-        mappings of VPCs (VNIs) whose SNAT rules changed are looked at. Returns the keys of the mappings removed."""
+        mappings of VPCs (VNIs) whose SNAT rules changed are looked at. Returns the mappings removed."""
         old = set(self.config.snat)
         self.config = config
         self._index_config()
@@ -119,7 +125,7 @@ class NatTable(IcmpAnswers):
                 and not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in rules.get(m.vni, ()))]
         for m in gone:
             self._remove(m)
-        return [(m.vni, m.ip, m.port, m.proto) for m in gone]
+        return gone
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _timeout(self, m: Mapping) -> float:
@@ -135,18 +141,49 @@ class NatTable(IcmpAnswers):
             self.held[(m.eip, m.eport, m.proto)] = m.last + TCP_PORT_HOLD
 
     def expire(self, now: float) -> int:
-        dead = [m for m in self.by_inside.values() if now - m.last > self._timeout(m)]
+        return len(self.expire_mappings(now))
+
+    def expire_mappings(self, now: float, candidates: Iterable[Mapping] | None = None) -> list[Mapping]:
+        """Remove the mappings idle past their timeout, among `candidates` (all by default: the native table
+        passes those its own sweep found); returns them."""
+        dead = [m for m in (self.by_inside.values() if candidates is None else candidates)
+                if now - m.last > self._timeout(m)]
         for m in dead:
             self._remove(m)
         self.held = {k: until for k, until in self.held.items() if until > now}
         self.counters["expired"] += len(dead)
-        return len(dead)
+        return dead
+
+    def absorb(self) -> None:
+        """Nothing is decided elsewhere (the native table takes in what its C loop created here)."""
 
     def _pick_eip(self, vni: int, ip: int) -> int | None:
         for r in self.snat_by_vni.get(vni, ()):  # the VPC's own rules, in config order
             if r.covers(vni, ip) and r.eips:
                 return r.eips[(ip * 2654435761) % len(r.eips)]  # paired: a function of the internal address
         return None
+
+    def _new_mapping(self, vni: int, ip: int, port: int, proto: int, now: float) -> Mapping | None:
+        """A mapping for an internal endpoint that has none: its rule's EIP and a free port; None (counted)."""
+        eip = self._pick_eip(vni, ip)
+        if eip is None:
+            self.counters["drop_no_rule"] += 1
+            return None
+        got = self._reserve(vni, ip, port, proto, eip, now)
+        if got is None:
+            self.counters["port_exhausted"] += 1
+            return None
+        m = Mapping(vni, ip, port, proto, got[0], got[1], now)
+        self.by_inside[(vni, ip, port, proto)] = m
+        self.by_outside[(m.eip, m.eport, proto)] = m
+        self.counters["mappings_created"] += 1
+        return m
+
+    def _reserve(self, vni: int, ip: int, port: int, proto: int, eip: int, now: float) -> tuple[int, int] | None:
+        """The public (EIP, port) of a new mapping; None when the slice has no free port. (The native table's
+        allocator, which also hands out the ports of the mappings its C loop creates, replaces this.)"""
+        eport = self._alloc_port(eip, proto, port, now)
+        return None if eport is None else (eip, eport)
 
     def _alloc_port(self, eip: int, proto: int, want: int, now: float) -> int | None:
         """The internal port itself if free (port preservation), else the next free one after a per-(EIP,
@@ -198,19 +235,8 @@ class NatTable(IcmpAnswers):
             rewrite_port(buf, ip, src=rev[1])
         else:
             m = self.by_inside.get((vni, ip.src, sport, ip.proto))
-            if m is None:
-                eip = self._pick_eip(vni, ip.src)
-                if eip is None:
-                    self.counters["drop_no_rule"] += 1
-                    return None
-                eport = self._alloc_port(eip, ip.proto, sport, now)
-                if eport is None:
-                    self.counters["port_exhausted"] += 1
-                    return None
-                m = Mapping(vni, ip.src, sport, ip.proto, eip, eport, now)
-                self.by_inside[(vni, ip.src, sport, ip.proto)] = m
-                self.by_outside[(eip, eport, ip.proto)] = m
-                self.counters["mappings_created"] += 1
+            if m is None and (m := self._new_mapping(vni, ip.src, sport, ip.proto, now)) is None:
+                return None
             m.last = now
             m.peers.add((ip.dst, dport if ip.proto != PROTO_ICMP else 0))
             flags = self._tcp_flags(buf, ip)

@@ -61,6 +61,8 @@ class PacketIO:
         while True:
             for port, frame in self.dp.punt(100):
                 self.handle_punt(port, frame)
+            with self.lock:  # at least every 100 ms: the loop's log of new mappings never fills while it is quiet
+                self.table.absorb()
 
     def handle_punt(self, port: int, frame: bytes) -> None:
         try:

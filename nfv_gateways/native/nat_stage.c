@@ -1,45 +1,10 @@
-/* The NAT translation stage (interface and contract in include/tj_nat.h). */
-#include <pthread.h>
+/* The NAT translation stage: lookups and translation (interface and contract in include/tj_nat.h; new mappings
+ * are nat_create.c's). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tj_ip4.h"
-#include "tj_nat.h"
-
-typedef struct {
-    uint32_t vni, ip, eip;
-    uint16_t port, eport;
-    uint8_t proto, used, established, closing, npeers;
-    uint32_t peer_ip[NAT_MAX_PEERS];
-    uint16_t peer_port[NAT_MAX_PEERS];
-    double last;
-} mapping_t;
-
-struct nat {
-    uint32_t cap;            /* power of two */
-    mapping_t *slots;        /* open addressing on the inside key */
-    int32_t *out_index;      /* open addressing on the outside key -> slot, -1 empty, -2 deleted */
-    uint64_t *st_in, *st_out;   /* 1:1 EIPs, sorted: (vni << 32 | ip) << 0 -> eip, eip -> (vni, ip) */
-    uint64_t *st_in_val, *st_out_val;
-    uint32_t nstatic;
-    uint64_t *dnat_in, *dnat_out;  /* sorted keys of DNAT'd (eip, port, proto) and of their targets: Python's */
-    uint32_t ndnat;
-    uint32_t *served;
-    uint32_t nserved;
-    uint32_t mtu;            /* the VPCs': a bigger packet in is Python's (it fragments or refuses it) */
-    uint64_t *mtu_vni, *mtu_val;   /* sorted: VPCs whose MTU is not `mtu` */
-    uint32_t ext_mtu;        /* the internet side's */
-    uint32_t nmtu;
-    uint64_t hits_out, hits_in, misses;
-    pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
-};
-
-static uint32_t h_in(uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
-    return mix(((uint64_t)vni << 40) ^ ((uint64_t)ip << 8) ^ ((uint64_t)port << 24) ^ proto);
-}
-static uint32_t h_out(uint32_t eip, uint16_t eport, uint8_t proto) {
-    return mix(((uint64_t)eip << 24) ^ ((uint64_t)eport << 8) ^ proto ^ 0x9e3779b97f4a7c15ULL);
-}
+#include "tj_nat_table.h"
 
 nat_t *nat_create(uint32_t cap_pow2) {
     nat_t *n = calloc(1, sizeof(nat_t));
@@ -49,8 +14,11 @@ nat_t *nat_create(uint32_t cap_pow2) {
     n->out_index = malloc(sizeof(int32_t) * cap_pow2);
     if (!n->slots || !n->out_index) { free(n->slots); free(n->out_index); free(n); return NULL; }
     for (uint32_t i = 0; i < cap_pow2; i++) n->out_index[i] = -1;
+    n->events = calloc(NAT_EVENTS, sizeof(nat_event_t));
+    if (!n->events) { free(n->slots); free(n->out_index); free(n); return NULL; }
     n->mtu = 1450;
     n->ext_mtu = 1500;
+    n->port_lo = 1024; n->port_hi = 65535;
     pthread_mutex_init(&n->mu, NULL);
     return n;
 }
@@ -64,7 +32,8 @@ void nat_destroy(nat_t *n) {
     if (!n) return;
     free(n->slots); free(n->out_index); free(n->served);
     free(n->st_in); free(n->st_out); free(n->st_in_val); free(n->st_out_val); free(n->dnat_in); free(n->dnat_out);
-    free(n->mtu_vni); free(n->mtu_val);
+    free(n->mtu_vni); free(n->mtu_val); free(n->events);
+    nat_snat_free(n);
     free(n);
 }
 
@@ -75,7 +44,6 @@ static int set_list(uint32_t **dst, uint32_t *count, const uint32_t *src, uint32
     free(*dst); *dst = copy; *count = len;
     return 0;
 }
-#define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)
 
 /* --- sorted u64 keys (rules change rarely; lookups are per packet) ------------------------------------------ */
 static int cmp_pair(const void *a, const void *b) {
@@ -161,7 +129,7 @@ static int in_list(const uint32_t *l, uint32_t len, uint32_t v) {
     return 0;
 }
 
-static int32_t find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
+int32_t nat_find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
     uint32_t m = n->cap - 1, i = h_in(vni, ip, port, proto) & m;
     for (uint32_t k = 0; k < n->cap; k++, i = (i + 1) & m) {
         mapping_t *s = &n->slots[i];
@@ -171,7 +139,7 @@ static int32_t find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8
     return -1;
 }
 
-static int32_t find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto) {
+int32_t nat_find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto) {
     uint32_t m = n->cap - 1, i = h_out(eip, eport, proto) & m;
     for (uint32_t k = 0; k < n->cap; k++, i = (i + 1) & m) {
         int32_t idx = n->out_index[i];
@@ -184,14 +152,56 @@ static int32_t find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto) {
     return -1;
 }
 
-static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
-    int32_t idx = find_in(n, vni, ip, port, proto);
+/* a mapping's slot (tombstones reused) and its outside index; the keys set, no peers, no TCP state */
+static int32_t place(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport) {
+    uint32_t m = n->cap - 1, i = h_in(vni, ip, port, proto) & m, j = h_out(eip, eport, proto) & m;
+    while (n->slots[i].used == 1) i = (i + 1) & m;   /* the caller keeps a quarter of the slots free */
+    while (n->out_index[j] >= 0) j = (j + 1) & m;
+    mapping_t *s = &n->slots[i];
+    memset(s, 0, sizeof *s);
+    s->vni = vni; s->ip = ip; s->port = port; s->proto = proto; s->eip = eip; s->eport = eport; s->used = 1;
+    n->out_index[j] = (int32_t)i;
+    n->nused++;
+    return (int32_t)i;
+}
+
+int32_t nat_insert(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
+                   double now) {
+    if (n->nused >= n->cap / 4 * 3) return -1;  /* fuller, probe chains grow long */
+    int32_t idx = place(n, vni, ip, port, proto, eip, eport);
+    n->slots[idx].last = now;
+    return idx;
+}
+
+/* every mapping into fresh slots: deletions leave tombstones, and a lookup that misses walks past them all */
+static void rehash(nat_t *n) {
+    mapping_t *old = n->slots, *fresh = calloc(n->cap, sizeof(mapping_t));
+    if (!fresh) return;  /* still correct, only slower */
+    n->slots = fresh;
+    for (uint32_t i = 0; i < n->cap; i++) n->out_index[i] = -1;
+    n->nused = n->ndel = 0;
+    for (uint32_t i = 0; i < n->cap; i++) {
+        if (old[i].used != 1) continue;
+        mapping_t *s = &n->slots[place(n, old[i].vni, old[i].ip, old[i].port, old[i].proto, old[i].eip,
+                                       old[i].eport)];
+        *s = old[i];
+    }
+    free(old);
+}
+
+void nat_hold_port(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto, double until);
+
+static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, double hold_until) {
+    int32_t idx = nat_find_in(n, vni, ip, port, proto);
     if (idx < 0) return -1;
     mapping_t *s = &n->slots[idx];
     uint32_t m = n->cap - 1, j = h_out(s->eip, s->eport, proto) & m;
     for (uint32_t k = 0; k < n->cap; k++, j = (j + 1) & m)
         if (n->out_index[j] == idx) { n->out_index[j] = -2; break; }
+    if (hold_until > 0) nat_hold_port(n, s->eip, s->eport, proto, hold_until);
     s->used = 2; /* tombstone keeps probe chains intact */
+    n->nused--;
+    if (++n->ndel > n->cap / 4) rehash(n);
     return 0;
 }
 
@@ -199,30 +209,16 @@ static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t prot
 static int put_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
                 uint8_t established, uint8_t closing, const uint32_t *peer_ip, const uint16_t *peer_port,
                 uint8_t npeers, double last) {
-    int32_t idx = find_in(n, vni, ip, port, proto);
-    uint32_t m = n->cap - 1;
+    int32_t idx = nat_find_in(n, vni, ip, port, proto);
     if (idx >= 0 && (n->slots[idx].eip != eip || n->slots[idx].eport != eport)) {
-        del_(n, vni, ip, port, proto);  /* a different mapping under the same inside key: start clean */
+        del_(n, vni, ip, port, proto, 0);  /* a different mapping under the same inside key: start clean */
         idx = -1;
     }
-    if (idx < 0) {
-        uint32_t i = h_in(vni, ip, port, proto) & m;
-        for (uint32_t k = 0; k < n->cap; k++, i = (i + 1) & m)
-            if (n->slots[i].used != 1) { idx = (int32_t)i; break; }
-        if (idx < 0) return -1;
-        uint32_t j = h_out(eip, eport, proto) & m;
-        int placed = 0;
-        for (uint32_t k = 0; k < n->cap; k++, j = (j + 1) & m)
-            if (n->out_index[j] < 0) { n->out_index[j] = idx; placed = 1; break; }
-        if (!placed) return -1;
-        n->slots[idx].established = n->slots[idx].closing = 0;
-        n->slots[idx].last = 0;
-    }
+    if (idx < 0 && (idx = nat_insert(n, vni, ip, port, proto, eip, eport, 0)) < 0) return -1;
     mapping_t *s = &n->slots[idx];
     /* the loop may have moved this mapping on since Python last looked: merge, never step back */
     s->established |= established; s->closing |= closing;
     if (last > s->last) s->last = last;
-    s->vni = vni; s->ip = ip; s->port = port; s->proto = proto; s->eip = eip; s->eport = eport; s->used = 1;
     s->npeers = npeers > NAT_MAX_PEERS ? NAT_MAX_PEERS : npeers;
     for (uint8_t p = 0; p < s->npeers; p++) { s->peer_ip[p] = peer_ip[p]; s->peer_port[p] = peer_port[p]; }
     return 0;
@@ -230,7 +226,7 @@ static int put_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t prot
 
 /* last-seen time and TCP state bits (1 established, 2 closing); -1.0 when there is no such mapping */
 static double state_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint8_t *bits) {
-    int32_t idx = find_in(n, vni, ip, port, proto);
+    int32_t idx = nat_find_in(n, vni, ip, port, proto);
     if (idx < 0) return -1.0;
     *bits = (uint8_t)(n->slots[idx].established | n->slots[idx].closing << 1);
     return n->slots[idx].last;
@@ -244,9 +240,12 @@ int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, u
 double nat_state(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint8_t *bits) {
     LOCKED(n, state_(n, vni, ip, port, proto, bits));
 }
-int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) { LOCKED(n, del_(n, vni, ip, port, proto)); }
+int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, double hold_until) {
+    LOCKED(n, del_(n, vni, ip, port, proto, hold_until));
+}
+uint32_t nat_count(nat_t *n) { LOCKED(n, n->nused); }
 
-static int has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
+int nat_has_peer(const mapping_t *s, uint32_t ip, uint16_t port) {
     for (uint8_t p = 0; p < s->npeers; p++) if (s->peer_ip[p] == ip && s->peer_port[p] == port) return 1;
     return 0;
 }
@@ -264,10 +263,11 @@ static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double no
         return NAT_OUT;
     }
     if (n->ndnat && find_key(n->dnat_out, n->ndnat, dnat_out_key(vni, ip.src, sp, ip.proto)) >= 0) goto miss;
-    int32_t idx = find_in(n, vni, ip.src, sp, ip.proto);
-    if (idx < 0) goto miss;
+    uint16_t peer_port = ip.proto == 1 ? 0 : dp;
+    int32_t idx = nat_find_in(n, vni, ip.src, sp, ip.proto);
+    if (idx < 0 && (idx = nat_create_for(n, vni, ip.src, sp, ip.proto, ip.dst, peer_port, now)) < 0) goto miss;
     mapping_t *s = &n->slots[idx];
-    if (!has_peer(s, ip.dst, ip.proto == 1 ? 0 : dp)) goto miss;            /* Python records new peers */
+    if (!nat_has_peer(s, ip.dst, peer_port) && nat_add_peer(n, s, ip.dst, peer_port, now)) goto miss;
     s->last = now;
     if (ip.proto == 6 && (b[ip.l4 + 13] & 0x05)) s->closing = 1;             /* FIN/RST */
     ip4_rewrite_addr(b, &ip, 1, s->eip);
@@ -299,10 +299,10 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
     if (!has_ports || (ip.proto == 1 && it != 0)) goto miss;                 /* echo replies only */
     if (n->ndnat && ip.proto != 1 &&
         find_key(n->dnat_in, n->ndnat, (uint64_t)ip.dst << 24 | (uint64_t)dp << 8 | ip.proto) >= 0) goto miss;
-    int32_t idx = find_out(n, ip.dst, dp, ip.proto);
+    int32_t idx = nat_find_out(n, ip.dst, dp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];
-    if (!has_peer(s, ip.src, ip.proto == 1 ? 0 : sp) || ip.total > mtu_of(n, s->vni)) goto miss;
+    if (!nat_has_peer(s, ip.src, ip.proto == 1 ? 0 : sp) || ip.total > mtu_of(n, s->vni)) goto miss;
     s->last = now;
     if (ip.proto == 6) {
         uint8_t fl = b[ip.l4 + 13];
@@ -334,4 +334,6 @@ int nat_inbound_locked(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t 
     return inbound_(n, b, len, now, out_vni, out_ip);
 }
 
-void nat_stats(nat_t *n, uint64_t *out3) { out3[0] = n->hits_out; out3[1] = n->hits_in; out3[2] = n->misses; }
+void nat_stats(nat_t *n, uint64_t *out5) {
+    out5[0] = n->hits_out; out5[1] = n->hits_in; out5[2] = n->misses; out5[3] = n->created; out5[4] = n->events_full;
+}

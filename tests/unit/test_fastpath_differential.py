@@ -14,6 +14,8 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 from nfv_gateways.fastpath import FastNat
 from nfv_gateways.nat import NatTable, ip2int
 from nfv_gateways.nat_config import NatConfig, SnatRule
+from nfv_gateways.native_api import constants
+from tianji.inet import checksum
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"), ip2int("203.0.113.2"))),
                       SnatRule(2002, "10.0.0.0/16", (ip2int("203.0.113.2"),))),
@@ -92,13 +94,107 @@ def test_fast_path_matches_reference(seq) -> None:
         fast.close()
 
 
-def test_established_flows_stay_in_c() -> None:
-    fast = FastNat(CFG)
+def udp_out(src: str, sport: int, dst: str = REMOTE[0], dport: int = 53) -> bytearray:
+    return bytearray(bytes(IP(src=src, dst=dst) / UDP(sport=sport, dport=dport) / b"x"))
+
+
+def tcp(src: str, dst: str, sport: int, dport: int, flags: str) -> bytearray:
+    return bytearray(bytes(IP(src=src, dst=dst) / TCP(sport=sport, dport=dport, flags=flags)))
+
+
+def test_new_and_established_flows_stay_in_c() -> None:
+    """New flows (their mappings and their later peers) are created in C: no packet reaches Python, and the
+    reference, having taken in the log, holds the same mappings as the reference alone."""
+    cfg = NatConfig(snat=CFG.snat)  # the whole port range
+    ref, fast = NatTable(cfg), FastNat(cfg)
     try:
-        for i in range(50):
-            p = bytearray(bytes(IP(src="10.0.1.2", dst=REMOTE[0]) / UDP(sport=5000, dport=53) / b"x"))
-            assert fast.outbound(1001, p, float(i)).direction == "out"
+        for i in range(200):
+            for dst in REMOTE:  # the second destination is a new peer of the same mapping
+                for t in (ref, fast):
+                    assert t.outbound(1001, udp_out(f"10.0.{i // 50}.{i % 50 + 1}", 7000 + i % 7, dst),
+                                      float(i)).direction == "out"
         s = fast.stats()
-        assert s["fast_out"] == 49 and s["slow"] == 1  # only the first packet of the flow reached Python
+        assert s["slow"] == 0 and s["fast_out"] == 400 and s["created"] == 200
+        fast.sync()
+        assert state(ref) == state(fast) and len(state(ref)) == 200
+        assert +ref.counters == fast.counters
+    finally:
+        fast.close()
+
+
+def test_python_and_c_share_one_port_allocator() -> None:
+    """Mappings the reference creates (a hairpin goes to Python) and mappings C creates take ports from one
+    allocator: with a 4-port slice, 4 endpoints get 4 distinct ports, whichever side created them."""
+    cfg = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"),)),), port_lo=30000, port_hi=30003)
+    fast = FastNat(cfg)
+    try:
+        ports = set()
+        for i in range(4):  # alternately to the internet (C) and to the EIP itself (hairpin: Python)
+            b = udp_out(f"10.0.1.{i + 1}", 5000, dst="203.0.113.1" if i % 2 else REMOTE[0])
+            fast.outbound(1001, b, 1.0)
+        fast.sync()
+        ports = {m.eport for m in fast.ref.by_inside.values()}
+        assert ports == {30000, 30001, 30002, 30003} and fast.stats()["created"] == 2
+        assert fast.outbound(1001, udp_out("10.0.1.9", 5000), 1.0) is None  # the slice is full
+        assert fast.counters["port_exhausted"] == 1
+    finally:
+        fast.close()
+
+
+def test_a_removed_tcp_mappings_port_is_held_in_c_too() -> None:
+    """A TCP mapping removed with its rule (its EIP released) leaves its port held for TCP_PORT_HOLD: C's
+    allocator does not hand it to the next endpoint either."""
+    eip = ip2int("203.0.113.1")
+    cfg = NatConfig(snat=(SnatRule(1001, "10.0.1.0/24", (eip,)), SnatRule(1001, "10.0.2.0/24", (eip,))),
+                    port_lo=30000, port_hi=30001)
+    ref, fast = NatTable(cfg), FastNat(cfg)
+    try:
+        for t in (ref, fast):
+            assert t.outbound(1001, tcp("10.0.1.1", REMOTE[0], 30000, 80, "S"), 1.0).direction == "out"
+            t.update_config(NatConfig(snat=(cfg.snat[1],), port_lo=30000, port_hi=30001))
+            out = tcp("10.0.2.1", REMOTE[0], 30000, 80, "S")
+            assert t.outbound(1001, out, 2.0).direction == "out"
+            assert TCP(bytes(out)[20:]).sport == 30001  # not 30000: held
+        assert fast.stats()["created"] == 2 and fast.stats()["slow"] == 0
+        fast.sync()
+        assert state(ref) == state(fast)
+    finally:
+        fast.close()
+
+
+def test_expiry_starts_from_cs_sweep() -> None:
+    """Mappings created in C expire by the reference's timeouts (UDP 300 s here), found by C's idle sweep."""
+    ref, fast = NatTable(CFG), FastNat(CFG)
+    try:
+        for i in range(20):
+            for t in (ref, fast):
+                t.outbound(1001, udp_out(f"10.0.1.{i + 1}", 6000), 0.0 if i < 10 else 200.0)
+        assert ref.expire(350.0) == fast.expire(350.0) == 10
+        fast.sync()
+        assert state(ref) == state(fast) and len(state(fast)) == 10
+        assert fast.lib.nat_count(fast.h) == 10
+    finally:
+        fast.close()
+
+
+def test_a_full_event_log_sends_new_flows_to_python() -> None:
+    """When Python has not taken in the log for NAT_EVENTS new flows, the next one goes to Python (which takes the
+    log in first): nothing is lost, nothing differs."""
+    eips = tuple(ip2int(f"203.0.113.{i}") for i in range(1, 9))
+    fast = FastNat(NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", eips),)), capacity_pow2=1 << 20)
+    try:
+        n = constants(fast.lib)["NAT_EVENTS"]
+        raw = bytes(udp_out("10.0.0.0", 0))
+        for i in range(n + 1):
+            b = bytearray(raw)
+            b[12:16] = (ip2int("10.0.0.0") + i // 32).to_bytes(4, "big")
+            b[20:22] = (1024 + i % 32).to_bytes(2, "big")
+            b[10:12], b[26:28] = b"\0\0", b"\0\0"  # no UDP checksum; the IP one recomputed below
+            b[10:12] = checksum(bytes(b[:20])).to_bytes(2, "big")
+            assert fast.outbound(1001, b, 1.0).direction == "out"
+        s = fast.stats()
+        assert s["created"] == n and s["events_full"] == 1 and s["slow"] == 1
+        assert len(fast.ref.by_inside) == n + 1 == fast.lib.nat_count(fast.h)
+        assert len({(m.eip, m.eport) for m in fast.ref.by_inside.values()}) == n + 1
     finally:
         fast.close()

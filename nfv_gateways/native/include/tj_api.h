@@ -12,7 +12,7 @@
 
 /* every exported constant: NAT verdicts, the data plane's ports, ring slot size, punt codes */
 #define TJ_CONSTANTS(X)                                                                                             \
-    X(NAT_MISS, 0) X(NAT_OUT, 1) X(NAT_IN, 2) X(NAT_MAX_PEERS, 4)                                                  \
+    X(NAT_MISS, 0) X(NAT_OUT, 1) X(NAT_IN, 2) X(NAT_MAX_PEERS, 4) X(NAT_EVENTS, 1 << 18) X(NAT_EVENT_SIZE, 32)      \
     X(DP_UL, 0) X(DP_EXT, 1) X(DP_SLOT, 4096) X(DP_DPDK_MAX_FRAME, 2048) X(DP_BURST, 64) X(DP_PUNT_TRANSLATED, 0x82)
 enum { TJ_CONSTANTS(TJ_ENUM) };
 

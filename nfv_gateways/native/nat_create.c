@@ -1,0 +1,194 @@
+/* New mappings in C: the SNAT rules, the port allocator, held TCP ports, the event log Python takes in, and the
+ * idle sweep its expiry starts from. Every decision is nat.py's (NatTable._pick_eip, _alloc_port, expire), step for
+ * step: the differential tests hold the two to the same ports and tables. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tj_nat_table.h"
+
+_Static_assert(sizeof(nat_event_t) == NAT_EVENT_SIZE, "nat_event_t is the record Python reads");
+
+/* --- a map that grows (cursors and held ports: a few per EIP, or one per recently closed TCP mapping) ------- */
+static int grow_put(map_t **m, uint32_t *count, uint64_t k, uint64_t v) {
+    uint64_t old;
+    if (*m && map_get(*m, k, &old)) return map_put(*m, k, v);
+    if (!*m || (*count + 1) * 2 > (*m)->cap) {
+        map_t *g = map_new(*m ? (*m)->cap : 8);
+        if (!g) return -1;
+        for (uint32_t i = 0; *m && i < (*m)->cap; i++)
+            if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
+        map_free(*m);
+        *m = g;
+    }
+    (*count)++;
+    return map_put(*m, k, v);
+}
+
+static double as_double(uint64_t v) { double d; memcpy(&d, &v, 8); return d; }
+static uint64_t as_bits(double d) { uint64_t v; memcpy(&v, &d, 8); return v; }
+static uint64_t held_key(uint32_t eip, uint16_t eport, uint8_t proto) {
+    return ((uint64_t)eip << 24 | (uint64_t)eport << 8 | proto) + 1;
+}
+
+void nat_hold_port(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto, double until) {
+    grow_put(&n->held, &n->nheld, held_key(eip, eport, proto), as_bits(until));  /* out of memory: not held */
+}
+
+static void prune_held_(nat_t *n, double now) {
+    map_t *old = n->held;
+    n->held = NULL; n->nheld = 0;
+    for (uint32_t i = 0; old && i < old->cap; i++)
+        if (old->keys[i] && as_double(old->vals[i]) > now) grow_put(&n->held, &n->nheld, old->keys[i], old->vals[i]);
+    map_free(old);
+}
+void nat_prune_held(nat_t *n, double now) { pthread_mutex_lock(&n->mu); prune_held_(n, now); pthread_mutex_unlock(&n->mu); }
+
+/* --- SNAT rules ---------------------------------------------------------------------------------------------- */
+void nat_snat_free(nat_t *n) {
+    map_free(n->snat_by_vni); free(n->snat); free(n->snat_eips);
+    map_free(n->cursor); map_free(n->held);
+    n->snat_by_vni = n->cursor = n->held = NULL; n->snat = NULL; n->snat_eips = NULL;
+}
+
+static int rule_order(const void *a, const void *b) {  /* by VPC, config order within it (the index) */
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+static int set_snat_(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint32_t *mask, const uint32_t *first,
+                     const uint32_t *neips, uint32_t nrules, const uint32_t *eips, uint32_t total_eips) {
+    uint64_t *order = malloc(8 * (size_t)(nrules ? nrules : 1));
+    snat_rule_t *rules = malloc(sizeof(snat_rule_t) * (nrules ? nrules : 1));
+    uint32_t *e = malloc(4 * (size_t)(total_eips ? total_eips : 1));
+    map_t *by_vni = map_new(nrules);
+    if (!order || !rules || !e || !by_vni) { free(order); free(rules); free(e); map_free(by_vni); return -1; }
+    for (uint32_t i = 0; i < nrules; i++) order[i] = (uint64_t)vni[i] << 32 | i;
+    qsort(order, nrules, 8, rule_order);
+    for (uint32_t k = 0; k < nrules; k++) {
+        uint32_t i = (uint32_t)order[k], v = vni[i];
+        rules[k] = (snat_rule_t){net[i], mask[i], first[i], neips[i]};
+        uint64_t at;
+        if (map_get(by_vni, v | 1ULL << 32, &at)) map_put(by_vni, v | 1ULL << 32, at + 1);
+        else map_put(by_vni, v | 1ULL << 32, (uint64_t)k << 32 | 1);
+    }
+    memcpy(e, eips, 4 * (size_t)total_eips);
+    map_free(n->snat_by_vni); free(n->snat); free(n->snat_eips);
+    n->snat_by_vni = by_vni; n->snat = rules; n->snat_eips = e;
+    free(order);
+    return 0;
+}
+int nat_set_snat(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint32_t *mask, const uint32_t *first,
+                 const uint32_t *neips, uint32_t nrules, const uint32_t *eips, uint32_t total_eips) {
+    LOCKED(n, set_snat_(n, vni, net, mask, first, neips, nrules, eips, total_eips));
+}
+void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi) {
+    pthread_mutex_lock(&n->mu);
+    n->port_lo = lo; n->port_hi = hi;
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* the EIP for an internal address: the first of its VPC's rules that covers it picks one (NatTable._pick_eip) */
+static int pick_eip(const nat_t *n, uint32_t vni, uint32_t ip, uint32_t *eip) {
+    uint64_t at;
+    if (!map_get(n->snat_by_vni, vni | 1ULL << 32, &at)) return 0;
+    for (uint32_t k = (uint32_t)(at >> 32), end = k + (uint32_t)at; k < end; k++) {
+        const snat_rule_t *r = &n->snat[k];
+        if ((ip & r->mask) == r->net && r->neips) {
+            *eip = n->snat_eips[r->first + ((uint64_t)ip * 2654435761ULL) % r->neips];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* --- ports (NatTable._alloc_port) --------------------------------------------------------------------------- */
+static int port_free(nat_t *n, uint32_t eip, uint16_t p, uint8_t proto, double now) {
+    uint64_t until;
+    if (nat_find_out(n, eip, p, proto) >= 0) return 0;
+    return !n->held || !map_get(n->held, held_key(eip, p, proto), &until) || as_double(until) <= now;
+}
+
+/* the internal port itself if free, else the next free one after the (EIP, protocol)'s cursor; -1: none */
+static int32_t alloc_port(nat_t *n, uint32_t eip, uint8_t proto, uint16_t want, double now) {
+    int64_t lo = n->port_lo, hi = n->port_hi, size = hi - lo + 1;
+    if (want >= lo && want <= hi && port_free(n, eip, want, proto, now)) return want;
+    if (size <= 0) return -1;
+    uint64_t ck = ((uint64_t)eip << 8 | proto) + 1, start = (uint64_t)lo;
+    if (n->cursor) map_get(n->cursor, ck, &start);
+    for (int64_t i = 0; i < size; i++) {
+        int64_t p = lo + ((((int64_t)start - lo + i) % size) + size) % size;
+        if (port_free(n, eip, (uint16_t)p, proto, now)) {
+            grow_put(&n->cursor, &n->ncursor, ck, (uint64_t)(lo + (p - lo + 1) % size));
+            return (int32_t)p;
+        }
+    }
+    return -1;
+}
+
+/* --- the event log --------------------------------------------------------------------------------------- */
+static void log_event(nat_t *n, const mapping_t *s, uint32_t peer_ip, uint16_t peer_port, uint8_t kind, double now) {
+    nat_event_t *e = &n->events[(n->ev_head + n->ev_count++) % NAT_EVENTS];
+    *e = (nat_event_t){s->vni, s->ip, s->eip, peer_ip, s->port, s->eport, peer_port, s->proto, kind, now};
+}
+
+int32_t nat_create_for(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t peer_ip,
+                       uint16_t peer_port, double now) {
+    uint32_t eip;
+    if (n->ev_count >= NAT_EVENTS) { n->events_full++; return -1; }
+    if (!pick_eip(n, vni, ip, &eip)) return -1;
+    int32_t eport = alloc_port(n, eip, proto, port, now);
+    if (eport < 0) return -1;
+    int32_t idx = nat_insert(n, vni, ip, port, proto, eip, (uint16_t)eport, now);
+    if (idx < 0) return -1;
+    mapping_t *s = &n->slots[idx];
+    s->peer_ip[0] = peer_ip; s->peer_port[0] = peer_port; s->npeers = 1;
+    log_event(n, s, peer_ip, peer_port, 0, now);
+    n->created++;
+    return idx;
+}
+
+int nat_add_peer(nat_t *n, mapping_t *s, uint32_t peer_ip, uint16_t peer_port, double now) {
+    if (s->npeers >= NAT_MAX_PEERS) return -1;
+    if (n->ev_count >= NAT_EVENTS) { n->events_full++; return -1; }
+    s->peer_ip[s->npeers] = peer_ip; s->peer_port[s->npeers] = peer_port; s->npeers++;
+    log_event(n, s, peer_ip, peer_port, 1, now);
+    return 0;
+}
+
+static uint32_t events_(nat_t *n, uint8_t *out, uint32_t max) {
+    uint32_t k = 0;
+    for (; k < max && n->ev_count; k++, n->ev_count--, n->ev_head = (n->ev_head + 1) % NAT_EVENTS)
+        memcpy(out + (size_t)k * NAT_EVENT_SIZE, &n->events[n->ev_head], NAT_EVENT_SIZE);
+    return k;
+}
+uint32_t nat_events(nat_t *n, uint8_t *out, uint32_t max) { LOCKED(n, events_(n, out, max)); }
+
+static int32_t reserve_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t *eip,
+                        double now) {
+    int32_t idx = nat_find_in(n, vni, ip, port, proto);
+    if (idx >= 0) { *eip = n->slots[idx].eip; return n->slots[idx].eport; }
+    int32_t eport = alloc_port(n, *eip, proto, port, now);
+    if (eport < 0) return -1;
+    return nat_insert(n, vni, ip, port, proto, *eip, (uint16_t)eport, now) < 0 ? -2 : eport;
+}
+int32_t nat_reserve(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t *eip, double now) {
+    LOCKED(n, reserve_(n, vni, ip, port, proto, eip, now));
+}
+
+/* --- expiry: the candidates (NatTable._timeout) ------------------------------------------------------------ */
+static uint32_t idle_(nat_t *n, double now, const double t[4], uint32_t *vni, uint32_t *ip, uint16_t *port,
+                      uint8_t *proto, uint32_t max) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n->cap && k < max; i++) {
+        const mapping_t *s = &n->slots[i];
+        if (s->used != 1) continue;
+        double timeout = s->proto == 6 ? (s->established && !s->closing ? t[1] : t[2]) : s->proto == 17 ? t[0] : t[3];
+        if (now - s->last > timeout) { vni[k] = s->vni; ip[k] = s->ip; port[k] = s->port; proto[k] = s->proto; k++; }
+    }
+    return k;
+}
+uint32_t nat_idle(nat_t *n, double now, double udp, double tcp_established, double tcp_transitory, double icmp,
+                  uint32_t *vni, uint32_t *ip, uint16_t *port, uint8_t *proto, uint32_t max) {
+    const double t[4] = {udp, tcp_established, tcp_transitory, icmp};
+    LOCKED(n, idle_(n, now, t, vni, ip, port, proto, max));
+}
