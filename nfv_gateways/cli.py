@@ -25,6 +25,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
         beat_interval: float = typer.Option(0.1, help="seconds between heartbeats (the controller's "
                                                           "TIANJI_GATEWAY_DOWN_AFTER should be several of them)"),
+        nat_mappings: int = typer.Option(1 << 18, help="role nat: mapping table slots in C (a power of two; 3/4 "
+                                                       "of them are ever used)"),
         lb_connections: int = typer.Option(1 << 20, help="role lb: connection table slots (a power of two)"),
         lb_new_per_s: float = typer.Option(100_000.0, help="role lb: new connections remembered per second; "
                                                            "above it (a SYN flood) Maglev alone decides"),
@@ -35,9 +37,10 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
     if role not in ROLES:
         console.print(f"[red]error:[/red] role {role!r} is not available: choose one of {', '.join(sorted(ROLES))}")
         raise typer.Exit(2)
-    if lb_connections < 16 or lb_connections & (lb_connections - 1):
-        console.print(f"[red]error:[/red] --lb-connections {lb_connections}: a power of two, at least 16")
-        raise typer.Exit(2)
+    for flag, slots in (("--nat-mappings", nat_mappings), ("--lb-connections", lb_connections)):
+        if slots < 16 or slots & (slots - 1):
+            console.print(f"[red]error:[/red] {flag} {slots}: a power of two, at least 16")
+            raise typer.Exit(2)
     if config_file is None and not (controller and token):
         console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
@@ -45,7 +48,8 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
     role_class(role)(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
                                     vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath,
                                     state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
-                                    beat_interval=beat_interval, lb_connections=lb_connections,
+                                    beat_interval=beat_interval, nat_mappings=nat_mappings,
+                                    lb_connections=lb_connections,
                                     lb_new_per_s=lb_new_per_s)).run()
 
 

@@ -139,6 +139,7 @@ class GatewayOptions:
     # a beat this often: the controller moves an instance's addresses after TIANJI_GATEWAY_DOWN_AFTER of silence
     # (2 s by default, 0.5 s on the emulated cluster), so failover takes that, a liveness tick, and the propagation
     beat_interval: float = 0.1
+    nat_mappings: int = 1 << 18  # the NAT's mapping table in C: its slots (a power of two; 3/4 are ever used)
     # the load balancer's connection table: its slots (a power of two; 3/4 of them are ever used) and the rate of
     # new entries it takes (a token bucket holding a tenth of a second's worth): above it, Maglev alone decides
     lb_connections: int = 1 << 20
@@ -199,7 +200,8 @@ class Gateway(PacketIO):
         for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
             try:
                 return NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if, self.mac[UL],
-                                       self.mac[EXT], self.vtep_int, stage=stage, lb_table=self.lb_table_args())
+                                       self.mac[EXT], self.vtep_int, capacity_pow2=self.o.nat_mappings, stage=stage,
+                                       lb_table=self.lb_table_args())
             except Exception as e:  # auto goes on to the next backend, and says why
                 if fp != "auto":
                     raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e
