@@ -7,7 +7,7 @@ APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute 
             libdpdk-dev libxdp-dev libbpf-dev
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway bench-scale clean
+.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean
 
 setup: apt venv native
 
@@ -48,6 +48,9 @@ bench: setup
 
 bench-gateway: setup
 	@$(PY) bench/gateway.py
+
+bench-nat-new: setup
+	@$(PY) bench/nat_wire.py
 
 bench-scale: setup
 	@$(PY) bench/scale.py

@@ -6,8 +6,8 @@ An instance is a VTEP on the underlay and an Ethernet port on the external segme
 chosen by `--fastpath`:
 
 * native (`dpdk`, `xdp`, `packet`; `auto` takes the best that starts): the C data plane (dataplane.py, native/)
-  owns both interfaces, decapsulates, runs the role's stage on established flows, encapsulates and transmits in
-  bursts. It punts what it cannot decide (ARP, new flows, ICMP errors...) to `punt_loop`, which runs the same
+  owns both interfaces, decapsulates, runs the role's stage (new and established flows), encapsulates and
+  transmits in bursts. It punts what it cannot decide (ARP, hairpin, ICMP errors...) to `punt_loop`, which runs the same
   Python code as the socket path below and sends its answers back through the data plane. On the underlay, the
   instance itself answers ARP for its VTEP address and resolves the hypervisors' VTEPs.
 * sockets (`c`, `python`): tenant traffic arrives in VXLAN on a UDP socket bound to the VTEP address (the kernel

@@ -41,12 +41,12 @@ class NatGateway(Gateway):
         fp, config = self.o.fastpath, NatConfig()
         if (dp := self.native_dataplane("nat")) is not None:
             self.dp = dp
-            return dp.nat, f"{dp.backend} (packet I/O and established flows in C, new flows in Python)"
+            return dp.nat, f"{dp.backend} (packet I/O, new and established flows in C)"
         if fp in ("auto", "c"):
             try:
                 from nfv_gateways.fastpath import FastNat
 
-                return FastNat(config), "c (sockets; established flows in C, new flows in Python)"
+                return FastNat(config), "c (sockets; new and established flows in C)"
             except Exception as e:
                 if fp == "c":
                     raise

@@ -57,7 +57,8 @@ class PacketIO:
             raise ValueError("underlay frames are sent by the kernel in socket mode")
 
     def punt_loop(self) -> None:
-        """What the native data plane did not decide: ARP, new flows, hairpin, ICMP errors, unknown neighbours."""
+        """What the native data plane did not decide: ARP, hairpin, ICMP errors, unknown neighbours, flows with no
+        rule or port."""
         while True:
             for port, frame in self.dp.punt(100):
                 self.handle_punt(port, frame)
