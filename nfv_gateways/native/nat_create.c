@@ -176,10 +176,11 @@ int32_t nat_reserve(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t 
 }
 
 /* --- expiry: the candidates (NatTable._timeout) ------------------------------------------------------------ */
-static uint32_t idle_(nat_t *n, double now, const double t[4], uint32_t *vni, uint32_t *ip, uint16_t *port,
-                      uint8_t *proto, uint32_t max) {
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n->cap && k < max; i++) {
+#define IDLE_CHUNK 16384  /* slots looked at per hold of the lock: the loop waits for one chunk, not the table */
+
+static uint32_t idle_(nat_t *n, uint32_t from, uint32_t to, double now, const double t[4], uint32_t *vni,
+                      uint32_t *ip, uint16_t *port, uint8_t *proto, uint32_t k, uint32_t max) {
+    for (uint32_t i = from; i < to && i < n->cap && k < max; i++) {
         const mapping_t *s = &n->slots[i];
         if (s->used != 1) continue;
         double timeout = s->proto == 6 ? (s->established && !s->closing ? t[1] : t[2]) : s->proto == 17 ? t[0] : t[3];
@@ -187,8 +188,15 @@ static uint32_t idle_(nat_t *n, double now, const double t[4], uint32_t *vni, ui
     }
     return k;
 }
+/* the loop only inserts (slots never move under it); Python, the only one to delete or rehash, is here */
 uint32_t nat_idle(nat_t *n, double now, double udp, double tcp_established, double tcp_transitory, double icmp,
                   uint32_t *vni, uint32_t *ip, uint16_t *port, uint8_t *proto, uint32_t max) {
     const double t[4] = {udp, tcp_established, tcp_transitory, icmp};
-    LOCKED(n, idle_(n, now, t, vni, ip, port, proto, max));
+    uint32_t k = 0;
+    for (uint32_t from = 0; from < n->cap && k < max; from += IDLE_CHUNK) {
+        pthread_mutex_lock(&n->mu);
+        k = idle_(n, from, from + IDLE_CHUNK, now, t, vni, ip, port, proto, k, max);
+        pthread_mutex_unlock(&n->mu);
+    }
+    return k;
 }
