@@ -141,8 +141,14 @@ class NativeDataPlane:
             subprocess.run(["nft", "delete", "table", "netdev", "tianji_gw"], capture_output=True)
             self.blinded = []
 
-    def start(self) -> None:
-        if self.lib.dp_start(self.h) != 0:
+    def start(self, own_core: bool = False) -> None:
+        """Start the packet loop; `own_core`: on the last core this process may use, the calling thread and the
+        threads it starts from now on moving to the others (a DPDK lcore or an OVS PMD thread has its core so)."""
+        cpu = -1
+        if own_core and len(cpus := sorted(os.sched_getaffinity(0))) > 1:
+            os.sched_setaffinity(0, cpus[:-1])
+            cpu = cpus[-1]
+        if self.lib.dp_start(self.h, cpu) != 0:
             raise FastPathUnavailable(f"{self.backend}: {self.lib.dp_error(self.h).decode()}")
 
     def close(self) -> None:

@@ -382,7 +382,7 @@ class Gateway(PacketIO):
                  self.o.underlay_if, self.o.external_if, self.fastpath)
         io = (self.punt_loop,) if self.dp is not None else (self.vxlan_loop, self.ext_loop)
         if self.dp is not None:
-            self.dp.start()
+            self.dp.start(own_core=True)
         control: tuple = (self.heartbeat_loop, self.watch_loop)
         if self.o.config_file is not None:
             self.apply(GatewayConfig.model_validate_json(self.o.config_file.read_text()))

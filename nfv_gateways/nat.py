@@ -60,7 +60,7 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 TCP_PORT_HOLD = 120.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Mapping:
     vni: int
     ip: int

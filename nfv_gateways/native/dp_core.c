@@ -1,5 +1,7 @@
 /* The packet loop and the API Python calls (include/tj_dp.h): bursts in, the stage decides, bursts out. */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -155,10 +157,17 @@ int dp_open(dp_t *dp, const char *backend, const char *ul, const char *ext, cons
     return -1;
 }
 
-int dp_start(dp_t *dp) {
+int dp_start(dp_t *dp, int cpu) {
     dp->running = 1;
     if (dp->be->start) return dp->be->start(dp);
-    return pthread_create(&dp->thread, NULL, dp_loop, dp);
+    int r = pthread_create(&dp->thread, NULL, dp_loop, dp);
+    if (r == 0 && cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(dp->thread, sizeof set, &set);  /* refused (a cpuset): it runs anywhere, still right */
+    }
+    return r;
 }
 
 void dp_stop(dp_t *dp) {

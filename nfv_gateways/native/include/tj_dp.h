@@ -129,7 +129,8 @@ TJ_API dp_t *dp_create(nat_t *nat, const uint8_t *ul_mac, const uint8_t *ext_mac
 TJ_API const char *dp_error(dp_t *dp);
 /* backend: "packet", "mem", "xdp" or "dpdk"; for dpdk, `arg` is the EAL argument string */
 TJ_API int dp_open(dp_t *dp, const char *backend, const char *ul, const char *ext, const char *arg);
-TJ_API int dp_start(dp_t *dp);
+/* start the loop, on core `cpu` alone if cpu >= 0 (a DPDK worker lcore has the core EAL gave it) */
+TJ_API int dp_start(dp_t *dp, int cpu);
 TJ_API void dp_stop(dp_t *dp);
 /* stops the loop and closes the ports; the struct itself stays valid (other Python threads may hold it) */
 TJ_API void dp_close(dp_t *dp);
