@@ -36,7 +36,7 @@ GEN = Path("/run/tianji-lab/natgen")
 EIPS = [f"203.0.113.{i}" for i in range(1, 17)]
 NSRC = 512  # VM addresses 10.0.2.0 - 10.0.3.255
 VMS = [f"10.0.{2 + i // 256}.{i % 256}" for i in range(NSRC)]
-RATES = (50_000, 100_000, 150_000, 200_000, 300_000)  # new connections offered a second
+RATES = (40_000, 60_000, 80_000, 100_000, 130_000, 160_000, 200_000, 250_000, 300_000)  # new connections offered a second
 MAPPINGS = 1 << 21  # the instance's table: 16 EIPs x 64,512 ports fit in 3/4 of it
 CONNTRACK = {"/proc/sys/net/netfilter/nf_conntrack_max": str(1 << 21),
              "/sys/module/nf_conntrack/parameters/hashsize": str(1 << 20)}

@@ -46,8 +46,8 @@ void nat_prune_held(nat_t *n, double now) { pthread_mutex_lock(&n->mu); prune_he
 /* --- SNAT rules ---------------------------------------------------------------------------------------------- */
 void nat_snat_free(nat_t *n) {
     map_free(n->snat_by_vni); free(n->snat); free(n->snat_eips);
-    map_free(n->cursor); map_free(n->held);
-    n->snat_by_vni = n->cursor = n->held = NULL; n->snat = NULL; n->snat_eips = NULL;
+    map_free(n->cursor); map_free(n->held); map_free(n->full);
+    n->snat_by_vni = n->cursor = n->held = n->full = NULL; n->snat = NULL; n->snat_eips = NULL;
 }
 
 static int rule_order(const void *a, const void *b) {  /* by VPC, config order within it (the index) */
@@ -84,6 +84,7 @@ int nat_set_snat(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint3
 void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi) {
     pthread_mutex_lock(&n->mu);
     n->port_lo = lo; n->port_hi = hi;
+    map_free(n->full); n->full = NULL; n->nfull = 0;  /* another slice: no slice is known full */
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -102,27 +103,39 @@ static int pick_eip(const nat_t *n, uint32_t vni, uint32_t ip, uint32_t *eip) {
 }
 
 /* --- ports (NatTable._alloc_port) --------------------------------------------------------------------------- */
-static int port_free(nat_t *n, uint32_t eip, uint16_t p, uint8_t proto, double now) {
+/* 1 if free; else 0, lowering *soonest to the time a held port frees */
+static int port_free(nat_t *n, uint32_t eip, uint16_t p, uint8_t proto, double now, double *soonest) {
     uint64_t until;
     if (nat_find_out(n, eip, p, proto) >= 0) return 0;
-    return !n->held || !map_get(n->held, held_key(eip, p, proto), &until) || as_double(until) <= now;
+    if (!n->held || !map_get(n->held, held_key(eip, p, proto), &until) || as_double(until) <= now) return 1;
+    if (as_double(until) < *soonest) *soonest = as_double(until);
+    return 0;
 }
 
-/* the internal port itself if free, else the next free one after the (EIP, protocol)'s cursor; -1: none */
+/* the internal port itself if free, else the next free one after the (EIP, protocol)'s cursor; -1: none. A slice
+ * found full is remembered until a mapping of it is deleted or its first held port frees (`full`), so that new
+ * flows beyond it cost a lookup, not a scan of 64,512 ports each, in the loop */
 static int32_t alloc_port(nat_t *n, uint32_t eip, uint8_t proto, uint16_t want, double now) {
     int64_t lo = n->port_lo, hi = n->port_hi, size = hi - lo + 1;
-    if (want >= lo && want <= hi && port_free(n, eip, want, proto, now)) return want;
+    uint64_t ck = ((uint64_t)eip << 8 | proto) + 1, start = (uint64_t)lo, full;
+    double soonest = 1e300;
+    if (n->full && map_get(n->full, ck, &full) && now < as_double(full)) return -1;
+    if (want >= lo && want <= hi && port_free(n, eip, want, proto, now, &soonest)) return want;
     if (size <= 0) return -1;
-    uint64_t ck = ((uint64_t)eip << 8 | proto) + 1, start = (uint64_t)lo;
     if (n->cursor) map_get(n->cursor, ck, &start);
     for (int64_t i = 0; i < size; i++) {
         int64_t p = lo + ((((int64_t)start - lo + i) % size) + size) % size;
-        if (port_free(n, eip, (uint16_t)p, proto, now)) {
+        if (port_free(n, eip, (uint16_t)p, proto, now, &soonest)) {
             grow_put(&n->cursor, &n->ncursor, ck, (uint64_t)(lo + (p - lo + 1) % size));
             return (int32_t)p;
         }
     }
+    grow_put(&n->full, &n->nfull, ck, as_bits(soonest));
     return -1;
+}
+
+void nat_port_freed(nat_t *n, uint32_t eip, uint8_t proto) {
+    if (n->full) grow_put(&n->full, &n->nfull, ((uint64_t)eip << 8 | proto) + 1, 0);
 }
 
 /* --- the event log --------------------------------------------------------------------------------------- */

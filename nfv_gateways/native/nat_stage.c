@@ -199,6 +199,7 @@ static int del_(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t prot
     for (uint32_t k = 0; k < n->cap; k++, j = (j + 1) & m)
         if (n->out_index[j] == idx) { n->out_index[j] = -2; break; }
     if (hold_until > 0) nat_hold_port(n, s->eip, s->eport, proto, hold_until);
+    nat_port_freed(n, s->eip, proto);
     s->used = 2; /* tombstone keeps probe chains intact */
     n->nused--;
     if (++n->ndel > n->cap / 4) rehash(n);

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 
 from nfv_gateways.fastpath import FastNat
-from nfv_gateways.nat import NatTable, ip2int
-from nfv_gateways.nat_config import NatConfig, SnatRule
+from nfv_gateways.nat import TCP_PORT_HOLD, NatTable, ip2int
+from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
 from nfv_gateways.native_api import constants
 from tianji.inet import checksum
 
@@ -196,5 +196,34 @@ def test_a_full_event_log_sends_new_flows_to_python() -> None:
         assert s["created"] == n and s["events_full"] == 1 and s["slow"] == 1
         assert len(fast.ref.by_inside) == n + 1 == fast.lib.nat_count(fast.h)
         assert len({(m.eip, m.eport) for m in fast.ref.by_inside.values()}) == n + 1
+    finally:
+        fast.close()
+
+
+def test_a_full_slice_frees_as_the_reference_says() -> None:
+    """A slice found full stays full for C without a scan per packet, until a mapping of it expires (UDP: at once)
+    or a held TCP port's hold ends: the reference and C agree on every port at every step."""
+    eip = ip2int("203.0.113.1")
+    cfg = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (eip,)),), port_lo=30000, port_hi=30001,
+                    timeouts=Timeouts(udp=10.0, tcp_transitory=10.0))
+    ref, fast = NatTable(cfg), FastNat(cfg)
+    try:
+        u = [udp_out(f"10.0.1.{i}", 5000) for i in range(6)]
+        t_ = [tcp(f"10.0.2.{i}", REMOTE[0], 5000, 80, "S") for i in range(4)]
+        steps = [(u[1], 0.0), (u[2], 1.0), (u[3], 2.0), (u[3], 3.0),  # two ports: the third endpoint finds none
+                 (u[3], 12.0), (u[4], 13.0), (u[5], 14.0),  # both expired (UDP 10 s): freed at once; full again
+                 (t_[1], 20.0), (t_[2], 21.0), (t_[3], 22.0),  # TCP has its own two ports
+                 (t_[3], 35.0),  # both expired, their ports held for TCP_PORT_HOLD after their last packet
+                 (t_[3], 20.0 + TCP_PORT_HOLD + 1)]  # the first hold is over
+        for pkt, now in steps:
+            for t in (ref, fast):
+                t.expire(now)
+            a, b = bytearray(pkt), bytearray(pkt)
+            va, vb = ref.outbound(1001, a, now), fast.outbound(1001, b, now)
+            assert (va is None) == (vb is None) and bytes(a) == bytes(b), f"at {now}"
+        fast.sync()
+        assert state(ref) == state(fast)
+        assert ref.counters["port_exhausted"] == fast.counters["port_exhausted"] == 5
+        assert fast.stats()["slow"] == 5  # only the refused packets reached Python
     finally:
         fast.close()

@@ -44,6 +44,8 @@ struct nat {
     uint32_t ncursor;
     map_t *held;             /* (eip << 24 | port << 8 | proto) + 1 -> until (double bits): a TCP port not free */
     uint32_t nheld;
+    map_t *full;             /* (eip << 8 | proto) + 1 -> until (double bits): the slice was found full */
+    uint32_t nfull;
     nat_event_t *events;     /* what the loop created, for Python: a ring of NAT_EVENTS */
     uint32_t ev_head, ev_count;
     uint64_t hits_out, hits_in, misses, created, events_full;
@@ -73,4 +75,6 @@ int32_t nat_create_for(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8
 /* a peer the mapping has not sent to yet, added and logged; 0, or -1 (no room: Python decides) */
 int nat_add_peer(nat_t *n, mapping_t *s, uint32_t peer_ip, uint16_t peer_port, double now);
 void nat_snat_free(nat_t *n);
+/* a mapping of (eip, proto) was deleted: its slice is not full any more */
+void nat_port_freed(nat_t *n, uint32_t eip, uint8_t proto);
 #endif
