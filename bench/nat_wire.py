@@ -6,11 +6,14 @@ addresses in VXLAN (VNI 1001), paced at an offered rate; a C responder on the se
 FIN -> FIN-ACK, UDP -> echo). TCP: the generator ACKs the SYN-ACK and closes with a FIN, then ACKs the server's
 FIN, so the handshake and the teardown (six packets) cross the gateway. Counted at the generator: connections
 established (a SYN-ACK, or a UDP echo, came back through the gateway) and closed, per second. Each gateway is
-offered RATES in turn (a fresh lab each: no entry carried over) and its best is reported: open-loop overload would
+offered RATES in turn (a fresh lab each: no entry carried over) until it falls short twice in a row, and its best
+is reported: open-loop overload would
 measure how each one drops (the kernel's backlog queue, shared by both directions, collapses), not its rate.
 
   kernel  VXLAN decapsulated by a kernel device, SNAT by nftables to 16 EIPs (`snat to` a range) with conntrack,
-          its hash and limit raised for the run (the whole run's connections fit), RPS on the second core
+          its hash and limit raised for the run (the whole run's connections fit), RPS on the underlay port to the
+          second core (its best here: with RPS on the external port too it made 53,174/s, without RPS 32,960/s,
+          against 67,589/s at 80,000 offered, one run)
   tianji  a NAT instance (--config-file) with each native fast path: mappings made in C, 16 EIPs, its table sized
           for the run (--nat-mappings)
 
@@ -36,7 +39,7 @@ GEN = Path("/run/tianji-lab/natgen")
 EIPS = [f"203.0.113.{i}" for i in range(1, 17)]
 NSRC = 512  # VM addresses 10.0.2.0 - 10.0.3.255
 VMS = [f"10.0.{2 + i // 256}.{i % 256}" for i in range(NSRC)]
-RATES = (40_000, 60_000, 80_000, 100_000, 130_000, 160_000, 200_000, 250_000, 300_000)  # new connections offered a second
+RATES = (40_000, 60_000, 80_000, 100_000, 130_000, 160_000, 200_000, 250_000, 300_000)  # new connections a second
 MAPPINGS = 1 << 21  # the instance's table: 16 EIPs x 64,512 ports fit in 3/4 of it
 CONNTRACK = {"/proc/sys/net/netfilter/nf_conntrack_max": str(1 << 21),
              "/sys/module/nf_conntrack/parameters/hashsize": str(1 << 20)}
@@ -71,8 +74,6 @@ class NewConnLab(GatewayLab):
         subprocess.run(["ip", "-n", g, "-batch", "-"], input="\n".join(batch) + "\n", text=True, check=True)
         sh("ip", "netns", "exec", g, "nft", "flush", "chain", "ip", "nat", "post")
         sh("ip", "netns", "exec", g, "nft", f'add rule ip nat post oifname "ext0" snat to {EIPS[0]}-{EIPS[-1]}')
-        cpu = max(os.sched_getaffinity(0))  # the replies' forwarding on the kernel's core too
-        sh("ip", "netns", "exec", g, "sh", "-c", f"echo {1 << cpu:x} > /sys/class/net/ext0/queues/rx-0/rps_cpus")
 
     def _tianji_gateway(self, fastpath: str) -> None:
         cfg = self.dir / "config.json"
@@ -162,7 +163,7 @@ def compare(paths: list[str], seconds: float) -> list[tuple[str, str, float, flo
     try:
         for proto in ("tcp", "udp"):
             for who in ["kernel", *paths]:
-                best = None
+                best, short = None, 0
                 for rate in RATES:
                     try:
                         got = measure(who, proto, seconds, rate)
@@ -173,7 +174,8 @@ def compare(paths: list[str], seconds: float) -> list[tuple[str, str, float, flo
                           f"{got[2]:,.0f}/s", file=sys.stderr)
                     if best is None or got[1] > best[1]:
                         best = got
-                    if got[1] < 0.8 * rate:  # past its rate: more would only be dropped
+                    short = short + 1 if got[1] < 0.8 * rate else 0
+                    if short == 2:  # past its rate twice (once may be the machine's noise): more is only dropped
                         break
                 if best is not None:
                     rows.append((best[0], proto, *best[1:]))
