@@ -64,4 +64,8 @@ class NatGateway(Gateway):
         self.counters["config_nat_applies"] += 1
 
     def role_status(self) -> dict:
-        return {"mappings": len(getattr(self.table, "ref", self.table).by_inside), "nat": dict(self.table.counters)}
+        """The mappings held, the NAT's counters and, on the native table, what C did alone (fast_out, fast_in,
+        slow: packets that went to the reference, created: mappings the loop made, events_full)."""
+        native = self.table.stats() if hasattr(self.table, "stats") else {}
+        return {"mappings": len(getattr(self.table, "ref", self.table).by_inside), "nat": dict(self.table.counters),
+                "nat_native": native}
