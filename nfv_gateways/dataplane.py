@@ -4,7 +4,7 @@ One library per packet-I/O backend this machine supports, built by native/Makefi
 
     dpdk    DPDK ethdev over net_af_xdp vdevs (`pkg-config libdpdk`), the loop on a worker lcore
     xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`)
-    packet  AF_PACKET sockets with recvmmsg/sendmmsg bursts (always)
+    packet  AF_PACKET sockets, a mapped TPACKET_V2 receive ring and sendmmsg bursts (always)
 
 Every library also carries the NAT stage (nat_stage.c), so the loop and the Python slow path share one table:
 `FastNat` (Python) creates mappings and pushes them in; the loop translates established flows and punts the rest.
