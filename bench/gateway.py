@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scapy.layers.inet import IP, UDP
 
+from bench.native_tools import compiled
 from controller.client import Client
 from nfv_gateways.fastpath import FastNat
 from nfv_gateways.nat import NatTable, ip2int
@@ -72,8 +73,6 @@ def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 CLIENTS = 4  # parallel connecting processes: a rate, not one connection's latency
-BLAST_SRC = Path(__file__).parent / "native" / "blast.c"
-BLAST = Path("/run/tianji-lab/blast")
 
 SERVER_PROG = """
 import socket
@@ -96,10 +95,7 @@ print(n)
 
 
 def blaster() -> Path:
-    BLAST.parent.mkdir(parents=True, exist_ok=True)
-    if not BLAST.exists() or BLAST.stat().st_mtime < BLAST_SRC.stat().st_mtime:
-        sh("gcc", "-O2", "-o", str(BLAST), str(BLAST_SRC))
-    return BLAST
+    return compiled("blast")
 
 
 def link_mac(ns: str, dev: str) -> str:
@@ -147,10 +143,11 @@ def wire(kind: str, fastpath: str, seconds: float, flows: int = 1000) -> tuple[f
         frames = vxlan_frames(lab, flows)
         # the sender on the first core; the kernel's RPS and the gateway's loop get the other
         pin = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
-        sh("ip", "netns", "exec", lab.client, *pin, str(blaster()), "ul0", "0.3", str(frames))  # create mappings
+        blast = str(blaster())
+        sh("ip", "netns", "exec", lab.client, *pin, blast, "ul0", "0.3", str(frames))  # create mappings
         time.sleep(1.5)
         before = count_translated(lab)
-        out = sh("ip", "netns", "exec", lab.client, *pin, str(BLAST), "ul0", str(seconds), str(frames)).stdout.split()
+        out = sh("ip", "netns", "exec", lab.client, *pin, blast, "ul0", str(seconds), str(frames)).stdout.split()
         time.sleep(0.3)
         got = count_translated(lab) - before
         sent, elapsed = int(out[0]), float(out[1])

@@ -28,14 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.native_tools import compiled
 from nfv_gateways.maglev import NativeMaglev, member_key
 from topologies.gwlab import TIANJI, sh, stop
 from topologies.machines import GatewayHost
 
 C, L, S = "tjlbc", "tjlbl", "tjlbs"
 DIR = Path("/run/tianji-lab/tjlb")
-GEN_SRC = Path(__file__).parent / "native" / "lbgen.c"
-GEN = Path("/run/tianji-lab/lbgen")
 CLIENT_VTEP, LB_VTEP = "10.77.0.1", "10.77.0.2"
 VIP, CLIENT_IP, VNI, ROUTER_MAC = "10.79.0.100", "10.80.0.1", 1001, "0a:58:00:00:00:01"
 BACKENDS = [f"10.78.0.{10 + i}" for i in range(8)]
@@ -51,10 +50,7 @@ def mac(n: str, dev: str) -> str:
 
 
 def generator() -> Path:
-    GEN.parent.mkdir(parents=True, exist_ok=True)
-    if not GEN.exists() or GEN.stat().st_mtime < GEN_SRC.stat().st_mtime:
-        sh("gcc", "-O2", "-o", str(GEN), str(GEN_SRC))
-    return GEN
+    return compiled("lbgen")
 
 
 class Lab:

@@ -31,11 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.native_tools import compiled
 from topologies import gwlab
 from topologies.gwlab import GatewayLab, sh
 
-GEN_SRC = Path(__file__).parent / "native" / "natgen.c"
-GEN = Path("/run/tianji-lab/natgen")
 EIPS = [f"203.0.113.{i}" for i in range(1, 17)]
 NSRC = 512  # VM addresses 10.0.2.0 - 10.0.3.255
 VMS = [f"10.0.{2 + i // 256}.{i % 256}" for i in range(NSRC)]
@@ -46,10 +45,7 @@ CONNTRACK = {"/proc/sys/net/netfilter/nf_conntrack_max": str(1 << 21),
 
 
 def generator() -> Path:
-    GEN.parent.mkdir(parents=True, exist_ok=True)
-    if not GEN.exists() or GEN.stat().st_mtime < GEN_SRC.stat().st_mtime:
-        sh("gcc", "-O2", "-o", str(GEN), str(GEN_SRC))
-    return GEN
+    return compiled("natgen")
 
 
 class NewConnLab(GatewayLab):

@@ -138,7 +138,7 @@ class FastNat:
         cyclic collector meanwhile: a batch allocates thousands of mappings that live on, and collecting
         generation after generation of them doubled the cost.)"""
         by_in, by_out, total = self.ref.by_inside, self.ref.by_outside, 0
-        paused = gc.isenabled()
+        was_enabled = gc.isenabled()
         gc.disable()
         try:
             while True:
@@ -160,7 +160,7 @@ class FastNat:
                 if n < EVENTS_PER_CALL:
                     return total
         finally:
-            if paused:
+            if was_enabled:
                 gc.enable()
 
     def sync(self) -> None:
