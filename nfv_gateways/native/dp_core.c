@@ -1,5 +1,6 @@
 /* The packet loop and the API Python calls (include/tj_dp.h): bursts in, the stage decides, bursts out. */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -72,8 +73,6 @@ static void transmit(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t
 static int drain_inject(dp_t *dp) {
     ring_t *r = &dp->inject;
     if (r->tail == r->head) return 0;
-    uint64_t drain;
-    if (read(dp->evfd, &drain, 8) < 0) { /* nothing pending on the eventfd: fine */ }
     int total = 0;
     pthread_mutex_lock(&r->mu);
     while (r->head != r->tail) {
@@ -115,6 +114,14 @@ int dp_poll_once(dp_t *dp) {
         dp->be->rx_done(dp, port, (uint32_t)n);
     }
     return total + drain_inject(dp);
+}
+
+/* Sleep until a port has frames, Python injects, or 100 ms pass. The eventfd is drained here, where the loop
+ * sleeps: a wake-up written after the ring was already emptied would otherwise keep poll() returning at once. */
+void dp_wait(dp_t *dp, int fd0, int fd1) {
+    struct pollfd p[3] = {{fd0, POLLIN, 0}, {fd1, POLLIN, 0}, {dp->evfd, POLLIN, 0}};
+    uint64_t drain;
+    if (poll(p, 3, 100) > 0 && (p[2].revents & POLLIN) && read(dp->evfd, &drain, 8) < 0) { /* raced: fine */ }
 }
 
 void *dp_loop(void *arg) {

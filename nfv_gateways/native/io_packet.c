@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <net/if.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -88,8 +87,7 @@ static void pk_rx_done(dp_t *dp, int port, uint32_t n) {
 }
 static void pk_idle(dp_t *dp) {
     pk_t *s = dp->bs;
-    struct pollfd p[3] = {{s->fd[0], POLLIN, 0}, {s->fd[1], POLLIN, 0}, {dp->evfd, POLLIN, 0}};
-    poll(p, 3, 100);
+    dp_wait(dp, s->fd[0], s->fd[1]);
 }
 static void pk_close(dp_t *dp) {
     pk_t *s = dp->bs;

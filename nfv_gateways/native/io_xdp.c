@@ -1,7 +1,6 @@
 /* AF_XDP backend through libxdp (copy mode on veth): built only where libxdp and libbpf are (-DTJ_XDP). */
 #include <errno.h>
 #include <net/if.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -99,9 +98,7 @@ static int xs_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint32
 }
 static void xs_idle(dp_t *dp) {
     xs_t *s = dp->bs;
-    struct pollfd p[3] = {{xsk_socket__fd(s->p[0].xsk), POLLIN, 0}, {xsk_socket__fd(s->p[1].xsk), POLLIN, 0},
-                          {dp->evfd, POLLIN, 0}};
-    poll(p, 3, 100);
+    dp_wait(dp, xsk_socket__fd(s->p[0].xsk), xsk_socket__fd(s->p[1].xsk));
 }
 static void xs_close(dp_t *dp) {
     xs_t *s = dp->bs;

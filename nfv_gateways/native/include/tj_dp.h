@@ -120,6 +120,7 @@ static inline uint32_t dp_flow_entropy(const uint8_t *ip) {
 }
 void *dp_loop(void *arg);
 int dp_poll_once(dp_t *dp);
+void dp_wait(dp_t *dp, int fd0, int fd1);
 /* write the outer Ethernet/IPv4/UDP/VXLAN header at o (ENCAP bytes before the inner frame of ilen bytes) */
 void dp_vxlan_encap(dp_t *dp, uint8_t *o, uint64_t next_hop_mac, uint32_t vtep, uint32_t vni, uint32_t flow_hash,
                     uint32_t inner_len);
