@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.ovs_baseline import FLOWS, on_bare_ovs
 from controller.client import Client
 from topologies.cluster import Cluster
 
@@ -67,9 +68,11 @@ def kernel_vxlan_baseline(mtu: int, streams: int) -> tuple[float, float, int]:
 
 def measure_throughput(c: Cluster, rows: list) -> None:
     """Cross-host VM-to-VM TCP at the default VPC MTU and the largest the underlay allows, 1 and 4 streams,
-    next to the kernel's own VXLAN device at the same MTU, with the OVS port types the VMs got."""
+    next to the kernel's own VXLAN device at the same MTU, with the OVS port types the VMs got, and next to OVS
+    alone on the same ports (bench/ovs_baseline.py: the userspace datapath's ceiling here)."""
     tc = Client(c.state.controller_url, c.admin.post("/v1/tenants", {"name": "tput"})["token"])
     big = c.state.topology.get("underlay_mtu", 1500) - 50
+    tianji: dict[tuple[int, int], float] = {}
     for mtu in sorted({1450, big}):
         vpc = tc.post("/v1/vpcs", {"name": f"m{mtu}", "cidr": "10.9.0.0/16", "mtu": mtu})
         sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.9.0.0/24"})
@@ -82,6 +85,14 @@ def measure_throughput(c: Cluster, rows: list) -> None:
             rows.append((f"TCP cross host, VPC MTU {mtu}, {streams} stream(s); ports {types}",
                          f"{mbit / 1000:.2f} Gbit/s", f"x{mbit / kmbit:.2f} of kernel vxlan ({kmbit / 1000:.1f} "
                                                        f"Gbit/s), {rtx} retransmits, rtt {rtt:.3f} ms"))
+            tianji[(mtu, streams)] = mbit
+        for pipeline in FLOWS:
+            bare = on_bare_ovs(mtu, pipeline, lambda c, s, ip: {n: tcp_and_rtt(c, s, ip, n, seconds=5)[0]
+                                                                 for n in (1, 4)})
+            for streams, mbit in bare.items():
+                rows.append((f"  OVS alone ({pipeline}), AF_XDP, MTU {mtu}, {streams} stream(s)",
+                             f"{mbit / 1000:.2f} Gbit/s",
+                             f"tianji is x{tianji[(mtu, streams)] / mbit:.2f} of it"))
 
 
 def measure_small(c: Cluster, args: argparse.Namespace, rows: list) -> None:
