@@ -251,7 +251,7 @@ def test_lb_3_health_checks(cluster, tenants) -> None:
 
 
 def test_lb_8_syn_flood(cluster, tenants, internet) -> None:
-    """Spoofed SYNs from the internet at the VIP's EIP, four times what the instance remembers (5,000 new
+    """Spoofed SYNs from the internet at the VIP's EIP, more than twice what the instance remembers (5,000 new
     connections/s on the emulated cluster): established connections, from inside and from the internet, go on; the
     connection table stays bounded (Maglev alone decides the excess: `fallback`); the counters move. (A flood
     above what the wire carries drops packets of every connection alike, before any table sees them.)"""
@@ -282,9 +282,11 @@ def test_lb_8_syn_flood(cluster, tenants, internet) -> None:
         frame.write_bytes(bytes(Ether(src=mine, dst=neigh) / IP(src="198.51.100.50", dst=eip["address"])
                                 / TCP(sport=1024, dport=80, flags="S")))
         try:
-            # 20,000 SYNs/s: four times what the table takes, within what the emulated wire carries
+            # 12,000 SYNs/s: 2.4 times what the table takes, within what the instance carries here while the
+            # whole suite's cluster runs (20,000/s was beyond it on a slow day: a quarter of the flood never
+            # reached the table, and established connections lost packets with it)
             r = subprocess.run(["ip", "netns", "exec", ins, str(generator()), "eth0", "3", str(frame), "14", "new",
-                                "1", "20000"], capture_output=True, text=True, timeout=30)
+                                "1", "12000"], capture_output=True, text=True, timeout=30)
         finally:
             frame.unlink(missing_ok=True)
         sent = int(r.stdout.split()[0])
