@@ -33,12 +33,13 @@ from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 from tianji.southbound_client import Southbound
 from tianji.statusfile import write_atomic
 from vswitch_agent import health, icmp, openflow, punts
+from vswitch_agent.audit import Audit
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
 from vswitch_agent.lb_members import LocalMembers
 from vswitch_agent.osken_compat import wake_sender_when_receive_ends
 from vswitch_agent.ovsdb import InterfaceTable, monitor_command
-from vswitch_agent.switch import VERIFY_MAX, Session, SwitchGone, audit_chunk, n_chunks, take_baselines
+from vswitch_agent.switch import Session, SwitchGone
 
 log = logging.getLogger("tianji.agent")
 
@@ -59,11 +60,6 @@ class AgentApp(app_manager.OSKenApp):
         self.ofports: dict[str, int] = {}
         self.tunnel_ofport: int | None = None
         self.ifaces_known = False
-        self.baseline: dict[int, int] = {}  # cookie -> hash of its bytes as first read back (audit)
-        self.audit_pos = 0
-        self.audit_next = 0.0
-        self.last_change = self.last_chunk = 0.0  # monotonic: when a change was programmed, a chunk read back
-        self.verify: set[int] = set()  # cookies just installed, read back at once to take their baseline
         self.wake = threading.Event()
         self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
         self.prober = health.Prober(self._probe_out, lambda ms: self.api.call(  # load-balancer members here
@@ -74,6 +70,7 @@ class AgentApp(app_manager.OSKenApp):
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
                                       "audit_repairs": 0, "audit_sweeps": 0, "connects": 0, "drops": {},
                                       "ports": {}, "last_change_ms": None}
+        self.audit = Audit(o, self.engine, self.state, self.wake.set)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> Any:
@@ -199,9 +196,9 @@ class AgentApp(app_manager.OSKenApp):
         dp.send_msg(openflow.set_async(dp))
         if self.session is not None:
             self.session.end()
-        self.session = Session(dp)
+        self.session = Session(dp, on_answer=self.wake.set)
         self.state["connects"] += 1
-        self.audit_pos, self.audit_next = 0, 0.0
+        self.audit.connected()
         log.info("switch connected (dpid %016x): reading its flows back", dp.id)
         self.wake.set()
 
@@ -261,14 +258,15 @@ class AgentApp(app_manager.OSKenApp):
 
     # --- programming ---------------------------------------------------------------------------------------
     def _program_loop(self) -> None:
-        """One thread does every write to the switch, so changes and audit chunks never interleave:
-        a chunk read back reflects every change sent before it, and nothing is sent while it is read."""
+        """One thread does every write to the switch: a change, an audit chunk asked for, a repair. A chunk
+        answers with what the switch held before the changes sent after it (audit.py leaves those alone)."""
         while True:
             self.wake.wait(timeout=0.05)
             self.wake.clear()
             try:
                 self.program()
-                self.audit_step()
+                if (s := self.session) is not None and self.cfg is not None and self.ifaces_known:
+                    self.audit.step(s)
             except SwitchGone:
                 pass  # the connection went away mid-pass: the next one starts with a full read-back
             except TimeoutError as e:
@@ -296,75 +294,18 @@ class AgentApp(app_manager.OSKenApp):
             problems = s.apply(diff.add, [f.cookie for f in diff.delete])
             for p in problems[:5]:
                 self._error(p)
-            self._installed(diff.add)
+            self.audit.changed(diff.add, [f.cookie for f in diff.delete])
             st["flow_adds"] += len(diff.add)
             st["flow_deletes"] += len(diff.delete)
-            self.last_change = time.monotonic()
-            st["last_change_ms"] = round((self.last_change - t0) * 1000, 1)
+            done = time.monotonic()
+            st["last_change_ms"] = round((done - t0) * 1000, 1)
             log.info("revision %d: +%d -%d flows in %.1f ms (computed in %.1f, the switch took %.1f), %d desired",
                      cfg.revision, len(diff.add), len(diff.delete), st["last_change_ms"], (t_computed - t0) * 1000,
-                     (self.last_change - t_computed) * 1000, len(self.engine.desired))
+                     (done - t_computed) * 1000, len(self.engine.desired))
         if s.swept and st["revision"] != cfg.revision:
             st["revision"] = cfg.revision
             st["converged_at"], st["converged_revision"] = time.time(), cfg.revision
             self._write_status()
-
-    def _installed(self, flows: list) -> None:
-        """Flows just sent: their bytes as the switch holds them are read back soon (the baseline against which
-        an edit by hand is seen), not a whole sweep later, when an edit could already have happened."""
-        for f in flows:
-            self.baseline.pop(f.cookie, None)
-        if len(flows) <= VERIFY_MAX:  # a bulk change is left to the sweep: reading it back would delay the next
-            self.verify.update(f.cookie for f in flows)
-            self.wake.set()
-
-    def audit_step(self) -> None:
-        """One chunk of the read-back, when it is due: at full speed until a connection's first sweep is done,
-        then paced by what a chunk costs the switch (a walk of all its flows: at most `audit_rate` flows walked a
-        second), a sweep taking at least `audit_interval`. Chunks holding flows just installed go first, unpaced."""
-        s = self.session
-        if s is None or self.cfg is None or not self.ifaces_known:
-            return
-        if self.verify and s.swept:
-            self.verify.intersection_update(self.engine.desired)  # flows replaced meanwhile need no baseline
-            cookies = list(self.verify)[:VERIFY_MAX]
-            self.verify.difference_update(cookies)
-            take_baselines(s.read_cookies(cookies), self.engine.desired, self.baseline)
-            return
-        now = time.monotonic()
-        if now < self.audit_next:
-            return
-        if s.swept and now - self.last_change < self.opts.audit_quiet \
-                and now - self.last_chunk < self.opts.audit_max_defer:
-            return  # tenants' changes go first; the read-back goes on when they pause
-        self.last_chunk = now
-        total = len(self.engine.desired)
-        n = n_chunks(total)
-        i = self.audit_pos % n
-        self._audit_chunk(s, i, n)
-        self.audit_pos = i + 1
-        if self.audit_pos >= n:
-            self.audit_pos = 0
-            self.state["audit_sweeps"] += 1
-            if not s.swept:
-                s.swept = True
-                log.info("switch read back: %d flows desired, %d repaired", total, self.state["audit_repairs"])
-                self.wake.set()
-        if s.swept:  # paced by what a chunk costs the switch: a walk of all its flows
-            per_chunk = max(self.opts.audit_interval / n, total / self.opts.audit_rate)
-            self.audit_next = time.monotonic() + per_chunk
-
-    def _audit_chunk(self, s: Session, i: int, n: int) -> None:
-        stats = s.read(i, n)
-        r = audit_chunk(stats, self.engine.desired, self.engine.chunk(i, n), self.baseline)
-        if r.add or r.delete:
-            s.apply(r.add, r.delete)
-            self._installed(r.add)
-            self.state["audit_repairs"] += len(r.add) + len(r.delete)
-            if s.swept:
-                log.info("audit: restored %d flows (%d edited by hand), removed %d not desired", len(r.add),
-                         r.edited, len(r.delete))
-        self.state["drops"].update(r.drops)
 
     def _write_status(self) -> None:
         s = self.session

@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ class Session:
     errors: dict[int, str] = field(default_factory=dict)
     _xid: Any = field(default_factory=lambda: itertools.count(0x80000000))
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    on_answer: Callable[[], None] | None = None  # a flow-stats answer is complete (wakes the program loop)
 
     def xid(self) -> int:
         return next(self._xid) & 0xFFFFFFFF
@@ -133,21 +134,25 @@ class Session:
         return problems
 
     # --- reading back -----------------------------------------------------------------------------------------
-    def read(self, chunk: int, n_chunks: int, timeout: float = 30) -> list:
-        """The installed flows of one chunk (cookie & (n_chunks - 1) == chunk)."""
-        return self._stats([(chunk, n_chunks - 1)], timeout)
+    def ask(self, chunk: int, n_chunks: int) -> list[int]:
+        """Ask for the installed flows of one chunk (cookie & (n_chunks - 1) == chunk) without waiting: the
+        answer is `collect`ed later, and `on_answer` runs when it is complete."""
+        return self._ask([(chunk, n_chunks - 1)])
+
+    def collect(self, xids: list[int]) -> list | None:
+        """The flows answered to `ask`, once every reply is in; None while some are still coming."""
+        if not self.alive:
+            raise SwitchGone
+        with self._cond:
+            if not all(x in self.done for x in xids):
+                return None
+            self.done.difference_update(xids)
+        return [f for x in xids for f in self.replies.pop(x, [])]
 
     def read_cookies(self, cookies: list[int], timeout: float = 30) -> list:
         """The installed flows with exactly these cookies: one request each, answered from the switch's cookie
-        index (a chunk read walks every flow of the switch)."""
-        return self._stats([(c, openflow.ALL_COOKIE) for c in cookies], timeout)
-
-    def _stats(self, requests: list[tuple[int, int]], timeout: float) -> list:
-        """Flow-stats requests (cookie, mask) sent together; every flow they answer."""
-        xids = [self.xid() for _ in requests]
-        for x in xids:
-            self.replies[x] = []
-        self._write([openflow.flow_stats_request_bytes(c, m, x) for (c, m), x in zip(requests, xids, strict=True)])
+        index (a chunk walks every flow of the switch)."""
+        xids = self._ask([(c, openflow.ALL_COOKIE) for c in cookies])
         stats: list = []
         try:
             for x in xids:
@@ -158,12 +163,22 @@ class Session:
                 self.replies.pop(x, None)
         return stats
 
+    def _ask(self, requests: list[tuple[int, int]]) -> list[int]:
+        """Flow-stats requests (cookie, mask) sent together; their xids."""
+        xids = [self.xid() for _ in requests]
+        for x in xids:
+            self.replies[x] = []
+        self._write([openflow.flow_stats_request_bytes(c, m, x) for (c, m), x in zip(requests, xids, strict=True)])
+        return xids
+
     # --- events (called from os-ken's handlers) ---------------------------------------------------------------
     def on_stats(self, xid: int, body: list, more: bool) -> None:
         if xid in self.replies:
             self.replies[xid].extend(body)
             if not more:
                 self._done(xid)
+                if self.on_answer is not None:
+                    self.on_answer()
 
     def on_barrier(self, xid: int) -> None:
         self._done(xid)
@@ -202,13 +217,17 @@ def take_baselines(stats: list, desired: dict[int, Flow], baseline: dict[int, in
 
 
 def audit_chunk(stats: list, desired: dict[int, Flow], chunk_cookies: Iterable[int],
-                baseline: dict[int, int]) -> AuditResult:
+                baseline: dict[int, int], changed: set[int] | frozenset[int] = frozenset()) -> AuditResult:
     """Compare one chunk read back with what is desired in it. `baseline` maps a cookie to the hash of its bytes
-    as first read back after we installed it; different bytes under the same cookie: edited by hand."""
+    as first read back after we installed it; different bytes under the same cookie: edited by hand. `changed`:
+    cookies added or deleted after the chunk was asked for; what was read of them is already old, so they are
+    left alone."""
     installed: dict[int, Any] = {s.cookie: s for s in stats}
     drops = {str(s.table_id): s.packet_count for s in stats if s.is_drop}
     add, edited = [], 0
     for c in chunk_cookies:
+        if c in changed:
+            continue
         s = installed.get(c)
         if s is None:
             add.append(desired[c])
@@ -220,7 +239,7 @@ def audit_chunk(stats: list, desired: dict[int, Flow], chunk_cookies: Iterable[i
             add.append(desired[c])
             del baseline[c]
             edited += 1
-    delete = [c for c in installed if c not in desired]
+    delete = [c for c in installed if c not in desired and c not in changed]
     for c in delete:
         baseline.pop(c, None)
     return AuditResult(add, delete, edited, drops)
