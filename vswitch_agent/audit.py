@@ -10,7 +10,8 @@ Pacing: at full speed until a connection's first sweep is done; then no chunk wi
 (unless `audit_max_defer` has passed), a sweep taking at least `audit_interval`, at most `audit_rate` flows walked
 a second, and the switch's own answer time counted: after a chunk that took d, the next waits at least 3d, so the
 audit takes at most a quarter of a busy switch. Flows just installed are read back first, by cookie (the switch
-looks those up in its cookie index), to take the baseline an edit by hand is recognised against.
+looks those up in its cookie index), to take the baseline an edit by hand is recognised against; that is asked
+for and not waited on either (right after a port is added the switch can take 100 ms to answer).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ log = logging.getLogger("tianji.agent")
 
 @dataclass
 class Pending:
-    """A chunk asked for: its requests, and the cookies changes touched since."""
+    """A read-back asked for (chunk i of n, or n == 0: flows just installed, by cookie), and the cookies changes
+    touched since."""
 
     session: Session
     i: int
@@ -80,15 +82,20 @@ class Audit:
                 self.pending = None  # asked on a connection that is gone: the new one starts a sweep
             elif (stats := s.collect(p.xids)) is not None:
                 self.pending = None
-                self._finish(s, p, stats)
+                if p.n:
+                    self._finish(s, p, stats)
+                else:
+                    take_baselines([f for f in stats if f.cookie not in p.touched], self.engine.desired,
+                                   self.baseline)
+                    self.wake()  # more to verify, or the sweep goes on
             return
+        now = time.monotonic()
         if self.verify and s.swept:
             self.verify.intersection_update(self.engine.desired)  # flows replaced meanwhile need no baseline
             cookies = list(self.verify)[:VERIFY_MAX]
             self.verify.difference_update(cookies)
-            take_baselines(s.read_cookies(cookies), self.engine.desired, self.baseline)
+            self.pending = Pending(s, 0, 0, s.ask_cookies(cookies), now)
             return
-        now = time.monotonic()
         if now < self.next:
             return
         if s.swept and now - self.last_change < self.opts.audit_quiet \

@@ -149,19 +149,10 @@ class Session:
             self.done.difference_update(xids)
         return [f for x in xids for f in self.replies.pop(x, [])]
 
-    def read_cookies(self, cookies: list[int], timeout: float = 30) -> list:
-        """The installed flows with exactly these cookies: one request each, answered from the switch's cookie
-        index (a chunk walks every flow of the switch)."""
-        xids = self._ask([(c, openflow.ALL_COOKIE) for c in cookies])
-        stats: list = []
-        try:
-            for x in xids:
-                self._wait(x, timeout)
-                stats += self.replies[x]
-        finally:
-            for x in xids:
-                self.replies.pop(x, None)
-        return stats
+    def ask_cookies(self, cookies: list[int]) -> list[int]:
+        """Ask for the installed flows with exactly these cookies, one request each, answered from the switch's
+        cookie index (a chunk walks every flow of the switch); `collect` them later."""
+        return self._ask([(c, openflow.ALL_COOKIE) for c in cookies])
 
     def _ask(self, requests: list[tuple[int, int]]) -> list[int]:
         """Flow-stats requests (cookie, mask) sent together; their xids."""

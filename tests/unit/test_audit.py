@@ -38,8 +38,9 @@ class FakeSession:
     def collect(self, xids: list[int]) -> list | None:
         return self.asked[xids[0] - 1] if self.released else None
 
-    def read_cookies(self, cookies: list[int]) -> list:
-        return [stat(self.installed[c]) for c in cookies if c in self.installed]
+    def ask_cookies(self, cookies: list[int]) -> list[int]:
+        self.asked.append([stat(self.installed[c]) for c in cookies if c in self.installed])
+        return [len(self.asked)]
 
     def apply(self, add: list[Flow], delete: list[int]) -> list[str]:
         self.applied.append((add, delete))
@@ -83,3 +84,10 @@ def test_a_change_goes_out_while_a_chunk_is_pending_and_is_not_undone() -> None:
     assert audit.pending is None
     assert sw.applied == [([new], [gone.cookie])]  # the audit repaired nothing: the stale read did not count
     assert sw.installed.keys() == engine.desired.keys()
+    # then the flow just installed is read back by cookie for its baseline, again without waiting
+    sw.released = False
+    audit.step(sw)  # type: ignore[arg-type]
+    assert audit.pending is not None and audit.pending.n == 0 and [s.cookie for s in sw.asked[-1]] == [new.cookie]
+    sw.released = True
+    audit.step(sw)  # type: ignore[arg-type]
+    assert audit.pending is None and new.cookie in audit.baseline
