@@ -28,6 +28,7 @@ from vswitch_agent.host import AgentOptions
 from vswitch_agent.switch import VERIFY_MAX, Session, audit_chunk, n_chunks, take_baselines
 
 log = logging.getLogger("tianji.agent")
+ANSWER_TIMEOUT = 30.0  # seconds a read-back may stay unanswered before it is given up (and reported)
 
 
 @dataclass
@@ -80,7 +81,12 @@ class Audit:
         if p is not None:
             if p.session is not s:
                 self.pending = None  # asked on a connection that is gone: the new one starts a sweep
-            elif (stats := s.collect(p.xids)) is not None:
+            elif (stats := s.collect(p.xids)) is None:
+                if time.monotonic() - p.asked > ANSWER_TIMEOUT:
+                    self.pending = None
+                    s.forget(p.xids)
+                    raise TimeoutError(f"no answer to a read-back in {ANSWER_TIMEOUT:.0f} s")
+            else:
                 self.pending = None
                 if p.n:
                     self._finish(s, p, stats)

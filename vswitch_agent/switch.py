@@ -149,6 +149,13 @@ class Session:
             self.done.difference_update(xids)
         return [f for x in xids for f in self.replies.pop(x, [])]
 
+    def forget(self, xids: list[int]) -> None:
+        """Requests given up on: their answers, if they still come, are dropped."""
+        with self._cond:
+            self.done.difference_update(xids)
+        for x in xids:
+            self.replies.pop(x, None)
+
     def ask_cookies(self, cookies: list[int]) -> list[int]:
         """Ask for the installed flows with exactly these cookies, one request each, answered from the switch's
         cookie index (a chunk walks every flow of the switch); `collect` them later."""

@@ -3,6 +3,9 @@ flows those changes touched is already old, so it repairs none of them (vswitch_
 
 from __future__ import annotations
 
+import pytest
+
+from vswitch_agent import audit as A
 from vswitch_agent.audit import Audit
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.flow import Flow
@@ -91,3 +94,19 @@ def test_a_change_goes_out_while_a_chunk_is_pending_and_is_not_undone() -> None:
     sw.released = True
     audit.step(sw)  # type: ignore[arg-type]
     assert audit.pending is None and new.cookie in audit.baseline
+
+
+def test_a_read_back_never_answered_is_given_up_and_reported() -> None:
+    engine = FlowEngine()
+    sw = FakeSession(dict(engine.desired))
+    sw.forget = lambda xids: None  # type: ignore[attr-defined]
+    audit = Audit(AgentOptions("h", "c", "t", "172.31.0.1/24", "ul0"), engine,
+                  {"audit_repairs": 0, "audit_sweeps": 0, "drops": {}}, lambda: None)
+    audit.step(sw)  # type: ignore[arg-type]
+    assert audit.pending is not None
+    audit.pending.asked -= A.ANSWER_TIMEOUT + 1
+    with pytest.raises(TimeoutError):
+        audit.step(sw)  # type: ignore[arg-type]
+    assert audit.pending is None
+    audit.step(sw)  # type: ignore[arg-type]  # and the sweep asks again
+    assert audit.pending is not None and len(sw.asked) == 2
