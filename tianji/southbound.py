@@ -10,7 +10,9 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
+
+from tianji.memo import Memo
 
 OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet: a VPC's MTU unless it says
 VXLAN_OVERHEAD = 50
@@ -150,6 +152,17 @@ class HostConfig(_Wire):
     endpoints: list[Endpoint] = Field(default_factory=list)
     security_groups: list[SecurityGroupInfo] = Field(default_factory=list)
     vteps: list[Vtep] = Field(default_factory=list)  # registered VTEPs: the only tunnel sources accepted
+    _by_vpc: Memo = PrivateAttr(default_factory=Memo)
+
+    def endpoints_by_vpc(self) -> dict[str, list[Endpoint]]:
+        """`endpoints` grouped by VPC, built once per config (a change in one VPC then looks at its own, not at
+        the 20,000 of the host); `apply_delta` hands over the grouping it made. Read-only."""
+        if self._by_vpc.value is None:
+            by: dict[str, list[Endpoint]] = {}
+            for e in self.endpoints:
+                by.setdefault(e.vpc_id, []).append(e)
+            self._by_vpc.value = by
+        return self._by_vpc.value
 
 
 class HostConfigDelta(_Wire):
@@ -204,10 +217,8 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     if any(v not in vpcs for v in d.vpc_ids):
         return None
     wanted = set(d.vpc_ids)
-    endpoints: dict[str, list[Endpoint]] = {v: [] for v in d.vpc_ids}
-    for e in cfg.endpoints:
-        if e.vpc_id in wanted and e.vpc_id not in changed:
-            endpoints[e.vpc_id].append(e)
+    held = cfg.endpoints_by_vpc()
+    endpoints: dict[str, list[Endpoint]] = {v: [] if v in changed else list(held.get(v, ())) for v in d.vpc_ids}
     for e in d.endpoints:
         endpoints[e.vpc_id].append(e)
     groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed}
@@ -224,10 +235,12 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     used = {g for p in ports for g in p.security_group_ids}
     if not used <= groups.keys():
         return None
-    return HostConfig.model_construct(  # from validated parts: nothing to validate again
+    new = HostConfig.model_construct(  # from validated parts: nothing to validate again
         host=d.host, revision=d.revision, vtep_ip=d.vtep_ip, mtu=d.mtu, ports=ports,
         vpcs=[vpcs[v] for v in sorted(wanted)], endpoints=[e for v in sorted(wanted) for e in endpoints[v]],
         security_groups=[groups[g] for g in sorted(used)], vteps=cfg.vteps if d.vteps is None else d.vteps)
+    new._by_vpc.value = endpoints
+    return new
 
 
 class PortStatusReport(BaseModel):

@@ -314,7 +314,7 @@ class AgentApp(app_manager.OSKenApp):
                                               "switch_connected": s is not None and s.alive,
                                               "switch_synced": s is not None and s.swept,
                                               "desired_revision": self.cfg.revision if self.cfg else None,
-                                              "updated": time.time()}, indent=1))
+                                              "updated": time.time()}))  # compact: C's encoder, 10x faster
 
 
 def run(o: AgentOptions) -> None:

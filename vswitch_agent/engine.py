@@ -106,9 +106,8 @@ class FlowEngine:
                      groups: dict, reach: dict, ofports: Mapping[str, int], tunnel_ofport: int | None,
                      zones: Mapping[str, int]) -> None:
         want: dict[str, set[UnitKey]] = {vid: set() for vid in dirty}
-        for e in cfg.endpoints:
-            if e.vpc_id not in dirty:
-                continue
+        by_vpc = cfg.endpoints_by_vpc()
+        for e in (e for vid in sorted(dirty) for e in by_vpc.get(vid, ())):
             key = ("ep", e.vpc_id, e.port_id)
             want[e.vpc_id].add(key)
             r = reach.get(e.vpc_id, [])
