@@ -3,7 +3,7 @@
 Incremental and level-triggered at once. A change (a config delta naming the VPCs it touched, a VIF plugged or
 unplugged, seen through an OVSDB monitor) rebuilds the flows of those objects only (`engine.FlowEngine`), and the
 difference goes to the switch as one atomic bundle. Nothing is read back for a change: the agent knows what it
-installed. Reading back is the audit's job, in the background (`switch.Session`): chunk by chunk, rate-limited,
+installed. Reading back is the audit's job, in the background (`audit.py`): chunk by chunk, rate-limited,
 and at full speed right after every (re)connect, so whatever happened to the switch meanwhile (an ovs-vswitchd
 restart that lost every flow, flows deleted or edited by hand) is put right. Nothing is flushed on start, on a
 controller outage or on a switch reconnect, so traffic keeps flowing while the agent catches up.
