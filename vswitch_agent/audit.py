@@ -76,7 +76,8 @@ class Audit:
             self.pending.touched.update(delete)
 
     def step(self, s: Session) -> None:
-        """One step, never waiting on a chunk: take a chunk's answer if it came, else ask for the next when due."""
+        """One step, never waiting on the switch: take the answer to what was asked if it came, then ask for the
+        next read-back when it is due."""
         p = self.pending
         if p is not None:
             if p.session is not s:
@@ -93,9 +94,9 @@ class Audit:
                 else:
                     take_baselines([f for f in stats if f.cookie not in p.touched], self.engine.desired,
                                    self.baseline)
-                    self.wake()  # more to verify, or the sweep goes on
-            return
-        now = time.monotonic()
+            if self.pending is not None or p.session is not s:
+                return
+        now = time.monotonic()  # an answer taken: the next read-back, if due, is asked for at once
         if self.verify and s.swept:
             self.verify.intersection_update(self.engine.desired)  # flows replaced meanwhile need no baseline
             cookies = list(self.verify)[:VERIFY_MAX]
@@ -116,8 +117,7 @@ class Audit:
         r = audit_chunk(stats, self.engine.desired, self.engine.chunk(p.i, p.n), self.baseline, p.touched)
         if r.add or r.delete:
             s.apply(r.add, r.delete)
-            self._sent(r.add, r.delete)
-            self.wake()  # the repaired flows are read back next, for their baselines
+            self._sent(r.add, r.delete)  # read back next, for their baselines
             self.state["audit_repairs"] += len(r.add) + len(r.delete)
             if s.swept:
                 log.info("audit: restored %d flows (%d edited by hand), removed %d not desired", len(r.add),
