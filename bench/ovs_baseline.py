@@ -8,13 +8,12 @@ what the datapath can carry the rest of the system leaves on the table."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from topologies.machines import ovs_env, ovs_pids, start_private_ovs
+from topologies.machines import ovs_env, ovs_pids, sh, start_private_ovs
 
 VNI = 5001
 T = TypeVar("T")
@@ -26,11 +25,6 @@ FLOWS = {
            "table=1,priority=0,in_port={vm},actions=set_field:{vni}->tun_id,normal",
            "table=1,priority=0,in_port=vxlan0,actions=normal"],
 }
-
-
-def sh(*cmd: str, ns: str | None = None, env: dict | None = None) -> None:
-    subprocess.run((["ip", "netns", "exec", ns] if ns else []) + list(cmd), check=True, capture_output=True,
-                   env=env)
 
 
 def on_bare_ovs(mtu: int, pipeline: str, measure: Callable[[str, str, str], T]) -> T:
@@ -72,12 +66,12 @@ def on_bare_ovs(mtu: int, pipeline: str, measure: Callable[[str, str, str], T]) 
             sh("ovs-ofctl", "del-flows", "br-int", ns=h, env=env)
             for f in FLOWS[pipeline]:
                 sh("ovs-ofctl", "add-flow", "br-int", f.format(vm="vm0", vni=VNI), ns=h, env=env)
-        subprocess.run(["ip", "netns", "exec", vm[0], "ping", "-c", "3", "-W", "2", "10.99.0.2"], capture_output=True)
+        sh("ping", "-c", "3", "-W", "2", "10.99.0.2", ns=vm[0], check=False)
         return measure(vm[0], vm[1], "10.99.0.2")
     finally:
         for h in hv:
             for pid in ovs_pids(base / h):
-                subprocess.run(["kill", str(pid)], capture_output=True)
+                sh("kill", str(pid), check=False)
         for n in vm + hv:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            sh("ip", "netns", "del", n, check=False)
         shutil.rmtree(base, ignore_errors=True)
