@@ -92,8 +92,7 @@ class Audit:
                 if p.n:
                     self._finish(s, p, stats)
                 else:
-                    take_baselines([f for f in stats if f.cookie not in p.touched], self.engine.desired,
-                                   self.baseline)
+                    take_baselines(stats, self.engine.desired, self.baseline, p.touched)
             if self.pending is not None or p.session is not s:
                 return
         now = time.monotonic()  # an answer taken: the next read-back, if due, is asked for at once

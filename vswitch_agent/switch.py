@@ -207,10 +207,12 @@ class AuditResult:
     drops: dict[str, int]
 
 
-def take_baselines(stats: list, desired: dict[int, Flow], baseline: dict[int, int]) -> None:
-    """Flows just installed, read back by cookie: their bytes become the baseline `audit_chunk` compares with."""
+def take_baselines(stats: list, desired: dict[int, Flow], baseline: dict[int, int],
+                   changed: set[int] | frozenset[int] = frozenset()) -> None:
+    """Flows just installed, read back by cookie: their bytes become the baseline `audit_chunk` compares with.
+    `changed`: as for `audit_chunk`, cookies changed after the read was asked for (their bytes are old)."""
     for s in stats:
-        if s.cookie in desired:
+        if s.cookie in desired and s.cookie not in changed:
             baseline.setdefault(s.cookie, hash(s.content))
 
 
