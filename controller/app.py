@@ -7,7 +7,7 @@ import logging
 import time
 from contextlib import asynccontextmanager, suppress
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from controller import errors
 from controller.api import (
@@ -23,7 +23,7 @@ from controller.api import (
     tenants,
     vpcs,
 )
-from controller.auth import ensure_admin_token
+from controller.auth import cached_principal, ensure_admin_token
 from controller.db import Database
 from controller.guards import Guard
 from controller.liveness import Beats, mark_silent_hosts_down
@@ -71,8 +71,13 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict:
-        return {"status": "ok", "revision": db.revision(), "database": db.engine.dialect.name}
+    def healthz(request: Request) -> dict:
+        """Unauthenticated: whether the controller and its database answer, and nothing about them. With the
+        admin token, also the revision and the database kind."""
+        revision = db.revision()  # a database that does not answer is a 503 (errors.install)
+        if (p := cached_principal(app.state, request.headers.get("authorization", ""))) is not None and p.is_admin:
+            return {"status": "ok", "revision": revision, "database": db.engine.dialect.name}
+        return {"status": "ok"}
 
     return app
 

@@ -51,6 +51,7 @@ class Principal:
     name: str | None = None
     host: str | None = None  # a host token's host
     host_kind: str | None = None  # and its kind: hypervisor or gateway
+    host_role: str | None = None  # a gateway credential's role, if it names one (nat, lb)
     key: str = ""  # the credential's hash: rate limits are per credential
 
     @property
@@ -118,7 +119,7 @@ def _lookup(db, h: str) -> Principal | None:
             if ht.host is None:
                 raise ApiError(403, f"host token {ht.name!r} names no host (it predates host-bound tokens): "
                                     "create one per host with POST /v1/host-tokens {\"host\": ..., \"kind\": ...}")
-            return Principal("host", name=ht.name, host=ht.host, host_kind=ht.kind, key=h)
+            return Principal("host", name=ht.name, host=ht.host, host_kind=ht.kind, host_role=ht.role, key=h)
     return None
 
 

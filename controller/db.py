@@ -1,17 +1,26 @@
 """Engine, sessions, migrations, and the write transaction that bumps the global revision.
 
-Every write goes through `Database.write()`: its first statement bumps the global revision, which
-takes the write lock at once (row lock on PostgreSQL, the database lock on SQLite), so concurrent
-writers queue instead of deadlocking on a later lock upgrade, and the revision order is the commit
-order (port creation on PostgreSQL bumps last, see `write`). Unique constraints still guard every
-allocation: the lock is an optimisation, not the guarantee.
+Every write goes through `Database.write()`, which takes its locks in the one order every write path shares
+(`LOCK ORDER` below), so concurrent writers queue and never deadlock; the revision order is the commit order.
+Unique constraints still guard every allocation: the locks are an optimisation, not the guarantee.
+
+LOCK ORDER (PostgreSQL; SQLite has one writer at a time and takes the same steps without row locks):
+  1. the rows of the tenants whose resources the write changes, in id order (FOR NO KEY UPDATE, so a foreign
+     key's check on them still passes): one tenant's writers queue here, different tenants' go on;
+  2. the revision counter: right after the tenants (the write lock: one such writer at a time), or, for the
+     `concurrent` writers (port creation), in the statement that stamps and commits;
+  3. anything else the body touches (subnet rows while allocating, the VNI counter, hosts, ...).
+`write(tenants=...)` takes 1 and 2 itself, before the body runs. A tenant's rows changed through the ORM, or a
+quota checked, without that tenant's lock is refused as a programming error (`TenantNotLocked`), so a handler
+that forgets fails its tests instead of deadlocking under load. A deadlock or serialization failure that still
+happens (an operator's write that touches rows outside any tenant) is retried by the API (`api.common.retrying`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +29,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, select, text, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
 
 from controller import audit
@@ -55,11 +64,70 @@ STAMP_NOTIFY = text("""
                                           'h', CAST(:hosts AS varchar[]), 't', :topo)::text AS d FROM c) x""")
 
 
+# session.info key: the tenants a write transaction holds locked (absent outside writes)
+LOCKED_TENANTS = "tianji_locked_tenants"
+CREATED_TENANTS = "tianji_created_tenants"
+# step 1 of the lock order (PostgreSQL): one statement, the tenants in id order
+LOCK_TENANTS = text("SELECT id FROM tenants WHERE id = ANY(CAST(:tenants AS varchar[])) ORDER BY id "
+                    "FOR NO KEY UPDATE")
+
+
+
+@dataclass(frozen=True)
+class TenantsOf:
+    """Tenants found and locked by one statement of the caller's (selecting tenant ids, in id order, FOR NO KEY
+    UPDATE), sent in one round trip with `then`: the body's first reads, which must come after the locks; their
+    rows are in `WriteTxn.first`. For the hot paths, where a lookup of the tenants would be a round trip more."""
+
+    stmt: Executable
+    params: dict
+    then: tuple[tuple[Executable, dict], ...] = ()
+
+
+# What `write(tenants=...)` takes: the ids, a function of the transaction's session that finds them (a read
+# before any lock: a row's tenant never changes, and a row gone meanwhile is the body's 404 to answer), or
+# TenantsOf.
+Tenants = Iterable[str | None] | Callable[[Session], Iterable[str | None]] | TenantsOf
+
+
+class TenantNotLocked(RuntimeError):
+    """A write changed a tenant's rows without taking that tenant's lock first: a bug in the handler, which
+    must name the tenant to `Database.write(tenants=...)` (see LOCK ORDER)."""
+
+
+def check_tenant_locked(s: Session, tenant_id: str | None) -> None:
+    locked = s.info.get(LOCKED_TENANTS)
+    if locked is not None and tenant_id is not None and tenant_id not in locked:
+        raise TenantNotLocked(f"tenant {tenant_id}'s rows changed without its lock: pass it to "
+                              f"Database.write(tenants=...); locked: {sorted(locked)}")
+
+
+def _check_flush(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
+    """Every tenant-owned row inserted, changed or deleted in a write belongs to a tenant the write locked (or
+    to a tenant it creates)."""
+    locked = s.info.get(LOCKED_TENANTS)
+    if locked is None:
+        return
+    created = s.info.setdefault(CREATED_TENANTS, set())  # nobody else can hold a lock on these
+    created.update(o.id for o in s.new if isinstance(o, m.Tenant) and o.id)
+    for obj in (*s.new, *s.dirty, *s.deleted):
+        tid = getattr(obj, "tenant_id", None)
+        if isinstance(tid, str) and tid not in locked and tid not in created:
+            raise TenantNotLocked(f"{type(obj).__name__} of tenant {tid} changed without the tenant's lock: "
+                                  f"pass it to Database.write(tenants=...); locked: {sorted(locked)}")
+
+
+def _note_created_tenants(s: Session, _ctx: UOWTransaction) -> None:
+    if LOCKED_TENANTS in s.info:
+        s.info.setdefault(CREATED_TENANTS, set()).update(o.id for o in s.new if isinstance(o, m.Tenant))
+
+
 class WriteTxn:
     def __init__(self, session: Session, revision: int) -> None:
         self.session = session
         self.changes = ChangeSet(revision)
         self.deferred: list[tuple[Executable, dict | list[dict]]] = []
+        self.first: list[list] = []  # the rows of TenantsOf.then
 
     def defer(self, stmt: Executable, params: dict | list[dict]) -> None:
         """Run `stmt` at the commit, before the stamp (with a list: once per row): for writes nothing reads back
@@ -155,6 +223,8 @@ class Database:
         self.url = url
         self.engine = make_engine(url, synchronous)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self.sessions, "before_flush", _check_flush)
+        event.listen(self.sessions, "after_flush", _note_created_tenants)
         self.listeners: list[Callable[[ChangeSet], None]] = []
         # SQLite has one writer: this process's writers queue here and the next one starts the moment the lock is
         # free, where SQLite's busy handler would have them sleep and retry in steps of up to 100 ms (measured: a
@@ -179,20 +249,31 @@ class Database:
             yield s
 
     @contextmanager
-    def write(self, concurrent: bool = False) -> Iterator[WriteTxn]:
-        """One transaction: run the body, stamp what it touched with a new revision, commit.
-        Any exception rolls everything back, so a failed request changes nothing.
+    def write(self, tenants: Tenants = (), concurrent: bool = False) -> Iterator[WriteTxn]:
+        """One transaction: lock `tenants` (every tenant whose rows the body changes), bump the revision, run the
+        body, stamp what it touched with the revision, commit, in the LOCK ORDER above. Any exception rolls
+        everything back, so a failed request changes nothing.
 
-        The revision is bumped first, which takes the write lock at once (the counter's row lock on PostgreSQL,
-        the database lock on SQLite): writers queue instead of deadlocking on a later lock upgrade, and the
-        revision order is the commit order. `concurrent=True` (PostgreSQL; the port create paths) bumps last
-        instead, so the counter is locked only for the commit and writers in different subnets run in parallel:
-        only for bodies that insert rows and never update VPC or host rows (another writer's stamps would wait
-        on those while it waits for the counter). Unique constraints (plus a subnet row lock while allocating)
-        keep allocations unique either way."""
+        The revision is bumped right after the tenants' locks, which takes the write lock (the counter's row lock
+        on PostgreSQL, the database lock on SQLite): writers queue instead of deadlocking on a later lock upgrade,
+        and the revision order is the commit order. `concurrent=True` (PostgreSQL; the port create paths) bumps
+        last instead, so the counter is locked only for the commit and writers of different tenants run in
+        parallel: only for bodies that insert rows and never update VPC or host rows (another writer's stamps
+        would wait on those while it waits for the counter). Unique constraints (plus a subnet row lock while
+        allocating) keep allocations unique either way."""
         late = concurrent and self.is_postgres
         with self._writer, self.sessions() as s, s.begin():
             txn = WriteTxn(s, 0)
+            if isinstance(tenants, TenantsOf):
+                from controller.sqlset import fetch_all
+
+                locked, *txn.first = fetch_all(s, [(tenants.stmt, tenants.params), *tenants.then])
+                ids = [row[0] for row in locked]
+            else:
+                ids = sorted({t for t in (tenants(s) if callable(tenants) else tenants) if t})
+                if ids and self.is_postgres:
+                    s.execute(LOCK_TENANTS, {"tenants": ids})
+            s.info[LOCKED_TENANTS] = frozenset(ids)
             if not late:
                 txn.changes.revision = self._bump(s)
             yield txn

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
           409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
@@ -45,9 +47,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, detail: str, field: str | None = None, **extra: Any) -> None:
+    def __init__(self, status: int, detail: str, field: str | None = None, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
         super().__init__(detail)
         self.status, self.detail, self.field, self.extra = status, detail, field, extra
+        self.headers = headers
 
 
 def invalid(field: str, detail: str) -> ApiError:
@@ -86,7 +90,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
         errors = [{"field": exc.field, "message": exc.detail}] if exc.field else None
-        return problem(exc.status, exc.detail, exc.field, errors, **exc.extra)
+        return problem(exc.status, exc.detail, exc.field, errors, headers=exc.headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -100,13 +104,32 @@ def install(app: FastAPI) -> None:
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return problem(422, detail, errors[0]["field"] if errors else None, errors)
 
-    from sqlalchemy.exc import IntegrityError
+    @app.exception_handler(ValidationError)
+    async def _inner_validation(_req: Request, exc: ValidationError) -> JSONResponse:
+        # a model a handler builds from the caller's values (a port for a load balancer's VIP, say): still the
+        # caller's input, so 422 naming the field
+        return await _validation(_req, RequestValidationError(exc.errors()))
+
+    from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_req: Request, exc: IntegrityError) -> JSONResponse:
-        # a constraint caught what the handler's own checks did not (a race, or a reference left behind):
-        # the transaction was rolled back, nothing changed
-        return problem(409, f"conflict with existing data ({str(exc.orig).splitlines()[0]}); nothing was changed")
+        # a constraint caught what the handler's own checks did not (a race): the transaction was rolled back.
+        # The database's own words stay in the log: they name tables and columns, not the API's fields
+        log.warning("constraint refused a write the handler let through: %s", str(exc.orig).splitlines()[0])
+        return problem(409, "conflict with a concurrent change; nothing was changed: read the resources again "
+                            "and retry")
+
+    @app.exception_handler(DataError)
+    async def _data(_req: Request, exc: DataError) -> JSONResponse:
+        log.warning("the database refused a value the API let through: %s", str(exc.orig).splitlines()[0])
+        return problem(422, "a value is out of the range the API accepts; nothing was changed")
+
+    @app.exception_handler(OperationalError)
+    async def _operational(_req: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable or busy: %s", str(exc.orig).splitlines()[0])
+        return problem(503, "the database is unavailable or busy; nothing was changed: retry shortly",
+                       headers={"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:

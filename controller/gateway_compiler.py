@@ -164,9 +164,12 @@ def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str,
         gws = gw_eips.get(vid, {})
         mine = {g for g, es in gws.items() if name in nat_buckets(g, [e for e, _ in es], instances)}
         addr = {e: a for es in gws.values() for e, a in es}
-        snat = [SnatInfo.model_construct(cidr=r.cidr, eips=[addr[i] for i in r.eip_ids.split(",")
-                                                           if i in addr and homed(i)])
-                for r in by_vpc["snat"].get(vid, ()) if r.nat_gateway_id in mine]
+        rules: dict[str, tuple[str, list[str]]] = {}  # SNAT rule -> (CIDR, its EIPs in order), rules in order
+        for r in by_vpc["snat"].get(vid, ()):
+            if r.nat_gateway_id in mine:
+                rules.setdefault(r.id, (r.cidr, []))[1].append(r.eip_id)
+        snat = [SnatInfo.model_construct(cidr=cidr, eips=[addr[i] for i in eids if i in addr and homed(i)])
+                for cidr, eids in rules.values()]
         static = [StaticEip.model_construct(vni=v.vni, ip=r.ip, eip=r.address)
                   for r in by_vpc["static"].get(vid, ()) if homed(r.id)]
         dnat, dnat_here = [], set()

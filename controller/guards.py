@@ -4,8 +4,12 @@
 2. A body declared larger than `max_body_bytes`: 413, before it is read.
 3. Authentication: no token, or a wrong one, is 401 before the body is read. A source sending wrong tokens
    faster than `auth_fail_limit` a second (burst `auth_fail_burst`) gets 429 for every token it has not
-   already proven.
-4. A credential's rate (`rate_limit` a second, burst `rate_burst`; the admin is exempt): 429 with Retry-After.
+   already proven, and so does a wrong token tried that often from anywhere. The source is the client's
+   address, or the one a trusted proxy forwards (`trusted_proxies`; no other is believed), so clients behind a
+   proxy are told apart when the proxy is declared.
+4. The rate (`rate_limit` a second, burst `rate_burst`; the admin is exempt): per tenant, all its tokens
+   together (a tenant cannot buy rate by minting tokens, which its `tokens` quota caps too); per credential
+   for hosts and orchestrators. 429 with Retry-After.
 5. The body, read whole up to the limit (413 beyond it, for a body sent without a length), then handed on.
 
 Limits are per controller process: with N workers or replicas a client may get N times the rate.
@@ -13,6 +17,7 @@ A write by the admin, a tenant or an orchestrator is entered in the audit log (`
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -101,20 +106,26 @@ class Guard:
         auth = headers.get("authorization", b"").decode("latin-1")
         p = cached_principal(self.state, auth)
         if p is None:
-            src = (scope.get("client") or ("?",))[0]
-            if self.fails is not None and (wait := self.fails.empty(src)):
-                raise ApiError(429, "too many failed authentications from this address; wait and retry",
-                               retry_after=max(1, round(wait)))
+            src = "addr:" + (scope.get("client") or ("?",))[0]
+            tried = "cred:" + hashlib.sha256(auth.encode("latin-1", "replace")).hexdigest()[:32]
+            if self.fails is not None:
+                if wait := self.fails.empty(src):
+                    raise ApiError(429, "too many failed authentications from this address; wait and retry",
+                                   retry_after=max(1, round(wait)))
+                if wait := self.fails.empty(tried):
+                    raise ApiError(429, "this token failed authentication too often; check it, wait and retry",
+                                   retry_after=max(1, round(wait)))
             try:
                 p = await run_in_threadpool(authenticate, self.state, auth)
             except ApiError as e:
                 if e.status == 401 and self.fails is not None:
                     self.fails.take(src)
+                    self.fails.take(tried)
                 raise
-        if self.rates is not None and not p.is_admin and (wait := self.rates.take(p.key)):
-            raise ApiError(429, f"rate limit: at most {self.rates.rate:g} requests a second per credential "
-                                f"(bursts of {self.rates.burst}); retry after the time in Retry-After",
-                           retry_after=max(1, round(wait)))
+        if self.rates is not None and not p.is_admin and (wait := self.rates.take(rate_key(p))):
+            raise ApiError(429, f"rate limit: at most {self.rates.rate:g} requests a second per "
+                                f"{'tenant' if p.tenant_id else 'credential'} (bursts of {self.rates.burst}); "
+                                "retry after the time in Retry-After", retry_after=max(1, round(wait)))
         return p
 
     async def _body(self, scope: dict, receive: Callable) -> bytes:
@@ -132,6 +143,11 @@ class Guard:
             if not msg.get("more_body"):
                 break
         return b"".join(chunks)
+
+
+def rate_key(p: Principal) -> str:
+    """A tenant's tokens share one rate; other credentials have their own."""
+    return f"tenant:{p.tenant_id}" if p.tenant_id else f"cred:{p.key}"
 
 
 def _replay(body: bytes, receive: Callable) -> Callable:

@@ -72,6 +72,9 @@ class HostToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     host: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
+    # a gateway credential's role (nat, lb): its host registers with that role only; NULL (credentials made
+    # before roles were bound): the role its host was first registered with
+    role: Mapped[str | None] = mapped_column(String(8), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
@@ -286,8 +289,17 @@ class SnatRule(Base):
     nat_gateway_id: Mapped[str] = mapped_column(ForeignKey("nat_gateways.id", ondelete="CASCADE"), index=True)
     subnet_id: Mapped[str | None] = mapped_column(ForeignKey("subnets.id"), nullable=True)
     cidr: Mapped[str] = mapped_column(String(18))
-    eip_ids: Mapped[str] = mapped_column(String(1024))  # comma-separated, in order (paired pooling hashes over it)
     __table_args__ = (UniqueConstraint("nat_gateway_id", "cidr", name="uq_snat_gw_cidr"),)
+
+
+class SnatRuleEip(Base):
+    """An SNAT rule's EIPs, in order (paired pooling hashes over the list), each once."""
+
+    __tablename__ = "snat_rule_eips"
+    rule_id: Mapped[str] = mapped_column(ForeignKey("snat_rules.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    eip_id: Mapped[str] = mapped_column(ForeignKey("eips.id"), index=True)
+    __table_args__ = (UniqueConstraint("rule_id", "eip_id", name="uq_snat_rule_eip"),)
 
 
 class DnatRule(Base):

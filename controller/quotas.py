@@ -1,7 +1,8 @@
 """Per-tenant quotas: how many of each resource a tenant may hold. Defaults in the settings, overrides per tenant
 by the admin (`PUT /v1/tenants/{id}/quotas`); a create that would exceed one is refused with 409 naming it.
 
-A check locks the tenant's row first, so concurrent creates by one tenant cannot both slip under the limit."""
+A check runs under the tenant's lock (`Database.write(tenants=...)`, the lock order's first step), so concurrent
+creates by one tenant cannot both slip under the limit; it refuses to run without it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
+from controller.db import check_tenant_locked
 from controller.errors import ApiError
 
 # resource -> a statement counting one tenant's rows (bound parameter: tenant)
@@ -31,6 +33,7 @@ COUNTS: dict[str, Any] = {
     .where(m.LoadBalancer.tenant_id == bindparam("tenant")),
     "peerings": select(func.count()).select_from(m.Peering)
     .where(m.Peering.requester_tenant_id == bindparam("tenant")),
+    "tokens": select(func.count()).select_from(m.TenantToken).where(m.TenantToken.tenant_id == bindparam("tenant")),
 }
 RESOURCES = tuple(COUNTS)
 
@@ -44,16 +47,16 @@ def usage(s: Session, tenant_id: str) -> dict[str, int]:
     return {r: s.execute(q, {"tenant": tenant_id}).scalar() for r, q in COUNTS.items()}
 
 
-# per resource, one statement (one round trip on a create's hot path): lock the tenant's row, read its override
-# and its count
+# per resource, one statement (one round trip on a create's hot path): the tenant's override and its count
 CHECKS = {r: select(select(m.Quota.limit).where(m.Quota.tenant_id == bindparam("tenant"), m.Quota.resource == r)
                     .scalar_subquery(), q.scalar_subquery())
-          .where(m.Tenant.id == bindparam("tenant")).with_for_update(of=m.Tenant)
+          .where(m.Tenant.id == bindparam("tenant"))
           for r, q in COUNTS.items()}
 
 
 def check(s: Session, defaults: dict[str, int], tenant_id: str, resource: str, adding: int = 1) -> None:
     """Refuse (409) if the tenant would hold more than its limit of `resource` after adding `adding`."""
+    check_tenant_locked(s, tenant_id)
     row = s.execute(CHECKS[resource], {"tenant": tenant_id}).one_or_none()
     if row is None:
         return  # no such tenant: the caller's own lookup says so

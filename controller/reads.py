@@ -21,7 +21,7 @@ _PORTS, _HOSTS, _VPCS = m.Port.__table__, m.Host.__table__, m.Vpc.__table__
 _ROUTES, _SUBNETS, _PSG, _EIPS = m.Route.__table__, m.Subnet.__table__, m.PortSecurityGroup.__table__, m.Eip.__table__
 _NATGWS, _NATGW_EIPS = m.NatGateway.__table__, m.NatGatewayEip.__table__
 _SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
-_SNAT, _DNAT = m.SnatRule.__table__, m.DnatRule.__table__
+_SNAT, _SNAT_EIPS, _DNAT = m.SnatRule.__table__, m.SnatRuleEip.__table__, m.DnatRule.__table__
 _LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.LbPool.__table__
 _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
@@ -114,9 +114,10 @@ Q_NAT_GATEWAYS_SERVED = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
     .outerjoin(_EIPS, _EIPS.c.id == _NATGW_EIPS.c.eip_id) \
     .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
-Q_SNAT = select(_NATGWS.c.vpc_id, _SNAT.c.nat_gateway_id, _SNAT.c.cidr, _SNAT.c.eip_ids) \
-    .join(_NATGWS, _NATGWS.c.id == _SNAT.c.nat_gateway_id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")) \
-    .order_by(_SNAT.c.cidr, _SNAT.c.nat_gateway_id)
+# a row per (rule, EIP), the rule's EIPs in their order
+Q_SNAT = select(_NATGWS.c.vpc_id, _SNAT.c.id, _SNAT.c.nat_gateway_id, _SNAT.c.cidr, _SNAT_EIPS.c.eip_id) \
+    .join(_NATGWS, _NATGWS.c.id == _SNAT.c.nat_gateway_id).join(_SNAT_EIPS, _SNAT_EIPS.c.rule_id == _SNAT.c.id) \
+    .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_SNAT.c.cidr, _SNAT.c.nat_gateway_id, _SNAT_EIPS.c.position)
 Q_STATIC = select(_PORTS.c.vpc_id, _EIPS.c.id, _EIPS.c.address, _PORTS.c.ip) \
     .join(_PORTS, _PORTS.c.id == _EIPS.c.port_id).where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_EIPS.c.address)
 Q_DNAT = select(_NATGWS.c.vpc_id, _DNAT.c.nat_gateway_id, _DNAT.c.eip_id, _EIPS.c.address, _DNAT.c.protocol,

@@ -44,13 +44,17 @@ if HttpToolsProtocol is not None:
             super().connection_made(transport)
 
 
-def server_options() -> dict[str, Any]:
-    """uvicorn's settings: the fastest protocol and loop installed ("auto" takes uvloop if present)."""
+def server_options(trusted_proxies: list[str] | None = None) -> dict[str, Any]:
+    """uvicorn's settings: the fastest protocol and loop installed ("auto" takes uvloop if present); no `Server`
+    header (what runs here is nobody's business); X-Forwarded-For believed only from `trusted_proxies`
+    (TIANJI_TRUSTED_PROXIES), so that a client cannot pick the address its failed logins are counted against
+    (uvicorn believes 127.0.0.1 by default)."""
     http = NoDelayHttpToolsProtocol if HttpToolsProtocol is not None else NoDelayH11Protocol
     # With --workers, uvicorn's supervisor kills a worker whose health-check thread has not answered in 5 s.
     # Under a saturating load that thread can wait that long for the GIL, and a busy worker was killed with its
     # requests (seen here: clients' connections reset mid-benchmark). A dead worker is still noticed at once.
-    return {"http": http, "loop": "auto", "timeout_worker_healthcheck": 120}
+    return {"http": http, "loop": "auto", "timeout_worker_healthcheck": 120, "server_header": False,
+            "proxy_headers": bool(trusted_proxies), "forwarded_allow_ips": ",".join(trusted_proxies or []) or ""}
 
 
 THREADS_PER_WORKER = 8

@@ -14,7 +14,7 @@ VNI_LIMIT = 16_777_215  # 24 bits
 
 DEFAULT_QUOTAS = {"vpcs": 50, "subnets": 500, "ports": 10_000, "security_groups": 500,
                   "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100,
-                  "load_balancers": 20}
+                  "load_balancers": 20, "tokens": 20}
 
 
 def default_state_dir() -> Path:
@@ -53,11 +53,16 @@ class Settings(BaseSettings):
                                         description="public ranges tenants may use as VPC CIDRs (JSON list)")
     quotas: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_QUOTAS),
                                    description="defaults per tenant (JSON); -1: unlimited")
-    rate_limit: float = Field(100.0, ge=0, description="requests a second per credential (admin exempt); 0: off")
+    rate_limit: float = Field(100.0, ge=0, description="requests a second per tenant (all its tokens together), "
+                                                       "per host or orchestrator credential (admin exempt); 0: off")
     rate_burst: int = Field(500, ge=1)
-    auth_fail_limit: float = Field(2.0, ge=0, description="failed authentications a second per source; 0: off")
+    auth_fail_limit: float = Field(2.0, ge=0, description="failed authentications a second per source address, "
+                                                           "and per credential tried; 0: off")
     auth_fail_burst: int = Field(20, ge=1)
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    trusted_proxies: list[str] = Field(default_factory=list,
+                                       description="addresses or networks of reverse proxies whose X-Forwarded-For "
+                                                   "is believed (JSON list); none by default")
     sqlite_synchronous: str = Field("FULL", pattern="^(FULL|NORMAL|EXTRA)$")
 
     @field_validator("vni_range")
@@ -70,6 +75,13 @@ class Settings(BaseSettings):
         if not 1 <= lo_i <= hi_i <= VNI_LIMIT:
             raise ValueError(f"{v!r}: need 1 <= LOW <= HIGH <= {VNI_LIMIT}")
         return f"{lo_i}..{hi_i}"
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        return [str(ipaddress.ip_network(c, strict=False)) for c in v]
 
     @field_validator("vpc_public_cidrs")
     @classmethod

@@ -47,6 +47,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
     where = settings.database_url.split("@")[-1] if settings.database_url else settings.url
     console.print(f"tianji controller: http://{host}:{port}  database: {where}  state: {settings.state_dir}"
                   + (f"  workers: {workers}" if workers > 1 else ""))
+    options = server_options(settings.trusted_proxies)
     if workers > 1:
         os.environ["TIANJI_STATE_DIR"] = str(settings.state_dir)
         if settings.database_url:
@@ -54,10 +55,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
         if host_down_after is not None:
             os.environ["TIANJI_HOST_DOWN_AFTER"] = str(host_down_after)
         uvicorn.run("controller.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                    log_level=log_level.lower(), timeout_graceful_shutdown=2, **server_options())
+                    log_level=log_level.lower(), timeout_graceful_shutdown=2, **options)
     else:
         uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=2,
-                    **server_options())
+                    **options)
 
 
 # --- API client commands ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from controller.api.common import db_of
+from controller.api.common import MAX_BIGINT, WriteRoute, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
 from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections
@@ -18,14 +18,14 @@ from controller.reads import may_serve
 from controller.watch import Wake, next_wake
 from tianji.southbound import GatewayConfig, GatewayConfigDelta
 
-router = APIRouter(tags=["gateways"])
+router = APIRouter(tags=["gateways"], route_class=WriteRoute)
 DIGEST = Query(None, max_length=64, pattern="^[0-9a-f]*$",
                description="the X-Tianji-Config-Digest of the config the instance holds (at `after`)")
 
 
 @router.get("/gateways/{name}/config", response_model=GatewayConfig,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
-async def gateway_config(name: str, request: Request, after: int = Query(-1, ge=-1),
+async def gateway_config(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                          timeout: float = Query(0, ge=0, le=300), digest: str | None = DIGEST,
                          p: Principal = Depends(require_infra)) -> Response:
     """Long-poll for a gateway instance's whole config (NAT rules, EIPs, endpoints). With `digest`, a write that
@@ -37,7 +37,7 @@ async def gateway_config(name: str, request: Request, after: int = Query(-1, ge=
 
 @router.get("/gateways/{name}/config/delta", response_model=GatewayConfigDelta,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
-async def gateway_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1),
+async def gateway_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                                timeout: float = Query(0, ge=0, le=300), digest: str | None = DIGEST,
                                p: Principal = Depends(require_infra)) -> Response:
     """The same long-poll, answered with the sections (one per VPC) that changed after `after`

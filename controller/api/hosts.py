@@ -11,18 +11,18 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of
+from controller.api.common import MAX_BIGINT, WriteRoute, db_of
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.compiler import compile_host, compile_host_delta
 from controller.db import Database
-from controller.errors import ApiError, conflict, not_found
+from controller.errors import ApiError, conflict, invalid, not_found
 from controller.models import now
 from controller.reads import host_revision
 from controller.watch import next_wake
 from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 
-router = APIRouter(tags=["hosts"])
+router = APIRouter(tags=["hosts"], route_class=WriteRoute)
 
 
 def host_out(s, h: m.Host, n: int | None = None) -> HostOut:
@@ -40,10 +40,16 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     own_host(p, body.name, body.kind)
     if body.role is not None and body.kind != "gateway":
         raise ApiError(422, "role: only a gateway has a role (nat or lb)", "role")
-    role = (body.role or "nat") if body.kind == "gateway" else None
+    role = (body.role or p.host_role or "nat") if body.kind == "gateway" else None
+    if p.host_role is not None and role != p.host_role:
+        raise ApiError(403, f"role: this credential is for a {p.host_role} gateway; the operator makes one for "
+                            f"another role (POST /v1/host-tokens {{\"kind\": \"gateway\", \"role\": ...}})", "role")
     with db_of(request).write() as t:
         s = t.session
         h = s.get(m.Host, body.name)
+        if h is not None and h.kind == "gateway" and h.role != role and not p.is_admin:
+            raise ApiError(403, f"role: host {body.name} is registered as a {h.role} gateway; a role change is the "
+                                f"operator's (PATCH /v1/hosts/{body.name} {{\"role\": \"{role}\"}})", "role")
         if h is not None and h.kind != body.kind:
             raise conflict("kind", f"host {body.name} is registered as a {h.kind}; delete it first to register it "
                                    f"as a {body.kind}")
@@ -94,18 +100,25 @@ def get_host(name: str, request: Request, p: Principal = Depends(require_infra))
 
 @router.patch("/hosts/{name}", response_model=HostOut)
 def update_host(name: str, body: HostUpdate, request: Request, _: Principal = Depends(require_admin)) -> HostOut:
-    """The operator moves a host's VTEP (a re-addressed underlay); its agent then registers with the new one."""
+    """The operator moves a host's VTEP (a re-addressed underlay; its agent then registers with the new one), or
+    changes a gateway's role (its instance then registers with the new one)."""
     with db_of(request).write() as t:
         s = t.session
         h = s.get(m.Host, name)
         if h is None:
             raise not_found("host", name)
-        clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
-                                                    m.Host.name != name)).scalar_one_or_none()
-        if clash:
-            raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
-        if h.vtep_ip != body.vtep_ip:
+        if body.vtep_ip is not None and body.vtep_ip != h.vtep_ip:
+            clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
+                                                        m.Host.name != name)).scalar_one_or_none()
+            if clash:
+                raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
             h.vtep_ip = body.vtep_ip
+            t.touch_topology()
+            t.touch_hosts(name)
+        if body.role is not None and body.role != h.role:
+            if h.kind != "gateway":
+                raise invalid("role", f"host {name} is a {h.kind}: only a gateway has a role")
+            h.role = body.role
             t.touch_topology()
             t.touch_hosts(name)
         s.flush()
@@ -161,7 +174,7 @@ def host_status(name: str, body: PortStatusReport, request: Request,
 
 @router.get("/hosts/{name}/config", response_model=HostConfig,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
-async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1),
+async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                        timeout: float = Query(0, ge=0, le=300),
                        p: Principal = Depends(require_infra)) -> Response:
     """Long-poll: the host's compiled config as soon as its revision is newer than `after`, or 304 after
@@ -172,7 +185,7 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
 
 @router.get("/hosts/{name}/config/delta", response_model=HostConfigDelta,
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
-async def watch_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1),
+async def watch_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                              timeout: float = Query(0, ge=0, le=300),
                              p: Principal = Depends(require_infra)) -> Response:
     """The same long-poll, answered with what changed after `after` (HostConfigDelta): the sections of the VPCs

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, owned, paged, scoped, with_retries
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.lb_schemas import (
     HealthMonitorOut,
     HealthMonitorPut,
@@ -35,7 +35,7 @@ from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 
-router = APIRouter(tags=["load balancers"])
+router = APIRouter(tags=["load balancers"], route_class=WriteRoute)
 DOWN = ("OFFLINE",)
 
 
@@ -93,10 +93,10 @@ def create_lb(body: LoadBalancerCreate, request: Request, p: Principal = Depends
     settings = request.app.state.settings
 
     def txn() -> LoadBalancerOut:
-        with db_of(request).write() as t:
+        with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
             s = t.session
             vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
-            subnet = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id")
+            subnet = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id", tenant=vpc.tenant_id)
             if subnet.vpc_id != vpc.id:
                 raise invalid("subnet_id", f"subnet {subnet.id} is not in VPC {vpc.id}")
             quotas.check(s, settings.quotas, vpc.tenant_id, "load_balancers")
@@ -105,7 +105,7 @@ def create_lb(body: LoadBalancerCreate, request: Request, p: Principal = Depends
                 raise conflict("name", f"VPC {vpc.id} already has a load balancer named {body.name!r}")
             eip = None
             if body.eip_id:
-                eip = owned(s, m.Eip, body.eip_id, p, "EIP", "eip_id")
+                eip = owned(s, m.Eip, body.eip_id, p, "EIP", "eip_id", tenant=vpc.tenant_id)
                 if reason := eip_in_use(s, eip):
                     raise conflict("eip_id", reason)
             try:
@@ -147,9 +147,12 @@ def get_lb(lb_id: str, request: Request, p: Principal = Depends(require_tenant_a
 def delete_lb(lb_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     """With its listeners, pools, members and monitors; its VIP's address goes back to the subnet, its EIP stays
     the tenant's."""
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LoadBalancer, lb_id)) as t:
         s = t.session
         lb = owned(s, m.LoadBalancer, lb_id, p, "load balancer")
+        if (eip := s.execute(select(m.Eip.id, m.Eip.address).where(m.Eip.port_id == lb.vip_port_id)).first()):
+            raise conflict(None, f"EIP {eip.address} ({eip.id}) is associated 1:1 with this load balancer's VIP "
+                                 f"port; disassociate it first (POST /v1/eips/{eip.id}/disassociate)")
         _touch(t, lb)
         for listener in s.execute(select(m.LbListener).where(m.LbListener.load_balancer_id == lb.id)).scalars():
             s.delete(listener)
@@ -176,7 +179,7 @@ def _check_pool_for(s: Session, pool_id: str | None, lb: m.LoadBalancer, protoco
 @router.post("/load-balancers/{lb_id}/listeners", status_code=201, response_model=ListenerOut)
 def create_listener(lb_id: str, body: ListenerCreate, request: Request,
                     p: Principal = Depends(require_tenant_api)) -> ListenerOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LoadBalancer, lb_id)) as t:
         s = t.session
         lb = owned(s, m.LoadBalancer, lb_id, p, "load balancer")
         _check_pool_for(s, body.default_pool_id, lb, body.protocol, p)
@@ -202,7 +205,7 @@ def list_listeners(lb_id: str, request: Request, p: Principal = Depends(require_
 
 @router.delete("/listeners/{listener_id}", status_code=204)
 def delete_listener(listener_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbListener, listener_id)) as t:
         listener = owned(t.session, m.LbListener, listener_id, p, "listener")
         _touch(t, t.session.get(m.LoadBalancer, listener.load_balancer_id))
         t.session.delete(listener)
@@ -211,7 +214,7 @@ def delete_listener(listener_id: str, request: Request, p: Principal = Depends(r
 # --- pools -----------------------------------------------------------------------------------------------------
 @router.post("/pools", status_code=201, response_model=PoolOut)
 def create_pool(body: PoolCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> PoolOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LoadBalancer, body.load_balancer_id)) as t:
         s = t.session
         lb = owned(s, m.LoadBalancer, body.load_balancer_id, p, "load balancer", "load_balancer_id")
         if s.execute(select(m.LbPool.id).where(m.LbPool.load_balancer_id == lb.id,
@@ -250,7 +253,7 @@ def _delete_pool(s: Session, pool: m.LbPool) -> None:
 
 @router.delete("/pools/{pool_id}", status_code=204)
 def delete_pool(pool_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         s = t.session
         pool = owned(s, m.LbPool, pool_id, p, "pool")
         users = s.execute(select(m.LbListener.id).where(m.LbListener.default_pool_id == pool.id)).scalars().all()
@@ -266,11 +269,11 @@ def delete_pool(pool_id: str, request: Request, p: Principal = Depends(require_t
 def add_member(pool_id: str, body: MemberCreate, request: Request,
                p: Principal = Depends(require_tenant_api)) -> MemberOut:
     def txn() -> MemberOut:
-        with db_of(request).write() as t:
+        with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
             s = t.session
             pool = owned(s, m.LbPool, pool_id, p, "pool")
             lb = s.get(m.LoadBalancer, pool.load_balancer_id)
-            port = owned(s, m.Port, body.port_id, p, "port", "port_id")
+            port = owned(s, m.Port, body.port_id, p, "port", "port_id", tenant=pool.tenant_id)
             if port.vpc_id != lb.vpc_id:
                 raise invalid("port_id", f"port {port.id} is not in the load balancer's VPC {lb.vpc_id}")
             if port.id == lb.vip_port_id:
@@ -322,7 +325,7 @@ def _member(s: Session, pool_id: str, member_id: str, p: Principal) -> tuple[m.L
 def update_member(pool_id: str, member_id: str, body: MemberUpdate, request: Request,
                   p: Principal = Depends(require_tenant_api)) -> MemberOut:
     """The weight; 0 drains (no new connections; established ones end after the pool's deregistration delay)."""
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         s = t.session
         pool, x = _member(s, pool_id, member_id, p)
         if (x.weight == 0) != (body.weight == 0):
@@ -336,7 +339,7 @@ def update_member(pool_id: str, member_id: str, body: MemberUpdate, request: Req
 
 @router.delete("/pools/{pool_id}/members/{member_id}", status_code=204)
 def remove_member(pool_id: str, member_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         pool, x = _member(t.session, pool_id, member_id, p)
         _touch(t, t.session.get(m.LoadBalancer, pool.load_balancer_id))
         t.session.delete(x)
@@ -346,7 +349,7 @@ def remove_member(pool_id: str, member_id: str, request: Request, p: Principal =
 @router.put("/pools/{pool_id}/health-monitor", response_model=HealthMonitorOut)
 def put_monitor(pool_id: str, body: HealthMonitorPut, request: Request,
                 p: Principal = Depends(require_tenant_api)) -> HealthMonitorOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         s = t.session
         pool = owned(s, m.LbPool, pool_id, p, "pool")
         hm = s.get(m.LbHealthMonitor, pool.id)
@@ -376,7 +379,7 @@ def get_monitor(pool_id: str, request: Request, p: Principal = Depends(require_t
 @router.delete("/pools/{pool_id}/health-monitor", status_code=204)
 def delete_monitor(pool_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     """Members become NO_MONITOR: treated as healthy."""
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         s = t.session
         pool = owned(s, m.LbPool, pool_id, p, "pool")
         if (hm := s.get(m.LbHealthMonitor, pool.id)) is None:

@@ -4,30 +4,37 @@ instances' next config takes an OFFLINE member out of its pool's table (or back 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import Field
+from pydantic import Field, StringConstraints
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import db_of
+from controller.api.common import WriteRoute, db_of
 from controller.api.schemas import Req
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import ApiError
 
-router = APIRouter(tags=["load balancers"])
+router = APIRouter(tags=["load balancers"], route_class=WriteRoute)
 
 
 class HealthReport(Req):
-    members: dict[str, Literal["ONLINE", "OFFLINE"]] = Field(description="member id -> what its checks say")
+    members: dict[Annotated[str, StringConstraints(max_length=64)], Literal["ONLINE", "OFFLINE"]] = Field(
+        max_length=10_000, description="member id -> what its checks say")
 
 
 @router.post("/hosts/{name}/lb-health")
 def report_health(name: str, body: HealthReport, request: Request, p: Principal = Depends(require_infra)) -> dict:
     """Only for members whose port is on this host, whose pool is monitored and that are not draining."""
     own_host(p, name, "hypervisor")
-    with db_of(request).write() as t:
+
+    def tenants(s: Session) -> list[str]:  # of the members on this host (the lock order, controller/db.py)
+        return list(s.execute(select(m.LbMember.tenant_id).distinct().join(m.Port, m.Port.id == m.LbMember.port_id)
+                              .where(m.Port.host == name)).scalars())
+
+    with db_of(request).write(tenants=tenants) as t:
         s = t.session
         rows = s.execute(select(m.LbMember, m.Port.host, m.LbPool.load_balancer_id)
                          .join(m.Port, m.Port.id == m.LbMember.port_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime
 from typing import Literal
@@ -20,8 +21,18 @@ class LoadBalancerCreate(Req):
     name: str = NAME
     vpc_id: str
     subnet_id: str
-    vip_address: str | None = Field(None, description="an address in the subnet (default: the next free one)")
+    vip_address: str | None = Field(None, description="an IPv4 address in the subnet (default: the next free one)")
     eip_id: str | None = Field(None, description="an EIP of yours that makes the VIP reachable from the internet")
+
+    @field_validator("vip_address")
+    @classmethod
+    def _vip(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(ipaddress.IPv4Address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 address") from None
 
 
 class LoadBalancerOut(Resp):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections import defaultdict
 
 from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, owned, paged, scoped, with_retries
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.nat_schemas import (
     DnatRuleCreate,
     DnatRuleOut,
@@ -30,7 +31,7 @@ from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import overlaps
 from controller.placement import home
 
-router = APIRouter(tags=["nat"])
+router = APIRouter(tags=["nat"], route_class=WriteRoute)
 
 
 # --- pools (admin) --------------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def create_eip(request: Request, body: EipCreate | None = None, p: Principal = D
         tenant_id = body.tenant_id
 
     def txn() -> EipOut:
-        with db_of(request).write() as t:
+        with db_of(request).write(tenants=[tenant_id]) as t:
             s = t.session
             s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())  # serialise
             if s.get(m.Tenant, tenant_id) is None:
@@ -145,7 +146,7 @@ def eip_in_use(s: Session, eip: m.Eip) -> str | None:
 
 @router.delete("/eips/{eip_id}", status_code=204)
 def delete_eip(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Eip, eip_id)) as t:
         eip = owned(t.session, m.Eip, eip_id, p, "EIP")
         if reason := eip_in_use(t.session, eip):
             raise conflict(None, reason + "; release it first")
@@ -154,12 +155,10 @@ def delete_eip(eip_id: str, request: Request, p: Principal = Depends(require_ten
 
 @router.post("/eips/{eip_id}/associate", response_model=EipOut)
 def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = Depends(require_tenant_api)) -> EipOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Eip, eip_id)) as t:
         s = t.session
         eip = owned(s, m.Eip, eip_id, p, "EIP")
-        port = owned(s, m.Port, body.port_id, p, "port", "port_id")
-        if port.tenant_id != eip.tenant_id:
-            raise not_found("port", body.port_id, "port_id")
+        port = owned(s, m.Port, body.port_id, p, "port", "port_id", tenant=eip.tenant_id)
         if eip.port_id == port.id:
             return eip_out(s, eip)
         if reason := eip_in_use(s, eip):
@@ -175,7 +174,7 @@ def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = 
 
 @router.post("/eips/{eip_id}/disassociate", response_model=EipOut)
 def disassociate(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> EipOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Eip, eip_id)) as t:
         eip = owned(t.session, m.Eip, eip_id, p, "EIP")
         if eip.port_id:
             port = t.session.get(m.Port, eip.port_id)
@@ -204,7 +203,7 @@ def gw_out(s: Session, gw: m.NatGateway) -> NatGatewayOut:
 
 @router.post("/nat-gateways", status_code=201, response_model=NatGatewayOut)
 def create_natgw(body: NatGatewayCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> NatGatewayOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
         eips = _owned_eips(s, body.eip_ids, p, vpc.tenant_id, "eip_ids")
@@ -247,7 +246,7 @@ def get_natgw(gw_id: str, request: Request, p: Principal = Depends(require_tenan
 
 @router.delete("/nat-gateways/{gw_id}", status_code=204)
 def delete_natgw(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.NatGateway, gw_id)) as t:
         s = t.session
         gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
         for model in (m.SnatRule, m.DnatRule, m.NatGatewayEip):
@@ -261,12 +260,12 @@ def delete_natgw(gw_id: str, request: Request, p: Principal = Depends(require_te
 @router.post("/nat-gateways/{gw_id}/snat-rules", status_code=201, response_model=SnatRuleOut)
 def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
                 p: Principal = Depends(require_tenant_api)) -> SnatRuleOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.NatGateway, gw_id)) as t:
         s = t.session
         gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
         vpc = s.get(m.Vpc, gw.vpc_id)
         if body.subnet_id:
-            sn = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id")
+            sn = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id", tenant=gw.tenant_id)
             if sn.vpc_id != gw.vpc_id:
                 raise invalid("subnet_id", "the subnet is not in the NAT gateway's VPC")
             cidr = sn.cidr
@@ -281,8 +280,10 @@ def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
                 raise invalid(f"eip_ids.{i}", f"EIP {eid} is not one of this NAT gateway's EIPs")
         if s.execute(select(m.SnatRule.id).where(m.SnatRule.nat_gateway_id == gw.id, m.SnatRule.cidr == cidr)).first():
             raise conflict("cidr", f"an SNAT rule for {cidr} exists already")
-        rule = m.SnatRule(nat_gateway_id=gw.id, subnet_id=body.subnet_id, cidr=cidr, eip_ids=",".join(body.eip_ids))
+        rule = m.SnatRule(nat_gateway_id=gw.id, subnet_id=body.subnet_id, cidr=cidr)
         s.add(rule)
+        s.flush()
+        s.add_all([m.SnatRuleEip(rule_id=rule.id, position=i, eip_id=eid) for i, eid in enumerate(body.eip_ids)])
         t.touch_vpcs(gw.vpc_id)
         s.flush()
         return SnatRuleOut(id=rule.id, nat_gateway_id=gw.id, subnet_id=rule.subnet_id, cidr=cidr,
@@ -293,14 +294,19 @@ def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
 def list_snat(gw_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> list[SnatRuleOut]:
     with db_of(request).read() as s:
         gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
-        return [SnatRuleOut(id=r.id, nat_gateway_id=gw.id, subnet_id=r.subnet_id, cidr=r.cidr,
-                            eip_ids=r.eip_ids.split(","))
-                for r in s.execute(select(m.SnatRule).where(m.SnatRule.nat_gateway_id == gw.id)).scalars()]
+        rules = list(s.execute(select(m.SnatRule).where(m.SnatRule.nat_gateway_id == gw.id)).scalars())
+        eips: dict[str, list[str]] = defaultdict(list)
+        for rid, eid in s.execute(select(m.SnatRuleEip.rule_id, m.SnatRuleEip.eip_id)
+                                  .where(m.SnatRuleEip.rule_id.in_([r.id for r in rules]))
+                                  .order_by(m.SnatRuleEip.rule_id, m.SnatRuleEip.position)):
+            eips[rid].append(eid)
+        return [SnatRuleOut(id=r.id, nat_gateway_id=gw.id, subnet_id=r.subnet_id, cidr=r.cidr, eip_ids=eips[r.id])
+                for r in rules]
 
 
 @router.delete("/nat-gateways/{gw_id}/snat-rules/{rule_id}", status_code=204)
 def delete_snat(gw_id: str, rule_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.NatGateway, gw_id)) as t:
         gw = owned(t.session, m.NatGateway, gw_id, p, "NAT gateway")
         rule = t.session.get(m.SnatRule, rule_id)
         if rule is None or rule.nat_gateway_id != gw.id:
@@ -312,10 +318,10 @@ def delete_snat(gw_id: str, rule_id: str, request: Request, p: Principal = Depen
 @router.post("/nat-gateways/{gw_id}/dnat-rules", status_code=201, response_model=DnatRuleOut)
 def create_dnat(gw_id: str, body: DnatRuleCreate, request: Request,
                 p: Principal = Depends(require_tenant_api)) -> m.DnatRule:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.NatGateway, gw_id)) as t:
         s = t.session
         gw = owned(s, m.NatGateway, gw_id, p, "NAT gateway")
-        eip = owned(s, m.Eip, body.eip_id, p, "EIP", "eip_id")
+        eip = owned(s, m.Eip, body.eip_id, p, "EIP", "eip_id", tenant=gw.tenant_id)
         if eip.port_id:
             raise conflict("eip_id", f"EIP {eip.address} is associated 1:1 with a port")
         # a DNAT EIP is this gateway's alone: not a source EIP of any NAT gateway (SNAT would hand out its
@@ -328,7 +334,7 @@ def create_dnat(gw_id: str, body: DnatRuleCreate, request: Request,
         if s.execute(select(m.DnatRule.id).where(m.DnatRule.eip_id == eip.id,
                                                  m.DnatRule.nat_gateway_id != gw.id)).first():
             raise conflict("eip_id", f"EIP {eip.address} carries another NAT gateway's DNAT rules")
-        port = owned(s, m.Port, body.port_id, p, "port", "port_id")
+        port = owned(s, m.Port, body.port_id, p, "port", "port_id", tenant=gw.tenant_id)
         if port.vpc_id != gw.vpc_id:
             raise invalid("port_id", "the port is not in the NAT gateway's VPC")
         if s.execute(select(m.DnatRule.id).where(m.DnatRule.eip_id == eip.id, m.DnatRule.protocol == body.protocol,
@@ -351,7 +357,7 @@ def list_dnat(gw_id: str, request: Request, p: Principal = Depends(require_tenan
 
 @router.delete("/nat-gateways/{gw_id}/dnat-rules/{rule_id}", status_code=204)
 def delete_dnat(gw_id: str, rule_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.NatGateway, gw_id)) as t:
         gw = owned(t.session, m.NatGateway, gw_id, p, "NAT gateway")
         rule = t.session.get(m.DnatRule, rule_id)
         if rule is None or rule.nat_gateway_id != gw.id:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from controller.api.schemas import Req, Resp, cidr_field
+from controller.api.schemas import IdList, Req, Resp, cidr_field
 
 
 class EipPoolCreate(Req):
@@ -37,7 +37,7 @@ class EipAssociate(Req):
 class NatGatewayCreate(Req):
     vpc_id: str
     name: str = Field("nat", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    eip_ids: list[str] = Field(min_length=1)
+    eip_ids: Annotated[IdList, Field(min_length=1)]
 
 
 class NatGatewayOut(BaseModel):
@@ -51,7 +51,7 @@ class NatGatewayOut(BaseModel):
 class SnatRuleCreate(Req):
     subnet_id: str | None = None
     cidr: str | None = None
-    eip_ids: list[str] = Field(min_length=1)
+    eip_ids: Annotated[IdList, Field(min_length=1)]
 
     @field_validator("cidr")
     @classmethod

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, owned, paged, visible
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, tenant_of, visible
 from controller.api.schemas import PeeringCreate, PeeringOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import overlaps
 
-router = APIRouter(tags=["peerings"])
+router = APIRouter(tags=["peerings"], route_class=WriteRoute)
 
 
 def _visible_peering(s, peering_id: str, p: Principal) -> m.Peering:
@@ -27,7 +30,7 @@ def _visible_peering(s, peering_id: str, p: Principal) -> m.Peering:
 def create_peering(body: PeeringCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> m.Peering:
     if body.requester_vpc_id == body.accepter_vpc_id:
         raise invalid("accepter_vpc_id", "a VPC cannot peer with itself")
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.requester_vpc_id)) as t:
         s = t.session
         req = owned(s, m.Vpc, body.requester_vpc_id, p, "VPC", "requester_vpc_id")
         acc = s.get(m.Vpc, body.accepter_vpc_id)  # may belong to another tenant: peering is how tenants meet
@@ -66,8 +69,14 @@ def get_peering(peering_id: str, request: Request, p: Principal = Depends(requir
         return _visible_peering(s, peering_id, p)
 
 
+def _tenants(peering_id: str) -> Callable[[Session], list[str]]:
+    """Both sides' tenants: a peering's row is both tenants' (for the lock order, controller/db.py)."""
+    return lambda s: list(s.execute(select(m.Peering.requester_tenant_id, m.Peering.accepter_tenant_id)
+                                    .where(m.Peering.id == peering_id)).one_or_none() or [])
+
+
 def _decide(peering_id: str, request: Request, p: Principal, status: str) -> m.Peering:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=_tenants(peering_id)) as t:
         pc = _visible_peering(t.session, peering_id, p)
         if not visible(p, pc.accepter_tenant_id):
             raise ApiError(403, "only the accepter VPC's tenant can accept or reject this peering")
@@ -91,7 +100,7 @@ def reject_peering(peering_id: str, request: Request, p: Principal = Depends(req
 
 @router.delete("/peerings/{peering_id}", status_code=204)
 def delete_peering(peering_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=_tenants(peering_id)) as t:
         pc = _visible_peering(t.session, peering_id, p)
         t.touch_vpcs(pc.requester_vpc_id, pc.accepter_vpc_id)
         t.session.delete(pc)

@@ -13,15 +13,26 @@ from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, default_group_id, owned, paged, scoped, visible, with_retries
+from controller.api.common import (
+    Page,
+    WriteRoute,
+    db_of,
+    default_group_id,
+    owned,
+    paged,
+    scoped,
+    tenant_of,
+    visible,
+    with_retries,
+)
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, may_bind, require_port_api
-from controller.db import WriteTxn
+from controller.db import TenantsOf, WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
 from controller.sqlset import fetch_all, in_ids
 
-router = APIRouter(tags=["ports"])
+router = APIRouter(tags=["ports"], route_class=WriteRoute)
 
 
 def port_out(p: m.Port) -> PortOut:
@@ -69,6 +80,11 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
 # The create path's statements, built once (see compiler.py: SQLAlchemy finds their compiled form by a memoised
 # cache key instead of building and hashing a statement per request).
 _PORTS, _SUBNETS, _HOSTS, _PSG = m.Port.__table__, m.Subnet.__table__, m.Host.__table__, m.PortSecurityGroup.__table__
+# step 1 of the lock order (controller/db.py) for a port create: the tenants of the subnets named
+_TENANTS = m.Tenant.__table__
+Q_LOCK_TENANTS_OF_SUBNETS = select(_TENANTS.c.id).where(_TENANTS.c.id.in_(
+    select(_SUBNETS.c.tenant_id).where(in_ids(_SUBNETS.c.id, "subnets")))) \
+    .order_by(_TENANTS.c.id).with_for_update(key_share=True)
 Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name) \
     .where(in_ids(_SUBNETS.c.id, "subnets")).order_by(_SUBNETS.c.id).with_for_update()
 Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
@@ -80,6 +96,16 @@ Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindpar
 # every column bound by name: these run through the driver directly at the commit (WriteTxn.defer)
 INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key) for c in _PORTS.c})
 INSERT_MEMBERSHIPS = insert(_PSG).values({c.key: bindparam(c.key) for c in _PSG.c})
+
+
+def port_locks(items: list[PortCreate]) -> TenantsOf:
+    """What a port create locks before its body, in one round trip: the subnets' tenants (the lock order's
+    first step), then the subnets themselves, their allocation state and the named hosts (`_lock_subnets`)."""
+    sids = sorted({x.subnet_id for x in items})
+    named = sorted({x.host for x in items if x.host is not None})
+    return TenantsOf(Q_LOCK_TENANTS_OF_SUBNETS, {"subnets": sids}, (
+        (Q_LOCK_SUBNETS, {"subnets": sids}),
+        (Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else (Q_HIGHEST, {"subnets": sids})))
 
 
 def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
@@ -96,7 +122,7 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
     for i, x in enumerate(items):
         if x.host is not None:
             may_bind(p, field(i, "host"))
-    sn, highest, known_hosts = _lock_subnets(s, items, p, field)
+    sn, highest, known_hosts = _lock_subnets(t, items, p, field)
     for tenant, n in Counter(sn[x.subnet_id].tenant_id for x in items).items():
         quotas.check(s, quota, tenant, "ports", n)
     nets = {sid: ipaddress.IPv4Network(r.cidr) for sid, r in sn.items()}
@@ -127,16 +153,13 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
     return out
 
 
-def _lock_subnets(s: Session, items: list[PortCreate], p: Principal,
+def _lock_subnets(t: WriteTxn, items: list[PortCreate], p: Principal,
                   field: Callable[..., str]) -> tuple[dict[str, Any], dict[str, int], set[str]]:
     """The subnets, locked in one order (concurrent creates in a subnet queue here; batches cannot deadlock), then
     their allocation state and the named hosts, read after the locks (so it sees every allocation committed
-    before ours): sent together, one round trip on PostgreSQL. (subnets, highest address per subnet, hosts)"""
-    sids = sorted({x.subnet_id for x in items})
-    named = sorted({x.host for x in items if x.host is not None})
-    locked, state = fetch_all(s, [(Q_LOCK_SUBNETS, {"subnets": sids}),
-                                  (Q_HIGHEST_AND_HOSTS, {"subnets": sids, "hosts": named}) if named else
-                                  (Q_HIGHEST, {"subnets": sids})])
+    before ours): sent together, one round trip on PostgreSQL, with the tenants' locks when the write was opened
+    with `port_locks` (else here). (subnets, highest address per subnet, hosts)"""
+    locked, state = t.first or fetch_all(t.session, list(port_locks(items).then))
     sn = {r.id: r for r in locked}
     for i, x in enumerate(items):
         r = sn.get(x.subnet_id)
@@ -226,7 +249,7 @@ def _groups(s: Session, x: PortCreate, vpc_id: str, p: Principal, prefix: str) -
 @router.post("/ports", status_code=201, response_model=PortOut)
 def create_port(body: PortCreate, request: Request, p: Principal = Depends(require_port_api)) -> Response:
     def txn() -> PortOut:
-        with db_of(request).write(concurrent=True) as t:
+        with db_of(request).write(tenants=port_locks([body]), concurrent=True) as t:
             return insert_ports(t, [body], p, bulk=False, quota=request.app.state.settings.quotas)[0]
 
     out = with_retries(txn, "port creation")
@@ -238,7 +261,7 @@ def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(
     """Several ports in one transaction (like Neutron's bulk create): all are created, or none (the error names
     the offending item, `ports.N.field`). One revision for the whole batch."""
     def txn() -> list[PortOut]:
-        with db_of(request).write(concurrent=True) as t:
+        with db_of(request).write(tenants=port_locks(body.ports), concurrent=True) as t:
             return insert_ports(t, body.ports, p, bulk=True, quota=request.app.state.settings.quotas)
 
     out = with_retries(txn, "bulk port creation")
@@ -271,7 +294,7 @@ def get_port(port_id: str, request: Request, p: Principal = Depends(require_port
 @router.patch("/ports/{port_id}", response_model=PortOut)
 def update_port(port_id: str, body: PortUpdate, request: Request,
                 p: Principal = Depends(require_port_api)) -> PortOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Port, port_id)) as t:
         s = t.session
         port = owned(s, m.Port, port_id, p, "port")
         fields = body.model_fields_set
@@ -295,7 +318,7 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
 
 @router.delete("/ports/{port_id}", status_code=204)
 def delete_port(port_id: str, request: Request, p: Principal = Depends(require_port_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Port, port_id)) as t:
         port = owned(t.session, m.Port, port_id, p, "port")
         if (lb := t.session.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.vip_port_id == port_id))
                 .scalar()) is not None:

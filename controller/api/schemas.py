@@ -5,14 +5,59 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from controller.ipam import IpamError, parse_cidr
+from controller.settings import DEFAULT_QUOTAS
 
 NAME = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ID = Annotated[str, StringConstraints(min_length=1, max_length=64)]  # a resource's id, as a reference
+
+
+def _each_once(v: list[str]) -> list[str]:
+    if dup := next((x for i, x in enumerate(v) if x in v[:i]), None):
+        raise ValueError(f"{dup} is named more than once")
+    return v
+
+
+# references to resources, each at most once (a list as long as a quota allows, not longer)
+IdList = Annotated[list[ID], Field(max_length=256), AfterValidator(_each_once)]
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+def vtep_address(v: str) -> str:
+    """A host's VTEP: an IPv4 unicast address that a host can own and other hosts can send VXLAN to."""
+    try:
+        a = ipaddress.IPv4Address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IPv4 address") from None
+    why = ("unspecified" if a.is_unspecified else "loopback" if a.is_loopback else "multicast" if a.is_multicast
+           else "broadcast" if a == ipaddress.IPv4Address("255.255.255.255") else "link-local" if a.is_link_local
+           else "reserved (240.0.0.0/4)" if a.is_reserved else "in 0.0.0.0/8" if int(a) >> 24 == 0 else None)
+    if why:
+        raise ValueError(f"{a} is {why}: a VTEP is a unicast address of the host on the underlay")
+    return str(a)
+
+
+def _has_nul(v: object) -> bool:
+    if isinstance(v, str):
+        return "\x00" in v
+    if isinstance(v, dict):
+        return any(_has_nul(k) or _has_nul(x) for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return any(_has_nul(x) for x in v)
+    return False
 
 
 class Req(BaseModel):
@@ -21,9 +66,9 @@ class Req(BaseModel):
     @field_validator("*")
     @classmethod
     def _no_nul(cls, v: object) -> object:
-        """No NUL in any text: PostgreSQL cannot store it, and both backends must answer alike."""
-        if isinstance(v, str) and "\x00" in v or isinstance(v, list) and any(isinstance(x, str) and "\x00" in x
-                                                                             for x in v):
+        """No NUL in any text, a dict's keys included: PostgreSQL cannot store it, and both backends must answer
+        alike."""
+        if _has_nul(v):
             raise ValueError("NUL characters are not allowed")
         return v
 
@@ -56,6 +101,9 @@ class TenantCreated(TenantOut):
 class HostTokenCreate(Req):
     host: str = NAME
     kind: Literal["hypervisor", "gateway"] = "hypervisor"
+    role: Literal["nat", "lb"] | None = Field(None, description="a gateway credential's role: its host registers "
+                                                                "with that role only (default: the role the host "
+                                                                "is first registered with, and no other)")
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="the credential's own name (default: the host's); unique")
 
@@ -65,6 +113,7 @@ class HostTokenOut(Resp):
     name: str
     host: str | None
     kind: str
+    role: str | None = None
     created_at: datetime
 
 
@@ -77,18 +126,11 @@ class QuotaOut(BaseModel):
     used: int
 
 
-QUOTA = Field(None, ge=-1, description="the limit; -1 unlimited; null: the default")
-
-
-class QuotaUpdate(Req):
-    vpcs: int | None = QUOTA
-    subnets: int | None = QUOTA
-    ports: int | None = QUOTA
-    security_groups: int | None = QUOTA
-    security_group_rules: int | None = QUOTA
-    eips: int | None = QUOTA
-    nat_gateways: int | None = QUOTA
-    peerings: int | None = QUOTA
+# one field per quota resource (the settings' DEFAULT_QUOTAS name them all: GET lists what PUT takes)
+QuotaUpdate = create_model(
+    "QuotaUpdate", __base__=Req, __doc__="Limits to set; a resource left out keeps its limit.",
+    **{r: (int | None, Field(None, ge=-1, le=2**31 - 1, description="the limit; -1 unlimited; null: the default"))
+       for r in DEFAULT_QUOTAS})
 
 
 class AuditOut(Resp):
@@ -119,7 +161,8 @@ class TokenCreated(TokenOut):
 class VpcCreate(Req):
     name: str = NAME
     cidr: str
-    mtu: int = Field(1450, ge=1280, description="the VMs' MTU (DHCP option 26): up to the underlay's MTU less 50")
+    mtu: int = Field(1450, ge=1280, le=9216,
+                     description="the VMs' MTU (DHCP option 26): up to the underlay's MTU less 50")
     tenant_id: str | None = Field(None, description="admin only: the tenant that owns the VPC")
 
     @field_validator("cidr")
@@ -166,7 +209,7 @@ class PortCreate(Req):
     ip: str | None = None
     mac: str | None = None
     host: str | None = None
-    security_group_ids: list[str] | None = None
+    security_group_ids: IdList | None = None
 
     @field_validator("ip")
     @classmethod
@@ -197,7 +240,7 @@ class PortCreate(Req):
 class PortUpdate(Req):
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     host: str | None = None
-    security_group_ids: list[str] | None = None
+    security_group_ids: IdList | None = None
 
 
 class PortBulkCreate(Req):
@@ -226,19 +269,17 @@ class HostRegister(Req):
     @field_validator("vtep_ip")
     @classmethod
     def _ip(cls, v: str) -> str:
-        try:
-            return str(ipaddress.IPv4Address(v))
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IPv4 address") from None
+        return vtep_address(v)
 
 
 class HostUpdate(Req):
-    vtep_ip: str
+    vtep_ip: str | None = None
+    role: Literal["nat", "lb"] | None = Field(None, description="a gateway's role: the operator's to change")
 
     @field_validator("vtep_ip")
     @classmethod
-    def _ip(cls, v: str) -> str:
-        return HostRegister._ip(v)
+    def _ip(cls, v: str | None) -> str | None:
+        return None if v is None else vtep_address(v)
 
 
 class HostOut(Resp):

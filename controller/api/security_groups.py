@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, owned, paged, scoped
+from controller.api.common import MAX_INT, Page, WriteRoute, db_of, owned, paged, scoped, tenant_of
 from controller.api.schemas import RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
 from controller.errors import conflict, invalid, not_found
 
-router = APIRouter(tags=["security-groups"])
+router = APIRouter(tags=["security-groups"], route_class=WriteRoute)
 
 
 def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, field: str,
              quota: dict[str, int]) -> m.SecurityGroupRule:
     s = t.session
     if r.remote_group_id and r.remote_group_id != sg.id:
-        remote = owned(s, m.SecurityGroup, r.remote_group_id, p, "security group", f"{field}.remote_group_id")
+        remote = owned(s, m.SecurityGroup, r.remote_group_id, p, "security group", f"{field}.remote_group_id",
+                       tenant=sg.tenant_id)
         if remote.vpc_id != sg.vpc_id:
             raise invalid(f"{field}.remote_group_id", "the remote group must be in the same VPC")
     rule = m.SecurityGroupRule(group_id=sg.id, direction=r.direction, protocol=r.protocol,
@@ -50,7 +53,7 @@ def sg_out(sg: m.SecurityGroup) -> SecurityGroupOut:
 @router.post("/security-groups", status_code=201, response_model=SecurityGroupOut)
 def create_sg(body: SecurityGroupCreate, request: Request,
               p: Principal = Depends(require_tenant_api)) -> SecurityGroupOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
         if s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == vpc.id,
@@ -99,7 +102,7 @@ def _in_use(s: Session, sg: m.SecurityGroup) -> str | None:
 
 @router.delete("/security-groups/{sg_id}", status_code=204)
 def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
         s = t.session
         sg = owned(s, m.SecurityGroup, sg_id, p, "security group")
         if sg.is_default:
@@ -112,7 +115,7 @@ def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenan
 
 @router.post("/security-groups/{sg_id}/rules", status_code=201, response_model=RuleOut)
 def create_rule(sg_id: str, body: RuleCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> RuleOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
         sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
         rule = add_rule(t, sg, body, p, "body", request.app.state.settings.quotas)
         t.touch_vpcs(sg.vpc_id)
@@ -121,8 +124,9 @@ def create_rule(sg_id: str, body: RuleCreate, request: Request, p: Principal = D
 
 
 @router.delete("/security-groups/{sg_id}/rules/{rule_id}", status_code=204)
-def delete_rule(sg_id: str, rule_id: int, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+def delete_rule(sg_id: str, rule_id: Annotated[int, Path(ge=1, le=MAX_INT)], request: Request,
+                p: Principal = Depends(require_tenant_api)) -> None:
+    with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
         sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
         rule = t.session.get(m.SecurityGroupRule, rule_id)
         if rule is None or rule.group_id != sg.id:

@@ -10,13 +10,13 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, owned, paged, scoped
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of
 from controller.api.schemas import SubnetCreate, SubnetOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import conflict, invalid
 from controller.ipam import gateway_ip, overlaps, usable_range
 
-router = APIRouter(tags=["subnets"])
+router = APIRouter(tags=["subnets"], route_class=WriteRoute)
 
 
 def subnet_out(s: Session, sn: m.Subnet, used: int | None = None) -> SubnetOut:
@@ -30,7 +30,7 @@ def subnet_out(s: Session, sn: m.Subnet, used: int | None = None) -> SubnetOut:
 
 @router.post("/subnets", status_code=201, response_model=SubnetOut)
 def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> SubnetOut:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
         net = ipaddress.IPv4Network(body.cidr)
@@ -73,11 +73,16 @@ def get_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_
 
 @router.delete("/subnets/{subnet_id}", status_code=204)
 def delete_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Subnet, subnet_id)) as t:
         s = t.session
         sn = owned(s, m.Subnet, subnet_id, p, "subnet")
         n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.subnet_id == subnet_id)).scalar()
         if n:
             raise conflict(None, f"subnet {sn.name} still has {n} port(s); delete them first")
+        if rules := s.execute(select(m.SnatRule.nat_gateway_id, m.SnatRule.id)
+                              .where(m.SnatRule.subnet_id == subnet_id)).all():
+            raise conflict(None, f"subnet {sn.name} is named by SNAT rule(s) "
+                                 f"{', '.join(f'{r.id} of NAT gateway {r.nat_gateway_id}' for r in rules)}; "
+                                 "delete them first")
         s.delete(sn)
         t.touch_vpcs(sn.vpc_id)

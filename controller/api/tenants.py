@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, paged
+from controller.api.common import Page, WriteRoute, db_of, paged
 from controller.api.schemas import (
     AuditOut,
     HostTokenCreate,
@@ -33,9 +33,9 @@ from controller.auth import (
     require_tenant_api,
     token_hash,
 )
-from controller.errors import conflict, not_found
+from controller.errors import conflict, invalid, not_found
 
-router = APIRouter(tags=["tenants"])
+router = APIRouter(tags=["tenants"], route_class=WriteRoute)
 
 
 @router.post("/tenants", status_code=201, response_model=TenantCreated)
@@ -72,7 +72,7 @@ def get_tenant(tenant_id: str, request: Request, p: Principal = Depends(principa
 
 @router.delete("/tenants/{tenant_id}", status_code=204)
 def delete_tenant(tenant_id: str, request: Request, _: Principal = Depends(require_admin)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=[tenant_id]) as t:
         tenant = t.session.get(m.Tenant, tenant_id)
         if tenant is None:
             raise not_found("tenant", tenant_id)
@@ -119,7 +119,7 @@ def get_quotas(tenant_id: str, request: Request, p: Principal = Depends(require_
 @router.put("/tenants/{tenant_id}/quotas", response_model=dict[str, QuotaOut])
 def set_quotas(tenant_id: str, body: QuotaUpdate, request: Request, p: Principal = Depends(require_admin)) -> dict:
     """Override limits for one tenant (`null`: back to the default; -1: unlimited)."""
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=[tenant_id]) as t:
         s = t.session
         if s.get(m.Tenant, tenant_id) is None:
             raise not_found("tenant", tenant_id)
@@ -149,8 +149,9 @@ def create_tenant_token(tenant_id: str, body: TokenCreate, request: Request,
                         p: Principal = Depends(require_tenant_api)) -> dict:
     """A further token for the tenant: give it to the clients, then revoke the old one."""
     token = new_token("tjt")
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=[tenant_id if p.sees_all else p.tenant_id]) as t:
         _tenant_for_tokens(t.session, tenant_id, p)
+        quotas.check(t.session, request.app.state.settings.quotas, tenant_id, "tokens")
         row = m.TenantToken(tenant_id=tenant_id, name=body.name or "", token_hash=token_hash(token))
         t.session.add(row)
         t.session.flush()
@@ -169,7 +170,7 @@ def list_tenant_tokens(tenant_id: str, request: Request, p: Principal = Depends(
 def revoke_tenant_token(tenant_id: str, token_id: str, request: Request,
                         p: Principal = Depends(require_tenant_api)) -> None:
     """Revoked at once in this process; other workers and replicas stop accepting it within PRINCIPAL_TTL."""
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=[tenant_id if p.sees_all else p.tenant_id]) as t:
         _tenant_for_tokens(t.session, tenant_id, p)
         row = t.session.get(m.TenantToken, token_id)
         if row is None or row.tenant_id != tenant_id:
@@ -182,7 +183,9 @@ def revoke_tenant_token(tenant_id: str, token_id: str, request: Request,
 def create_host_token(body: HostTokenCreate, request: Request, _: Principal = Depends(require_admin)) -> dict:
     """A credential for one host: with it, that host (of that kind) registers, beats, reports its ports and reads
     its own config, and nothing else. Make a new one for the same host to rotate, then delete the old."""
-    return _infra_token(request, body.name or body.host, body.host, body.kind)
+    if body.role is not None and body.kind != "gateway":
+        raise invalid("role", "only a gateway credential has a role (nat or lb)")
+    return _infra_token(request, body.name or body.host, body.host, body.kind, body.role)
 
 
 @router.post("/orchestrator-tokens", status_code=201, response_model=HostTokenCreated)
@@ -192,15 +195,15 @@ def create_orchestrator_token(body: TokenCreate, request: Request, _: Principal 
     return _infra_token(request, body.name or "orchestrator", None, "orchestrator")
 
 
-def _infra_token(request: Request, name: str, host: str | None, kind: str) -> dict:
+def _infra_token(request: Request, name: str, host: str | None, kind: str, role: str | None = None) -> dict:
     token = new_token("tjh" if host else "tjo")
     with db_of(request).write() as t:
         if t.session.execute(select(m.HostToken).where(m.HostToken.name == name)).first():
             raise conflict("name", f"a token named {name!r} already exists: name the new one (`name`) to rotate")
-        ht = m.HostToken(name=name, host=host, kind=kind, token_hash=token_hash(token))
+        ht = m.HostToken(name=name, host=host, kind=kind, role=role, token_hash=token_hash(token))
         t.session.add(ht)
         t.session.flush()
-        return {"id": ht.id, "name": ht.name, "host": host, "kind": kind, "token": token,
+        return {"id": ht.id, "name": ht.name, "host": host, "kind": kind, "role": role, "token": token,
                 "created_at": ht.created_at}
 
 

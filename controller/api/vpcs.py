@@ -11,7 +11,17 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, db_of, default_group_id, owned, paged, scoped, with_retries
+from controller.api.common import (
+    Page,
+    WriteRoute,
+    db_of,
+    default_group_id,
+    owned,
+    paged,
+    scoped,
+    tenant_of,
+    with_retries,
+)
 from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
@@ -19,7 +29,7 @@ from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
 from controller.models import now
 from tianji.southbound import VXLAN_OVERHEAD
 
-router = APIRouter(tags=["vpcs"])
+router = APIRouter(tags=["vpcs"], route_class=WriteRoute)
 
 
 def vpc_out(s: Session, v: m.Vpc) -> VpcOut:
@@ -67,7 +77,7 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
         tenant_id = p.tenant_id
 
     def txn() -> VpcOut:
-        with db_of(request).write() as t:
+        with db_of(request).write(tenants=[tenant_id]) as t:
             s = t.session
             if s.get(m.Tenant, tenant_id) is None:
                 raise not_found("tenant", tenant_id, "tenant_id")
@@ -124,7 +134,7 @@ def get_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_tenant
 
 @router.delete("/vpcs/{vpc_id}", status_code=204)
 def delete_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
         n_ports = s.execute(select(func.count()).select_from(m.Port).where(m.Port.vpc_id == vpc_id)).scalar()
@@ -132,6 +142,8 @@ def delete_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_ten
         if n_ports or n_subnets:
             raise conflict(None, f"VPC {vpc.name} still has {n_subnets} subnet(s) and {n_ports} port(s); "
                                  "delete them first")
+        if gws := s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc_id)).scalars().all():
+            raise conflict(None, f"VPC {vpc.name} has NAT gateway(s) {', '.join(gws)}; delete them first")
         peerings = s.execute(select(m.Peering.id).where(
             (m.Peering.requester_vpc_id == vpc_id) | (m.Peering.accepter_vpc_id == vpc_id))).scalars().all()
         if peerings:
@@ -185,7 +197,7 @@ def list_routes(vpc_id: str, request: Request, p: Principal = Depends(require_te
 def create_route(vpc_id: str, body: RouteCreate, request: Request,
                  p: Principal = Depends(require_tenant_api)) -> RouteOut:
     kind, target_id = parse_target(body.target)
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
         if kind == "peering":
@@ -215,7 +227,7 @@ def create_route(vpc_id: str, body: RouteCreate, request: Request,
 
 @router.delete("/vpcs/{vpc_id}/routes/{route_id}", status_code=204)
 def delete_route(vpc_id: str, route_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
-    with db_of(request).write() as t:
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
         owned(t.session, m.Vpc, vpc_id, p, "VPC")
         r = t.session.get(m.Route, route_id)
         if r is None or r.vpc_id != vpc_id:

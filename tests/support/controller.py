@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, func, select, text
 from controller import models as m
 from controller.app import create_app
 from controller.client import Client
+from controller.serving import server_options
 from controller.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -64,7 +65,7 @@ class Controller:
         self.listen = listen
         self.url = f"http://{'127.0.0.1' if listen == '0.0.0.0' else listen}:{self.port}"
         cfg = uvicorn.Config(self.app, host=listen, port=self.port, log_level="warning", lifespan="on",
-                             timeout_graceful_shutdown=1)
+                             timeout_graceful_shutdown=1, **server_options(self.settings.trusted_proxies))
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
