@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StringConstraints
 
 from tianji.memo import Memo
 
@@ -245,8 +245,10 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
 
 class PortStatusReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ports: dict[str, Literal["UP", "DOWN"]] = Field(default_factory=dict)
-    revision_applied: StrictInt | None = None  # `false` is not a revision
+    # port ids: no NUL (PostgreSQL cannot hold it, and the answer echoes the ids it ignored)
+    ports: dict[Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00]*$")],
+                Literal["UP", "DOWN"]] = Field(default_factory=dict, max_length=100_000)
+    revision_applied: Annotated[StrictInt, Field(ge=-1, le=2**63 - 1)] | None = None  # `false` is not a revision
 
 
 class SnatInfo(_Wire):

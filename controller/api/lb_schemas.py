@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from controller.api.schemas import NAME, Req, Resp
+from controller.api.schemas import ID, NAME, Req, Resp
 from tianji.primes import is_prime
 
 Protocol = Literal["tcp", "udp"]
@@ -19,10 +19,10 @@ CODES = re.compile(r"^[1-5][0-9]{2}(-[1-5][0-9]{2})?(,[1-5][0-9]{2}(-[1-5][0-9]{
 
 class LoadBalancerCreate(Req):
     name: str = NAME
-    vpc_id: str
-    subnet_id: str
+    vpc_id: ID
+    subnet_id: ID
     vip_address: str | None = Field(None, description="an IPv4 address in the subnet (default: the next free one)")
-    eip_id: str | None = Field(None, description="an EIP of yours that makes the VIP reachable from the internet")
+    eip_id: ID | None = Field(None, description="an EIP of yours that makes the VIP reachable from the internet")
 
     @field_validator("vip_address")
     @classmethod
@@ -54,7 +54,7 @@ class LoadBalancerOut(Resp):
 class ListenerCreate(Req):
     protocol: Protocol
     port: int = Field(ge=1, le=65535)
-    default_pool_id: str | None = None
+    default_pool_id: ID | None = None
     idle_timeout_s: int = Field(350, ge=1, le=86400, description="an idle connection is forgotten after this")
 
 
@@ -68,7 +68,7 @@ class ListenerOut(Resp):
 
 
 class PoolCreate(Req):
-    load_balancer_id: str
+    load_balancer_id: ID
     name: str = NAME
     protocol: Protocol
     algorithm: Literal["maglev", "source_ip"] = "maglev"
@@ -97,7 +97,7 @@ class PoolOut(Resp):
 
 
 class MemberCreate(Req):
-    port_id: str
+    port_id: ID
     protocol_port: int = Field(ge=1, le=65535)
     weight: int = Field(1, ge=0, le=256, description="0 drains the member: no new connections")
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from controller.api.schemas import IdList, Req, Resp, cidr_field
+from controller.api.schemas import ID, IdList, Req, Resp, cidr_field
 
 
 class EipPoolCreate(Req):
@@ -19,7 +19,7 @@ class EipPoolCreate(Req):
 
 
 class EipCreate(Req):
-    tenant_id: str | None = Field(None, description="admin only")
+    tenant_id: ID | None = Field(None, description="admin only")
 
 
 class EipOut(Resp):
@@ -31,11 +31,11 @@ class EipOut(Resp):
 
 
 class EipAssociate(Req):
-    port_id: str
+    port_id: ID
 
 
 class NatGatewayCreate(Req):
-    vpc_id: str
+    vpc_id: ID
     name: str = Field("nat", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     eip_ids: Annotated[IdList, Field(min_length=1)]
 
@@ -49,7 +49,7 @@ class NatGatewayOut(BaseModel):
 
 
 class SnatRuleCreate(Req):
-    subnet_id: str | None = None
+    subnet_id: ID | None = None
     cidr: str | None = None
     eip_ids: Annotated[IdList, Field(min_length=1)]
 
@@ -74,10 +74,10 @@ class SnatRuleOut(BaseModel):
 
 
 class DnatRuleCreate(Req):
-    eip_id: str
+    eip_id: ID
     protocol: Literal["tcp", "udp"]
     external_port: int = Field(ge=1, le=65535)
-    port_id: str
+    port_id: ID
     internal_port: int = Field(ge=1, le=65535)
 
 

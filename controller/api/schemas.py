@@ -163,7 +163,7 @@ class VpcCreate(Req):
     cidr: str
     mtu: int = Field(1450, ge=1280, le=9216,
                      description="the VMs' MTU (DHCP option 26): up to the underlay's MTU less 50")
-    tenant_id: str | None = Field(None, description="admin only: the tenant that owns the VPC")
+    tenant_id: ID | None = Field(None, description="admin only: the tenant that owns the VPC")
 
     @field_validator("cidr")
     @classmethod
@@ -183,7 +183,7 @@ class VpcOut(Resp):
 
 
 class SubnetCreate(Req):
-    vpc_id: str
+    vpc_id: ID
     name: str = NAME
     cidr: str
 
@@ -204,7 +204,7 @@ class SubnetOut(Resp):
 
 
 class PortCreate(Req):
-    subnet_id: str
+    subnet_id: ID
     name: str = NAME
     ip: str | None = None
     mac: str | None = None
@@ -293,8 +293,8 @@ class HostOut(Resp):
 
 
 class PeeringCreate(Req):
-    requester_vpc_id: str
-    accepter_vpc_id: str
+    requester_vpc_id: ID
+    accepter_vpc_id: ID
 
 
 class PeeringOut(Resp):
@@ -330,7 +330,7 @@ class RuleCreate(Req):
     port_range_min: int | None = Field(None, ge=1, le=65535)
     port_range_max: int | None = Field(None, ge=1, le=65535)
     remote_cidr: str | None = None
-    remote_group_id: str | None = None
+    remote_group_id: ID | None = None
     description: str = Field("", max_length=255)
 
     @field_validator("remote_cidr")
@@ -365,7 +365,7 @@ class RuleOut(Resp):
 
 
 class SecurityGroupCreate(Req):
-    vpc_id: str
+    vpc_id: ID
     name: str = NAME
     description: str = Field("", max_length=255)
     rules: list[RuleCreate] = []
