@@ -1,12 +1,18 @@
 """Control-plane benchmark: API create throughput, per-host compile time, and port-create-to-watch latency.
 
     python bench/control_plane.py [--tenants 200] [--ports 20000] [--hosts 100] [--backends sqlite,postgres]
+    python bench/control_plane.py --storm 20 [--backends sqlite,postgres]
 
 200 tenants x 5 VPCs x 4 subnets; ports spread over the hosts, created with the bulk API (POST /v1/ports/bulk,
 --batch ports per request); measured at 10% and at 100% of the ports, so the growth is visible; then --single more
 ports one request each, and the HTTP floor (an empty endpoint through the same clients) as the baseline of that
 rate. Watchers long-poll the configs of a sample of hosts the way agents do. Compile times are measured with the
 fragment cache as the watch API has it, and with an empty cache.
+
+--storm SECONDS instead: the mix of every kind of write (tests/support/storm.py) run by one writer alone, then by
+several tenants at once (3 threads each) with an orchestrator binding ports and the admin rewriting quotas and hosts,
+against the controller as deployed (its own process; on PostgreSQL --workers processes): writes acknowledged a
+second, 5xx answers (none expected) and acknowledged writes missing afterwards (none expected), per backend.
 """
 
 from __future__ import annotations
@@ -355,8 +361,45 @@ def run(backend: str, args: argparse.Namespace) -> dict:
             pg.drop()
 
 
+def run_storm(backend: str, args: argparse.Namespace) -> dict:
+    from tests.support.storm import storm, verify
+
+    pg = PgDatabase() if backend == "postgres" else None
+    ctl = ControllerProcess(pg.url if pg else None, args.workers if pg else 1)
+    try:
+        out: dict = {}
+        for label, kw in (("one writer", {"tenants": 1, "workers_per_tenant": 1, "orchestrator": False,
+                                          "admin": False}),
+                          (f"{args.storm_tenants} tenants x 3 + orchestrator + admin",
+                           {"tenants": args.storm_tenants, "workers_per_tenant": 3})):
+            print(f"[{backend}] storm: {label}, {args.storm:.0f} s ...", flush=True)
+            o = storm(ctl.url, ctl.admin_token, args.storm, seed=len(out) + 1, **kw)
+            out[label] = (o, verify(ctl.url, ctl.admin_token, o))
+        return out
+    finally:
+        ctl.stop()
+        if pg:
+            pg.drop()
+
+
+def print_storm(results: dict[str, dict]) -> None:
+    print("\nbackend   writers                                   writes/s  vs one  p50/p99/max ms"
+          "     5xx  lost  answers")
+    for b, res in results.items():
+        base = next(iter(res.values()))[0].rate
+        for label, (o, wrong) in res.items():
+            lat = "/".join(f"{o.latency(q) * 1000:.0f}" for q in (0.5, 0.99, 1.0))
+            print(f"{b:9} {label:40} {o.rate:9.1f}  x{o.rate / base if base else float('nan'):4.2f}  {lat:17} "
+                  f"{sum(n for st, n in o.statuses.items() if st >= 500):4}  {len(wrong):4}  "
+                  f"{dict(sorted(o.statuses.items()))}")
+    print("(the issue's bar: no 5xx, nothing lost, the storm within 2x of one writer: x0.50 or more)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--storm", type=float, default=0.0, metavar="SECONDS",
+                    help="run the concurrent-write storm for this long per phase, instead of the scale run")
+    ap.add_argument("--storm-tenants", type=int, default=4)
     ap.add_argument("--tenants", type=int, default=200)
     ap.add_argument("--ports", type=int, default=20000)
     ap.add_argument("--hosts", type=int, default=100)
@@ -377,6 +420,9 @@ def main() -> None:
     backends = [{"postgresql": "postgres"}.get(b, b) for b in args.backends.split(",")]
     if unknown := set(backends) - {"sqlite", "postgres"}:
         ap.error(f"--backends: unknown {', '.join(sorted(unknown))} (sqlite, postgres)")
+    if args.storm:
+        print_storm({b: run_storm(b, args) for b in backends})
+        return
     all_results = {b: run(b, args) for b in backends}
     print("\nbackend   ports  creates       /s   visible p50/p99 ms   after the answer   compile p50/p99 ms (cold)"
           "\n(targets on PostgreSQL at 20,000 ports: >= 300/s; visible < 100 / < 500 ms; compile p99 < 50 ms)")

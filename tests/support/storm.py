@@ -30,6 +30,7 @@ class Outcome:
     acknowledged: int = 0
     seconds: float = 0.0
     server_errors: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # seconds, every answer
     # path of an object acknowledged created -> (its kind, the path of what its deletion takes it with)
     alive: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     gone: set[str] = field(default_factory=set)  # paths acknowledged deleted
@@ -39,8 +40,13 @@ class Outcome:
     def rate(self) -> float:
         return self.acknowledged / self.seconds if self.seconds else 0.0
 
+    def latency(self, q: float) -> float:
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
     def record(self, op: str, r: httpx.Response) -> None:
         with self.lock:
+            self.latencies.append(r.elapsed.total_seconds())
             self.statuses[r.status_code] += 1
             self.by_op.setdefault(op, Counter())[r.status_code] += 1
             if r.status_code < 300:
