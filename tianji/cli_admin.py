@@ -66,14 +66,17 @@ def tenant_quota(ctx: typer.Context, tenant_id: str,
 
 
 credential = resource("credential", "Host and orchestrator credentials (admin).")
-CRED_COLS = ["id", "name", "kind", "host", "created_at"]
+CRED_COLS = ["id", "name", "kind", "role", "host", "created_at"]
 
 
 @credential.command("host")
 def credential_host(ctx: typer.Context, host_name: str, kind: str = typer.Option("hypervisor"),
-                    name: str = typer.Option(None, help="the credential's name (default: the host's)")) -> None:
+                    name: str = typer.Option(None, help="the credential's name (default: the host's)"),
+                    role: str = typer.Option(None, help="a gateway's role (nat, lb): it registers with this one "
+                                                        "only (default: the role its host first registers with)"),
+                    ) -> None:
     """A token for one host: it registers, beats, reports and reads that host's config, nothing else."""
-    show(ctx, call(ctx, "POST", "/v1/host-tokens", {"host": host_name, "kind": kind, "name": name}),
+    show(ctx, call(ctx, "POST", "/v1/host-tokens", {"host": host_name, "kind": kind, "name": name, "role": role}),
          CRED_COLS + ["token"], "credential (keep the token: shown once)")
 
 

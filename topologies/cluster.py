@@ -131,7 +131,8 @@ class Cluster:
             st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
         for n, i in st.nodes.items():
             if i["role"] == "gateway":
-                st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway"})["token"]
+                st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway",
+                                                                   "role": i.get("gateway_role", "nat")})["token"]
         st.save()
 
     def _admin(self, wait: bool = False) -> Client:
