@@ -32,8 +32,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
 
-from controller import audit
+from controller import audit, stamps
 from controller import models as m
+from controller.stamps import CHANGES, STAMPED, Affected, rows_affect
 
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -130,38 +131,40 @@ class WriteTxn:
         self.first: list[list] = []  # the rows of TenantsOf.then
 
     def defer(self, stmt: Executable, params: dict | list[dict]) -> None:
-        """Run `stmt` at the commit, before the stamp (with a list: once per row): for writes nothing reads back
-        (inserts of rows whose keys we made). On PostgreSQL they go with the stamp and the COMMIT in one round
-        trip; a constraint they break fails the transaction there, as it would have here."""
+        """Run `stmt` (an INSERT) at the commit, before the stamp (with a list: once per row): for writes nothing
+        reads back (inserts of rows whose keys we made). On PostgreSQL they go with the stamp and the COMMIT in one
+        round trip; a constraint they break fails the transaction there, as it would have here. What the rows
+        affect is stamped from the rows (`stamps.rows_affect`)."""
+        rows_affect(stmt.table.name, params if isinstance(params, list) else [params], self.session.info[CHANGES])
         self.deferred.append((stmt, params))
 
     def flush_deferred(self) -> None:
         """Run what was deferred now: a row about to be added refers to one of them (a foreign key)."""
         for stmt, params in self.deferred:
-            self.session.execute(stmt, params)
+            self.session.execute(stmt, params, execution_options=STAMPED)
         self.deferred.clear()
 
     @property
     def revision(self) -> int:
         return self.changes.revision
 
-    def touch_vpcs(self, *vpc_ids: str | None) -> None:
-        self.changes.vpcs.update(v for v in vpc_ids if v)
-
-    def touch_hosts(self, *hosts: str | None) -> None:
-        self.changes.hosts.update(h for h in hosts if h)
-
-    def touch_topology(self) -> None:
-        self.changes.topology = True
+    def _take_affected(self) -> None:
+        """What the write's rows affect (stamps.py), into the change set its watches are told."""
+        a: Affected = self.session.info[CHANGES]
+        self.changes.vpcs |= a.vpcs
+        self.changes.hosts |= a.hosts
+        self.changes.topology = self.changes.topology or a.topology
 
     def _stamp(self) -> None:
         s, rev = self.session, self.revision
         # Core statements on the tables: no ORM session synchronisation needed for these stamps
         vpcs, hosts, counters = m.Vpc.__table__, m.Host.__table__, m.Counter.__table__
         if self.changes.vpcs:
-            s.execute(update(vpcs).where(vpcs.c.id.in_(self.changes.vpcs)).values(revision=rev))
+            s.execute(update(vpcs).where(vpcs.c.id.in_(self.changes.vpcs)).values(revision=rev),
+                      execution_options=STAMPED)
         if self.changes.hosts:
-            s.execute(update(hosts).where(hosts.c.name.in_(self.changes.hosts)).values(config_revision=rev))
+            s.execute(update(hosts).where(hosts.c.name.in_(self.changes.hosts)).values(config_revision=rev),
+                      execution_options=STAMPED)
         if self.changes.topology:
             s.execute(update(counters).where(counters.c.name == "topology").values(value=rev))
 
@@ -224,6 +227,8 @@ class Database:
         self.engine = make_engine(url, synchronous)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self.sessions, "before_flush", _check_flush)
+        event.listen(self.sessions, "before_flush", stamps.collect)
+        event.listen(self.sessions, "do_orm_execute", stamps.guard)
         event.listen(self.sessions, "after_flush", _note_created_tenants)
         self.listeners: list[Callable[[ChangeSet], None]] = []
         # SQLite has one writer: this process's writers queue here and the next one starts the moment the lock is
@@ -274,16 +279,18 @@ class Database:
                 if ids and self.is_postgres:
                     s.execute(LOCK_TENANTS, {"tenants": ids})
             s.info[LOCKED_TENANTS] = frozenset(ids)
+            s.info[CHANGES] = Affected()
             if not late:
                 txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
+            txn._take_affected()
             log_entry = audit.entry()
             if self.is_postgres:
                 txn.changes.revision = self._finish(s, txn, bump=late, log_entry=log_entry)
             else:
                 for stmt, params in txn.deferred:
-                    s.execute(stmt, params)
+                    s.execute(stmt, params, execution_options=STAMPED)
                 txn._stamp()
                 if log_entry is not None:
                     s.execute(audit.INSERT_ENTRY, log_entry)

@@ -71,9 +71,6 @@ def _newer(a: tuple | int, b: tuple | int) -> bool:
 FRAGMENTS = FragmentCache(50_000)  # one entry per VPC (a few kinds) and per host
 
 
-FRAGMENTS = FragmentCache(50_000)  # one entry per VPC (a few kinds) and per host
-
-
 def cached(s: Session, kind: str, vpcs: dict[str, tuple | int]) -> tuple[dict, list[str]]:
     """The cached `kind` fragments of these VPCs (id -> version), and the VPCs that have none of that version."""
     got = FRAGMENTS.get_many(s, {(kind, vid): version for vid, version in vpcs.items()})

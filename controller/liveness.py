@@ -75,12 +75,12 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
     if not stale:
         return []
     with db.write() as t:
-        t.touch_topology()
         for name, kind in stale:
-            t.session.execute(update(m.Host).where(m.Host.name == name,
-                                                   m.Host.last_seen < cutoffs.get(kind, cutoffs["hypervisor"]))
-                              .values(status="down"))
-            t.session.execute(update(m.Port).where(m.Port.host == name).values(status="DOWN"))
+            h = t.session.get(m.Host, name)  # through the ORM: its status stamps the topology (stamps.py)
+            if h is None or _aware(h.last_seen) >= cutoffs.get(kind, cutoffs["hypervisor"]):
+                continue  # it beat meanwhile
+            h.status = "down"
+            t.session.execute(update(m.Port.__table__).where(m.Port.__table__.c.host == name).values(status="DOWN"))
     return [n for n, _ in stale]
 
 

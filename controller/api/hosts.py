@@ -65,12 +65,8 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
             h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up",
                        last_seen=now())
             s.add(h)
-            t.touch_topology()
         else:
-            if (h.vtep_ip, h.kind, h.role, h.status) != (body.vtep_ip, body.kind, role, "up"):
-                t.touch_topology()  # VTEP lists and live gateway instances are compiled per topology revision
             h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
-        t.touch_hosts(body.name)
         s.flush()
         return host_out(s, h)
 
@@ -113,14 +109,10 @@ def update_host(name: str, body: HostUpdate, request: Request, _: Principal = De
             if clash:
                 raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
             h.vtep_ip = body.vtep_ip
-            t.touch_topology()
-            t.touch_hosts(name)
         if body.role is not None and body.role != h.role:
             if h.kind != "gateway":
                 raise invalid("role", f"host {name} is a {h.kind}: only a gateway has a role")
             h.role = body.role
-            t.touch_topology()
-            t.touch_hosts(name)
         s.flush()
         return host_out(s, h)
 
@@ -135,7 +127,6 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
         if n:
             raise conflict(None, f"host {name} still has {n} bound port(s); rebind them first")
         t.session.delete(h)
-        t.touch_topology()
 
 
 _HOSTS, _PORTS = m.Host.__table__, m.Port.__table__
@@ -160,9 +151,9 @@ def host_status(name: str, body: PortStatusReport, request: Request,
     changed = {pid: st for pid, st in body.ports.items() if pid in current and current[pid] != st}
     if h.status != "up" or changed:
         with db.write() as t:
-            if h.status != "up":
-                t.touch_topology()  # gateway targets and VTEP lists follow liveness
-            t.session.execute(update(_HOSTS).where(_HOSTS.c.name == name).values(status="up", last_seen=now()))
+            host = t.session.get(m.Host, name)  # through the ORM: its status stamps the topology (stamps.py)
+            if host is not None:
+                host.status, host.last_seen = "up", now()
             for st in ("UP", "DOWN"):
                 if ids := [pid for pid, v in changed.items() if v == st]:
                     t.session.execute(update(_PORTS).where(_PORTS.c.host == name, _PORTS.c.id.in_(ids))

@@ -32,7 +32,6 @@ from controller.api.nat import eip_in_use
 from controller.api.ports import insert_ports
 from controller.api.schemas import PortCreate
 from controller.auth import Principal, require_tenant_api
-from controller.db import WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
 
 router = APIRouter(tags=["load balancers"], route_class=WriteRoute)
@@ -83,10 +82,6 @@ def member_out(s: Session, x: m.LbMember) -> MemberOut:
     return out
 
 
-def _touch(t: WriteTxn, lb: m.LoadBalancer) -> None:
-    t.touch_vpcs(lb.vpc_id)
-
-
 # --- load balancers --------------------------------------------------------------------------------------------
 @router.post("/load-balancers", status_code=201, response_model=LoadBalancerOut)
 def create_lb(body: LoadBalancerCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> Response:
@@ -121,7 +116,6 @@ def create_lb(body: LoadBalancerCreate, request: Request, p: Principal = Depends
                                 vip_port_id=vip.id, vip_address=vip.ip, eip_id=eip.id if eip else None)
             s.add(lb)
             s.flush()
-            _touch(t, lb)
             return lb_out(s, lb)
 
     out = with_retries(txn, "load balancer creation")
@@ -153,7 +147,6 @@ def delete_lb(lb_id: str, request: Request, p: Principal = Depends(require_tenan
         if (eip := s.execute(select(m.Eip.id, m.Eip.address).where(m.Eip.port_id == lb.vip_port_id)).first()):
             raise conflict(None, f"EIP {eip.address} ({eip.id}) is associated 1:1 with this load balancer's VIP "
                                  f"port; disassociate it first (POST /v1/eips/{eip.id}/disassociate)")
-        _touch(t, lb)
         for listener in s.execute(select(m.LbListener).where(m.LbListener.load_balancer_id == lb.id)).scalars():
             s.delete(listener)
         s.flush()
@@ -190,7 +183,6 @@ def create_listener(lb_id: str, body: ListenerCreate, request: Request,
         listener = m.LbListener(tenant_id=lb.tenant_id, load_balancer_id=lb.id, **body.model_dump())
         s.add(listener)
         s.flush()
-        _touch(t, lb)
         return ListenerOut.model_validate(listener)
 
 
@@ -207,7 +199,6 @@ def list_listeners(lb_id: str, request: Request, p: Principal = Depends(require_
 def delete_listener(listener_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write(tenants=tenant_of(p, m.LbListener, listener_id)) as t:
         listener = owned(t.session, m.LbListener, listener_id, p, "listener")
-        _touch(t, t.session.get(m.LoadBalancer, listener.load_balancer_id))
         t.session.delete(listener)
 
 
@@ -223,7 +214,6 @@ def create_pool(body: PoolCreate, request: Request, p: Principal = Depends(requi
         pool = m.LbPool(tenant_id=lb.tenant_id, **body.model_dump())
         s.add(pool)
         s.flush()
-        _touch(t, lb)
         return pool_out(s, pool)
 
 
@@ -260,7 +250,6 @@ def delete_pool(pool_id: str, request: Request, p: Principal = Depends(require_t
         if users:
             raise conflict(None, f"pool {pool.id} is the default pool of listener(s) {', '.join(users)}; "
                                  f"delete them or point them elsewhere first")
-        _touch(t, s.get(m.LoadBalancer, pool.load_balancer_id))
         _delete_pool(s, pool)
 
 
@@ -293,7 +282,6 @@ def add_member(pool_id: str, body: MemberCreate, request: Request,
                            operating_status=_initial_status(monitored, body.weight))
             s.add(x)
             s.flush()
-            _touch(t, lb)
             return member_out(s, x)
 
     return with_retries(txn, "member creation")
@@ -333,7 +321,6 @@ def update_member(pool_id: str, member_id: str, body: MemberUpdate, request: Req
             x.status_changed_at = m.now()
         x.weight = body.weight
         s.flush()
-        _touch(t, s.get(m.LoadBalancer, pool.load_balancer_id))
         return member_out(s, x)
 
 
@@ -341,7 +328,6 @@ def update_member(pool_id: str, member_id: str, body: MemberUpdate, request: Req
 def remove_member(pool_id: str, member_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write(tenants=tenant_of(p, m.LbPool, pool_id)) as t:
         pool, x = _member(t.session, pool_id, member_id, p)
-        _touch(t, t.session.get(m.LoadBalancer, pool.load_balancer_id))
         t.session.delete(x)
 
 
@@ -363,7 +349,6 @@ def put_monitor(pool_id: str, body: HealthMonitorPut, request: Request,
             for k, v in body.model_dump().items():
                 setattr(hm, k, v)
         s.flush()
-        _touch(t, s.get(m.LoadBalancer, pool.load_balancer_id))
         return HealthMonitorOut.model_validate(hm, from_attributes=True)
 
 
@@ -388,4 +373,3 @@ def delete_monitor(pool_id: str, request: Request, p: Principal = Depends(requir
         for x in _members(s, pool.id):
             if x.weight > 0 and x.operating_status != "NO_MONITOR":
                 x.operating_status, x.status_changed_at = "NO_MONITOR", m.now()
-        _touch(t, s.get(m.LoadBalancer, pool.load_balancer_id))

@@ -49,6 +49,5 @@ def report_health(name: str, body: HealthReport, request: Request, p: Principal 
             monitored = s.get(m.LbHealthMonitor, x.pool_id) is not None
             if monitored and x.weight > 0 and x.operating_status != status:
                 x.operating_status, x.status_changed_at = status, m.now()
-                t.touch_vpcs(s.get(m.LoadBalancer, lb_id).vpc_id)
                 changed += 1
         return {"changed": changed}

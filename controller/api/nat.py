@@ -166,8 +166,6 @@ def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = 
         if s.execute(select(m.Eip.id).where(m.Eip.port_id == port.id)).first():
             raise conflict("port_id", f"port {port.id} already has an EIP")
         eip.port_id = port.id
-        t.touch_vpcs(port.vpc_id)
-        t.touch_hosts(port.host)  # its host compiles its ports' EIPs (compiler._ports_fragments)
         s.flush()
         return eip_out(s, eip)
 
@@ -176,10 +174,6 @@ def associate(eip_id: str, body: EipAssociate, request: Request, p: Principal = 
 def disassociate(eip_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> EipOut:
     with db_of(request).write(tenants=tenant_of(p, m.Eip, eip_id)) as t:
         eip = owned(t.session, m.Eip, eip_id, p, "EIP")
-        if eip.port_id:
-            port = t.session.get(m.Port, eip.port_id)
-            t.touch_vpcs(port.vpc_id if port else None)
-            t.touch_hosts(port.host if port else None)
         eip.port_id = None
         t.session.flush()
         return eip_out(t.session, eip)
@@ -218,7 +212,6 @@ def create_natgw(body: NatGatewayCreate, request: Request, p: Principal = Depend
         s.add(gw)
         s.flush()
         s.add_all([m.NatGatewayEip(nat_gateway_id=gw.id, eip_id=e.id) for e in eips])
-        t.touch_vpcs(vpc.id)
         s.flush()
         return gw_out(s, gw)
 
@@ -254,7 +247,6 @@ def delete_natgw(gw_id: str, request: Request, p: Principal = Depends(require_te
                 s.delete(row)
         s.flush()
         s.delete(gw)
-        t.touch_vpcs(gw.vpc_id)
 
 
 @router.post("/nat-gateways/{gw_id}/snat-rules", status_code=201, response_model=SnatRuleOut)
@@ -284,7 +276,6 @@ def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
         s.add(rule)
         s.flush()
         s.add_all([m.SnatRuleEip(rule_id=rule.id, position=i, eip_id=eid) for i, eid in enumerate(body.eip_ids)])
-        t.touch_vpcs(gw.vpc_id)
         s.flush()
         return SnatRuleOut(id=rule.id, nat_gateway_id=gw.id, subnet_id=rule.subnet_id, cidr=cidr,
                            eip_ids=list(body.eip_ids))
@@ -312,7 +303,6 @@ def delete_snat(gw_id: str, rule_id: str, request: Request, p: Principal = Depen
         if rule is None or rule.nat_gateway_id != gw.id:
             raise not_found("SNAT rule", rule_id)
         t.session.delete(rule)
-        t.touch_vpcs(gw.vpc_id)
 
 
 @router.post("/nat-gateways/{gw_id}/dnat-rules", status_code=201, response_model=DnatRuleOut)
@@ -343,7 +333,6 @@ def create_dnat(gw_id: str, body: DnatRuleCreate, request: Request,
         rule = m.DnatRule(nat_gateway_id=gw.id, eip_id=eip.id, protocol=body.protocol,
                           external_port=body.external_port, port_id=port.id, internal_port=body.internal_port)
         s.add(rule)
-        t.touch_vpcs(gw.vpc_id)
         s.flush()
         return rule
 
@@ -363,4 +352,3 @@ def delete_dnat(gw_id: str, rule_id: str, request: Request, p: Principal = Depen
         if rule is None or rule.nat_gateway_id != gw.id:
             raise not_found("DNAT rule", rule_id)
         t.session.delete(rule)
-        t.touch_vpcs(gw.vpc_id)

@@ -47,7 +47,6 @@ def create_peering(body: PeeringCreate, request: Request, p: Principal = Depends
         pc = m.Peering(requester_vpc_id=req.id, accepter_vpc_id=acc.id, requester_tenant_id=req.tenant_id,
                        accepter_tenant_id=acc.tenant_id, vpc_low=low, vpc_high=high, status=status)
         s.add(pc)
-        t.touch_vpcs(req.id, acc.id)
         s.flush()
         return pc
 
@@ -83,7 +82,6 @@ def _decide(peering_id: str, request: Request, p: Principal, status: str) -> m.P
         if pc.status != "pending-acceptance":
             raise conflict(None, f"peering {peering_id} is {pc.status}, not pending-acceptance")
         pc.status = status
-        t.touch_vpcs(pc.requester_vpc_id, pc.accepter_vpc_id)
         t.session.flush()
         return pc
 
@@ -102,5 +100,4 @@ def reject_peering(peering_id: str, request: Request, p: Principal = Depends(req
 def delete_peering(peering_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write(tenants=_tenants(peering_id)) as t:
         pc = _visible_peering(t.session, peering_id, p)
-        t.touch_vpcs(pc.requester_vpc_id, pc.accepter_vpc_id)
         t.session.delete(pc)

@@ -145,8 +145,6 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
         memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
         out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,
                            mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i])))
-        t.touch_vpcs(r.vpc_id)
-        t.touch_hosts(x.host)
     t.defer(INSERT_PORTS, rows)
     if memberships:
         t.defer(INSERT_MEMBERSHIPS, memberships)
@@ -305,13 +303,10 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
         if "host" in fields and body.host != port.host:
             may_bind(p, "host")
             check_host(s, body.host)
-            t.touch_hosts(port.host, body.host)
             port.host = body.host
             port.status = "DOWN"  # until the new host reports the VM plugged
         if "security_group_ids" in fields:
             port.groups = resolve_groups(s, body.security_group_ids or [], port.vpc_id, p)
-            t.touch_hosts(port.host)  # its host compiles its ports' groups (compiler._ports_fragments)
-        t.touch_vpcs(port.vpc_id)
         s.flush()
         return port_out(port)
 
@@ -332,6 +327,4 @@ def delete_port(port_id: str, request: Request, p: Principal = Depends(require_p
             raise conflict(None, f"port {port_id} is the target of DNAT rule(s) {', '.join(rules)}; delete them first")
         for eip in t.session.execute(select(m.Eip).where(m.Eip.port_id == port_id)).scalars():
             eip.port_id = None  # the EIP stays the tenant's, unassociated
-        t.touch_vpcs(port.vpc_id)
-        t.touch_hosts(port.host)
         t.session.delete(port)

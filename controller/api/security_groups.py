@@ -65,7 +65,6 @@ def create_sg(body: SecurityGroupCreate, request: Request,
         s.flush()
         for i, r in enumerate(body.rules):
             add_rule(t, sg, r, p, f"rules.{i}", request.app.state.settings.quotas)
-        t.touch_vpcs(vpc.id)
         s.flush()
         s.refresh(sg)
         return sg_out(sg)
@@ -110,7 +109,6 @@ def delete_sg(sg_id: str, request: Request, p: Principal = Depends(require_tenan
         if reason := _in_use(s, sg):
             raise conflict(None, reason)
         s.delete(sg)  # its rules go with it (delete-orphan cascade)
-        t.touch_vpcs(sg.vpc_id)
 
 
 @router.post("/security-groups/{sg_id}/rules", status_code=201, response_model=RuleOut)
@@ -118,7 +116,6 @@ def create_rule(sg_id: str, body: RuleCreate, request: Request, p: Principal = D
     with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
         sg = owned(t.session, m.SecurityGroup, sg_id, p, "security group")
         rule = add_rule(t, sg, body, p, "body", request.app.state.settings.quotas)
-        t.touch_vpcs(sg.vpc_id)
         t.session.flush()
         return RuleOut.model_validate(rule)
 
@@ -132,4 +129,3 @@ def delete_rule(sg_id: str, rule_id: Annotated[int, Path(ge=1, le=MAX_INT)], req
         if rule is None or rule.group_id != sg.id:
             raise not_found("rule", str(rule_id))
         sg.rules.remove(rule)  # delete-orphan cascade deletes it, once
-        t.touch_vpcs(sg.vpc_id)

@@ -47,7 +47,6 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
         sn = m.Subnet(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, cidr=str(net),
                       gateway_ip=str(gateway_ip(net)))
         s.add(sn)
-        t.touch_vpcs(vpc.id)
         s.flush()
         return subnet_out(s, sn)
 
@@ -85,4 +84,3 @@ def delete_subnet(subnet_id: str, request: Request, p: Principal = Depends(requi
                                  f"{', '.join(f'{r.id} of NAT gateway {r.nat_gateway_id}' for r in rules)}; "
                                  "delete them first")
         s.delete(sn)
-        t.touch_vpcs(sn.vpc_id)

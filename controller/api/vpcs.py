@@ -100,7 +100,6 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
                 m.SecurityGroupRule(group_id=sg.id, direction="egress", protocol="any", remote_cidr="0.0.0.0/0"),
                 m.SecurityGroupRule(group_id=sg.id, direction="ingress", protocol="any", remote_group_id=sg.id),
             ])
-            t.touch_vpcs(vpc.id)
             s.flush()
             out = VpcOut.model_validate(vpc)
             out.default_security_group_id = sg.id
@@ -220,7 +219,6 @@ def create_route(vpc_id: str, body: RouteCreate, request: Request,
         r = m.Route(vpc_id=vpc_id, tenant_id=vpc.tenant_id, destination=body.destination,
                     target_type=kind, target_id=target_id)
         s.add(r)
-        t.touch_vpcs(vpc_id)
         s.flush()
         return RouteOut(id=r.id, destination=r.destination, target=body.target, origin="user")
 
@@ -233,4 +231,3 @@ def delete_route(vpc_id: str, route_id: str, request: Request, p: Principal = De
         if r is None or r.vpc_id != vpc_id:
             raise not_found("route", route_id)
         t.session.delete(r)
-        t.touch_vpcs(vpc_id)

@@ -1,0 +1,171 @@
+"""What a changed row affects, derived from the row: the VPCs, hosts and topology whose compiled configs it is part
+of. A write never says what it touched; `Database.write()` stamps what its rows affect, in the same transaction:
+
+* rows changed through the ORM, seen by a `before_flush` hook (`collect`), with their values before and after
+  (a port moved from one host to another stamps both hosts);
+* rows inserted by the Core fast path (`WriteTxn.defer`), mapped from the rows themselves (`rows_affect`);
+* any other Core INSERT, UPDATE or DELETE on a table that configs are compiled from is refused (`guard`), except
+  for the columns no config reads (a port's status, a host's last beat), so a new write cannot slip past.
+
+The rules (`AFFECTS`): anything inside a VPC stamps the VPC; a port also stamps the hosts it is or was bound to
+(a host compiles its own ports: their groups, EIPs, addresses); an EIP stamps its port's VPC and host; a peering
+both VPCs; a host stamps itself, and the topology when what other hosts compile of it changes (VTEP, kind, role,
+liveness). The compiler's caches and the delta watch rely on exactly these stamps (DEVELOPERS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
+from sqlalchemy.orm.attributes import get_history
+
+from controller import models as m
+
+CHANGES = "tianji_changes"  # session.info key: the write's Affected, present only inside Database.write()
+STAMPED = {"tianji_stamped": True}  # execution option: a Core write whose rows were stamped already (defer)
+
+
+@dataclass
+class Affected:
+    vpcs: set[str] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    topology: bool = False
+
+    def add(self, vpcs: Iterable[str | None] = (), hosts: Iterable[str | None] = (), topology: bool = False) -> None:
+        self.vpcs.update(v for v in vpcs if v)
+        self.hosts.update(h for h in hosts if h)
+        self.topology = self.topology or topology
+
+
+def _values(obj: Any, attr: str) -> list:
+    """The attribute's value now and, if it changed in this transaction, before."""
+    h = get_history(obj, attr)
+    return [*h.added, *h.unchanged, *h.deleted] if h else [getattr(obj, attr)]
+
+
+def _get(s: Session, model: type, ident: Any) -> Any:
+    with s.no_autoflush:
+        return s.get(model, ident) if ident is not None else None
+
+
+def _vpc_of(s: Session, model: type, ident: Any) -> str | None:
+    row = _get(s, model, ident)
+    return None if row is None else row.vpc_id
+
+
+def _port(s: Session, port_id: str | None, out: Affected) -> None:
+    p = _get(s, m.Port, port_id)
+    if p is not None:
+        out.add([p.vpc_id], _values(p, "host"))
+
+
+def _lb_vpc(s: Session, lb_id: str | None) -> str | None:
+    return _vpc_of(s, m.LoadBalancer, lb_id)
+
+
+def _pool_vpc(s: Session, pool_id: str | None) -> str | None:
+    pool = _get(s, m.LbPool, pool_id)
+    return None if pool is None else _lb_vpc(s, pool.load_balancer_id)
+
+
+def _rule_vpc(s: Session, rule_id: str | None) -> str | None:
+    rule = _get(s, m.SnatRule, rule_id)
+    return None if rule is None else _vpc_of(s, m.NatGateway, rule.nat_gateway_id)
+
+
+def _host(s: Session, h: m.Host, out: Affected, state: str) -> None:
+    out.add(hosts=[h.name])
+    if state != "dirty" or any(get_history(h, a).has_changes() for a in ("vtep_ip", "kind", "role", "status")):
+        out.add(topology=True)  # other hosts compile its VTEP; gateways their live instances
+
+
+def _eip(s: Session, e: m.Eip, out: Affected, _state: str) -> None:
+    for pid in _values(e, "port_id"):
+        _port(s, pid, out)
+
+
+# model -> what a row of it affects (the session, the row, what to add to, "new" | "dirty" | "deleted")
+AFFECTS: dict[type, Callable[[Session, Any, Affected, str], None]] = {
+    m.Vpc: lambda s, o, out, _: out.add([o.id]),
+    m.Subnet: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.SecurityGroup: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.SecurityGroupRule: lambda s, o, out, _: out.add([_vpc_of(s, m.SecurityGroup, o.group_id)]),
+    m.Port: lambda s, o, out, _: out.add([o.vpc_id], _values(o, "host")),
+    m.PortSecurityGroup: lambda s, o, out, _: _port(s, o.port_id, out),
+    m.Peering: lambda s, o, out, _: out.add([o.requester_vpc_id, o.accepter_vpc_id]),
+    m.Route: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.Eip: _eip,
+    m.NatGateway: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.NatGatewayEip: lambda s, o, out, _: out.add([_vpc_of(s, m.NatGateway, o.nat_gateway_id)]),
+    m.SnatRule: lambda s, o, out, _: out.add([_vpc_of(s, m.NatGateway, o.nat_gateway_id)]),
+    m.SnatRuleEip: lambda s, o, out, _: out.add([_rule_vpc(s, o.rule_id)]),
+    m.DnatRule: lambda s, o, out, _: out.add([_vpc_of(s, m.NatGateway, o.nat_gateway_id)]),
+    m.LoadBalancer: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.LbListener: lambda s, o, out, _: out.add([_lb_vpc(s, o.load_balancer_id)]),
+    m.LbPool: lambda s, o, out, _: out.add([_lb_vpc(s, o.load_balancer_id)]),
+    m.LbMember: lambda s, o, out, _: out.add([_pool_vpc(s, o.pool_id)]),
+    m.LbHealthMonitor: lambda s, o, out, _: out.add([_pool_vpc(s, o.pool_id)]),
+    m.Host: _host,
+}
+# tables no config is compiled from: their rows stamp nothing
+UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,
+                                         m.AuditEntry, m.EipPool})
+# columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
+UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),
+                                                 "hosts": frozenset({"last_seen"})}
+_TABLES = {model.__table__.name: model for model in (*AFFECTS, *UNCOMPILED)}
+
+
+def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
+    """before_flush: add what the rows about to be written affect to the write's Affected."""
+    out: Affected | None = s.info.get(CHANGES)
+    if out is None:
+        return
+    for state, objs in (("new", s.new), ("dirty", s.dirty), ("deleted", s.deleted)):
+        for obj in objs:
+            if state == "dirty" and not s.is_modified(obj):
+                continue
+            rule = AFFECTS.get(type(obj))
+            if rule is not None:
+                rule(s, obj, out, state)
+            elif type(obj) not in UNCOMPILED:
+                raise TypeError(f"{type(obj).__name__} rows change compiled configs in ways controller/stamps.py "
+                                "does not know: add it to AFFECTS (or UNCOMPILED)")
+
+
+# table -> what a row inserted by the Core fast path affects (`WriteTxn.defer`), as AFFECTS says for its model
+ROW_AFFECTS: dict[str, Callable[[dict, Affected], None]] = {
+    "ports": lambda r, out: out.add([r["vpc_id"]], [r.get("host")]),
+    "port_security_groups": lambda r, out: None,  # inserted with their ports, which stamp the same
+    "hosts": lambda r, out: out.add(hosts=[r["name"]], topology=True),
+}
+
+
+def rows_affect(table: str, rows: list[dict], out: Affected) -> None:
+    rule = ROW_AFFECTS.get(table)
+    if rule is None:
+        raise TypeError(f"deferred inserts into {table}: say in controller/stamps.ROW_AFFECTS what they affect")
+    for r in rows:
+        rule(r, out)
+
+
+def guard(state: ORMExecuteState) -> None:
+    """do_orm_execute: inside a write, a Core INSERT, UPDATE or DELETE on a table configs are compiled from is
+    refused, unless it only sets columns no config reads: what it changes would go unstamped."""
+    if CHANGES not in state.session.info or not (state.is_insert or state.is_update or state.is_delete) \
+            or state.execution_options.get("tianji_stamped"):
+        return
+    table = getattr(state.statement, "table", None)
+    name = getattr(table, "name", None)
+    model = _TABLES.get(name)
+    if model is None or model in UNCOMPILED:
+        return
+    if state.is_update:
+        values = {c.key if hasattr(c, "key") else str(c) for c in state.statement._values or ()}
+        if values and values <= UNCOMPILED_COLUMNS.get(name, frozenset()):
+            return
+    raise TypeError(f"a Core {'INSERT' if state.is_insert else 'UPDATE' if state.is_update else 'DELETE'} on "
+                    f"{name} inside a write goes unstamped: change the rows through the ORM (controller/stamps.py)")
+
