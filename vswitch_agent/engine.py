@@ -1,7 +1,10 @@
 """The agent's desired flows, kept up to date incrementally: a change costs what it changes.
 
 Flows are grouped into units, one per object of the host's config (a VTEP, a local VPC, an endpoint, a local
-port, a security group), each remembering the inputs its flows were built from. `update` is told which VPCs a
+port, a security group, a load balancer), each remembering the inputs its flows were built from. What a kind of
+unit reads is declared once, by name, in `NODES` (as OVN's incremental engine declares its nodes and their
+inputs): a unit is built from exactly those inputs, passed by name to its builder, and rebuilt when one of them
+differs; a builder cannot read anything its node does not name. `update` is told which VPCs a
 config change touched (the controller's delta says so; a plug or unplug names its port's VPC); it rebuilds the
 units of those VPCs whose inputs differ, and returns the flows to add and to delete. Nothing else is looked at,
 so a new port in one VPC never walks the other 20,000 endpoints of the host.
@@ -15,9 +18,9 @@ random change sequences).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tianji.southbound import HostConfig, VpcInfo
 from vswitch_agent import flows as F
@@ -26,6 +29,50 @@ from vswitch_agent.lb_flows import lb_flows, members_here
 
 UnitKey = tuple[str, ...]
 BUCKETS = 4096  # the audit reads the switch in chunks of cookies with equal low bits
+
+
+@dataclass(frozen=True)
+class Node:
+    """A kind of unit: the inputs its flows are built from (by name), and the builder that takes exactly those."""
+
+    inputs: tuple[str, ...]
+    build: Callable[..., list[Flow]]
+
+
+# unit kind -> its node. The engine hands each builder the named inputs and nothing else; a unit is rebuilt when
+# one of its inputs differs from the last build's.
+NODES: dict[str, Node] = {
+    "vtep": Node(("vtep", "tunnel_ofport"),
+                 lambda vtep, tunnel_ofport: F.vtep_flows(vtep.host, vtep.ip, tunnel_ofport)),
+    "vpc": Node(("vpc", "peers", "zone", "tunnel_ofport"), F.vpc_flows),
+    "ep": Node(("endpoint", "reach", "host", "ofport", "tunnel_ofport"),
+               lambda endpoint, reach, host, ofport, tunnel_ofport: F.endpoint_flows(endpoint, reach, host, ofport,
+                                                                                    tunnel_ofport)),
+    "port": Node(("port", "ofport", "vpc", "rules", "tunnel_ofport"),
+                 lambda port, ofport, vpc, rules, tunnel_ofport: F.port_flows(port, ofport, vpc, rules,
+                                                                             tunnel_ofport)),
+    "sg": Node(("group", "vni", "zone"), lambda group, vni, zone: F.group_flows(group, vni, zone)),
+    "lb": Node(("lb", "vpc", "reach", "members_here", "tunnel_ofport"),
+               lambda lb, vpc, reach, members_here, tunnel_ofport: lb_flows(lb, vpc, reach, members_here,
+                                                                            tunnel_ofport)),
+}
+
+
+class VpcView(NamedTuple):
+    """What the units of a VPC's ports and load balancers, and the VPCs peering with it, read of it: a change to
+    its routes or subnets does not rebuild them (a builder reading more fails on the missing attribute)."""
+
+    id: str
+    vni: int
+    router_mac: str
+
+    @classmethod
+    def of(cls, v: VpcInfo) -> VpcView:
+        return cls(v.id, v.vni, v.router_mac)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or a == b
 
 
 @dataclass
@@ -78,12 +125,10 @@ class FlowEngine:
 
         if everything or cfg.vteps is not self._vteps:
             self._update_vteps(cfg, tunnel_ofport)
-        for vid in local_vpcs:  # a few hundred at most: their deps are compared every time
+        for vid in local_vpcs:  # a few hundred at most: their inputs are compared every time
             vpc = vpcs[vid]
-            peers = F.peers_of(vpc, vpcs)
-            deps = (vpc, tuple((p.id, p.vni, p.router_mac) for p in peers.values()), zones[vid], tunnel_ofport)
-            self._build(("vpc", vid), vid, deps, lambda v=vpc, pe=peers, z=zones[vid]: F.vpc_flows(
-                v, pe, z, tunnel_ofport))
+            peers = {k: VpcView.of(x) for k, x in F.peers_of(vpc, vpcs).items()}
+            self._build(("vpc", vid), vid, vpc=vpc, peers=peers, zone=zones[vid], tunnel_ofport=tunnel_ofport)
         for vid in self._local - local_ports.keys():
             self._drop(("vpc", vid))
         if dirty:
@@ -99,7 +144,7 @@ class FlowEngine:
         for key in [k for k in self.units if k[0] == "vtep" and k not in want]:
             self._drop(key)
         for key, v in want.items():
-            self._build(key, None, (v.ip, tunnel_ofport), lambda v=v: F.vtep_flows(v.host, v.ip, tunnel_ofport))
+            self._build(key, None, vtep=v, tunnel_ofport=tunnel_ofport)
         self._vteps = cfg.vteps
 
     def _update_vpcs(self, cfg: HostConfig, dirty: set[str], vpcs: dict[str, VpcInfo], local_ports: dict,
@@ -110,10 +155,8 @@ class FlowEngine:
         for e in (e for vid in sorted(dirty) for e in by_vpc.get(vid, ())):
             key = ("ep", e.vpc_id, e.port_id)
             want[e.vpc_id].add(key)
-            r = reach.get(e.vpc_id, [])
-            of = ofports.get(e.port_id) if e.host == cfg.host else None
-            self._build(key, e.vpc_id, (e, tuple(r), of, tunnel_ofport, cfg.host),
-                        lambda e=e, r=r, of=of: F.endpoint_flows(e, r, cfg.host, of, tunnel_ofport))
+            self._build(key, e.vpc_id, endpoint=e, reach=tuple(reach.get(e.vpc_id, [])), host=cfg.host,
+                        ofport=ofports.get(e.port_id) if e.host == cfg.host else None, tunnel_ofport=tunnel_ofport)
         for vid in dirty & local_ports.keys():
             vpc = vpcs[vid]
             for p in local_ports[vid]:
@@ -123,14 +166,12 @@ class FlowEngine:
                 key = ("port", vid, p.id)
                 want[vid].add(key)
                 rules = F.rule_ids(groups[g] for g in p.security_group_ids if g in groups)
-                self._build(key, vid, (p, of, vpc.vni, vpc.router_mac, rules, tunnel_ofport),
-                            lambda p=p, of=of, v=vpc, r=rules: F.port_flows(p, of, v, r, tunnel_ofport))
+                self._build(key, vid, port=p, ofport=of, vpc=VpcView.of(vpc), rules=rules, tunnel_ofport=tunnel_ofport)
         for g in cfg.security_groups:
             if g.vpc_id in dirty and g.vpc_id in zones:
                 key = ("sg", g.vpc_id, g.id)
                 want[g.vpc_id].add(key)
-                vni, zone = vpcs[g.vpc_id].vni, zones[g.vpc_id]
-                self._build(key, g.vpc_id, (g, vni, zone), lambda g=g, n=vni, z=zone: F.group_flows(g, n, z))
+                self._build(key, g.vpc_id, group=g, vni=vpcs[g.vpc_id].vni, zone=zones[g.vpc_id])
         for vid in dirty & vpcs.keys():
             self._update_lbs(vpcs[vid], reach.get(vid, []), ofports, zones, tunnel_ofport, want[vid])
         for vid in dirty:
@@ -143,16 +184,21 @@ class FlowEngine:
         for lb in vpc.load_balancers:
             key = ("lb", vpc.id, lb.id)
             want.add(key)
-            local = members_here(lb, ofports, zones)
-            deps = (lb, vpc.vni, vpc.router_mac, tuple(reach), tuple(sorted(local.items())), tunnel_ofport)
-            self._build(key, vpc.id, deps, lambda lb=lb, r=reach, lo=local: lb_flows(lb, vpc, r, lo, tunnel_ofport))
+            self._build(key, vpc.id, lb=lb, vpc=VpcView.of(vpc), reach=tuple(reach),
+                        members_here=members_here(lb, ofports, zones), tunnel_ofport=tunnel_ofport)
 
     # --- bookkeeping ------------------------------------------------------------------------------------------
-    def _build(self, key: UnitKey, vid: str | None, deps: Any, make: Any) -> None:
+    def _build(self, key: UnitKey, vid: str | None, **inputs: Any) -> None:
+        """Unit `key` (of kind key[0]) built from `inputs`, which must be exactly what its node names; rebuilt
+        only when one of them differs from the last build's."""
+        node = NODES[key[0]]
+        if inputs.keys() != set(node.inputs):
+            raise TypeError(f"unit {key[0]}: given {sorted(inputs)}, its node reads {sorted(node.inputs)}")
+        deps = tuple(inputs[n] for n in node.inputs)
         u = self.units.get(key)
-        if u is not None and u[0] == deps:
+        if u is not None and len(u[0]) == len(deps) and all(_same(a, b) for a, b in zip(u[0], deps, strict=True)):
             return
-        self._set(key, deps, make(), vid)
+        self._set(key, deps, node.build(**inputs), vid)
 
     def _set(self, key: UnitKey, deps: Any, new: list[Flow], vid: str | None = None) -> None:
         old = self.units[key][1] if key in self.units else ()
