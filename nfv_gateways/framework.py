@@ -50,7 +50,7 @@ from tianji.southbound import (
     apply_gateway_delta,
     vtep_interface,
 )
-from tianji.southbound_client import Southbound
+from tianji.southbound_client import Answer, Southbound
 from tianji.statusfile import write_atomic
 
 __all__ = ["EXT", "ROLES", "UL", "Gateway", "GatewayOptions", "PacketStage", "VpcParts", "ip2int", "role_class"]
@@ -305,31 +305,31 @@ class Gateway(PacketIO):
         """Long-poll the controller for the sections (one per VPC) that changed, with the revision and the digest
         of the config held: the controller answers only when this instance's config differs, so a write
         elsewhere costs it nothing, and a write in one tenant sends that tenant's section."""
-        held, digest = GatewayHeld(), ""
-        while True:
-            try:
-                r = self.api.poll(f"/v1/gateways/{self.o.name}/config/delta?after={held.revision}&timeout=25"
-                                  + (f"&digest={digest}" if digest else ""))
-                if r.status == 304:
-                    continue
-                got_digest, timing = r.headers.get("X-Tianji-Config-Digest", ""), r.headers.get("Server-Timing", "")
-                t_got = time.perf_counter()
-                d = GatewayConfigDelta.model_validate_json(r.body)
-                self.counters["config_downloads"] += 1
-                out = apply_gateway_delta(held, d)
-                if out is None:  # not on what is held: ask for every section
-                    held, digest = GatewayHeld(), ""
-                    continue
-                held, changed = out
-                digest = got_digest
-                self.apply_sections(held, changed)
-                self.apply_ms.append(round((time.perf_counter() - t_got) * 1000, 2))
-                if "dur=" in timing:
-                    self.compile_ms.append(float(timing.split("dur=")[1].split(";")[0].split(",")[0]))
-            except Exception as e:  # keep serving with the last config through controller outages
-                self.counters["watch_errors"] += 1
-                log.warning("watch: %s", e)
-                time.sleep(1)
+        self.held, self.digest = GatewayHeld(), ""
+
+        def params() -> dict[str, Any]:
+            return {"after": self.held.revision} | ({"digest": self.digest} if self.digest else {})
+
+        def error(e: Exception) -> None:  # keep serving with the last config through controller outages
+            self.counters["watch_errors"] += 1
+            log.warning("watch: %s", e)
+
+        self.api.watch(f"/v1/gateways/{self.o.name}/config/delta", GatewayConfigDelta, params, self.take_delta,
+                       error)
+
+    def take_delta(self, d: GatewayConfigDelta, answer: Answer) -> None:
+        t_got = time.perf_counter()
+        self.counters["config_downloads"] += 1
+        out = apply_gateway_delta(self.held, d)
+        if out is None:  # not on what is held: ask for every section
+            self.held, self.digest = GatewayHeld(), ""
+            return
+        self.held, changed = out
+        self.digest = answer.headers.get("X-Tianji-Config-Digest", "")
+        self.apply_sections(self.held, changed)
+        self.apply_ms.append(round((time.perf_counter() - t_got) * 1000, 2))
+        if "dur=" in (timing := answer.headers.get("Server-Timing", "")):
+            self.compile_ms.append(float(timing.split("dur=")[1].split(";")[0].split(",")[0]))
 
     def heartbeat_loop(self) -> None:
         while True:

@@ -19,8 +19,6 @@ import logging
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from os_ken.base import app_manager
@@ -30,7 +28,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
-from tianji.southbound_client import Southbound
+from tianji.southbound_client import Southbound, SouthboundError
 from tianji.statusfile import write_atomic
 from vswitch_agent import health, icmp, openflow, punts
 from vswitch_agent.audit import Audit
@@ -56,6 +54,7 @@ class AgentApp(app_manager.OSKenApp):
         self.engine = FlowEngine()
         self.session: Session | None = None  # the current OpenFlow connection
         self.cfg: HostConfig | None = None
+        self.after = -1  # the revision the watch asks from: what self.cfg is, -1 for a whole config
         self.hints: set[str] | None = None  # VPCs to rebuild at the next pass; None: everything
         self.ofports: dict[str, int] = {}
         self.tunnel_ofport: int | None = None
@@ -111,27 +110,25 @@ class AgentApp(app_manager.OSKenApp):
         log.info("registered host %s (VTEP %s) with %s", self.opts.host, self.opts.vtep_addr, self.opts.controller)
 
     def _watch_loop(self) -> None:
+        """The delta watch: a change in one VPC sends that VPC's sections, not the host's whole config. Through a
+        controller outage it keeps its revision and asks from there when the controller answers again."""
         self._register()
-        after = -1
-        while True:
-            # the delta form: a change in one VPC sends that VPC's sections, not the host's whole config
-            got = self.api.poll(f"/v1/hosts/{self.opts.host}/config/delta?after={after}&timeout=25")
-            code, body = got.status, got.body
-            if code == 200 and body:
-                # parsed straight from the bytes: no intermediate dicts (a whole config at 20,000 ports is 10 MB)
-                delta = HostConfigDelta.model_validate_json(body)
-                cfg = apply_delta(self.cfg if after >= 0 else None, delta)
-                if cfg is None:  # the delta does not fit what we hold: start again from a whole config
-                    log.warning("config delta %d -> %d does not apply; asking for the whole config", delta.base,
-                                delta.revision)
-                    after = -1
-                    continue
-                after = cfg.revision
-                self.cfg = cfg
-                log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,
-                         "whole" if delta.base < 0 else f"{len(delta.changed_vpcs)} VPC(s) changed", len(cfg.ports),
-                         len(cfg.vpcs), len(cfg.endpoints))
-                self._hint(None if delta.base < 0 else set(delta.changed_vpcs))
+        self.api.watch(f"/v1/hosts/{self.opts.host}/config/delta", HostConfigDelta,
+                       lambda: {"after": self.after}, self._take_delta, lambda e: self._error(f"watch: {e}"))
+
+    def _take_delta(self, delta: HostConfigDelta, _answer: object) -> None:
+        cfg = apply_delta(self.cfg if self.after >= 0 else None, delta)
+        if cfg is None:  # the delta does not fit what we hold: start again from a whole config
+            log.warning("config delta %d -> %d does not apply; asking for the whole config", delta.base,
+                        delta.revision)
+            self.after = -1
+            return
+        self.after = cfg.revision
+        self.cfg = cfg
+        log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,
+                 "whole" if delta.base < 0 else f"{len(delta.changed_vpcs)} VPC(s) changed", len(cfg.ports),
+                 len(cfg.vpcs), len(cfg.endpoints))
+        self._hint(None if delta.base < 0 else set(delta.changed_vpcs))
 
     def _heartbeat_loop(self) -> None:
         while True:
@@ -142,8 +139,8 @@ class AgentApp(app_manager.OSKenApp):
             self.state["ports"] = ports
             try:
                 self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]})
-            except urllib.error.HTTPError as e:
-                if e.code == 404:  # the controller forgot us (fresh database): register again
+            except SouthboundError as e:
+                if e.status == 404:  # the controller forgot us (fresh database): register again
                     self._register()
                 else:
                     raise
