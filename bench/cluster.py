@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ovs_baseline import FLOWS, on_bare_ovs
-from controller.client import Client
+from tianjictl.client import Client
 from topologies.cluster import Cluster
 
 

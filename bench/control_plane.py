@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import subprocess
 
-from controller.client import Client
 from controller.compiler import compile_host
 from controller.db import Database
 from controller.fragments import FRAGMENTS
 from tests.support.controller import PgDatabase, free_port
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
+from tianjictl.client import Client
 
 BIN = Path(sys.executable).parent / "tianji"
 

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scapy.layers.inet import IP, UDP
 
 from bench.native_tools import compiled
-from controller.client import Client
 from nfv_gateways.fastpath import FastNat
 from nfv_gateways.nat import NatTable, ip2int
 from nfv_gateways.nat_config import NatConfig, SnatRule
+from tianjictl.client import Client
 from topologies.gwlab import GatewayLab
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))

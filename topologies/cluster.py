@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller.client import ApiFailure, Client
+from tianjictl.client import ApiFailure, Client
 from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost, Hypervisor, Vm

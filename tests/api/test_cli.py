@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from tests.support.controller import Controller
-from tianji.cli import _register_components, app
+from tianjictl.main import _register_components, app
 
 _register_components()
 runner = CliRunner()

@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from controller.client import ApiFailure
 from tests.conftest import Controller
+from tianjictl.client import ApiFailure
 
 
 def expect(status: int, fn, *args, field: str | None = None):

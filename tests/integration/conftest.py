@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.client import Client
 from tests.conftest import Controller
+from tianjictl.client import Client
 from topologies.hosts import Fabric
 from topologies.machines import Hypervisor, Vm
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.client import Client
+from tianjictl.client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
 

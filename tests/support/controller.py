@@ -17,9 +17,9 @@ from sqlalchemy import create_engine, func, select, text
 
 from controller import models as m
 from controller.app import create_app
-from controller.client import Client
 from controller.serving import server_options
 from controller.settings import Settings
+from tianjictl.client import Client
 
 PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 

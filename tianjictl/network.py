@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from tianji.cli import call, console, resource, show
+from tianjictl.main import call, console, resource, show
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
 VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tenant_id"]

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from controller.client import ApiFailure, Client, load_cli_config
+from tianjictl.client import ApiFailure, Client, load_cli_config
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Tianji: VPC networking for private GPU clouds.")
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -117,7 +117,7 @@ def show(ctx: typer.Context, rows: Any, columns: list[str], title: str | None = 
 @app.command("login")
 def login(url: str = typer.Option(...), token: str = typer.Option(...)) -> None:
     """Save the controller URL and a token for later commands (~/.config/tianji/cli.json, mode 0600)."""
-    from controller.client import CONFIG_FILE
+    from tianjictl.client import CONFIG_FILE
 
     Client(url, token).get("/v1/whoami")
     CONFIG_FILE.parent.mkdir(parents=True, exist_ok=True)
@@ -135,9 +135,9 @@ def resource(name: str, help_: str) -> typer.Typer:
 
 def _register_components() -> None:
     """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet)."""
-    import tianji.cli_admin
-    import tianji.cli_lb
-    import tianji.cli_network  # noqa: F401 - their commands register on `app` as they are imported
+    import tianjictl.admin
+    import tianjictl.lb
+    import tianjictl.network  # noqa: F401 - their commands register on `app` as they are imported
 
     try:
         from vswitch_agent.cli import agent_app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tianji.cli import app, call, console, fail, resource, show
+from tianjictl.main import app, call, console, fail, resource, show
 
 tenant = resource("tenant", "Tenants (admin).")
 TENANT_COLS = ["id", "name", "token"]

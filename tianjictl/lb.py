@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tianji.cli import call, console, resource, show
+from tianjictl.main import call, console, resource, show
 
 lb = resource("lb", "Load balancers: a VIP in front of VMs (Maglev-hashed L4 on scale-out gateway instances).")
 LB_COLS = ["id", "name", "vip_address", "eip_address", "provisioning_status", "operating_status", "vpc_id"]
