@@ -7,7 +7,7 @@ with nftables, the baseline, and (b) a tianji gateway instance with each fast pa
 packets that arrive translated (source = the EIP). Then a TCP client opens and closes connections through each for
 the same time: new connections/s.
 
-    python bench/gateway.py [--seconds 3] [--paths dpdk,xdp,packet,c,python] [--cluster]
+    python bench/gateway.py [--seconds 3] [--paths dpdk,xdp,packet,python] [--cluster]
     python bench/gateway.py --scale 100,1000 [--backend postgres|sqlite]   (bench/gateway_scale.py)
 """
 
@@ -216,7 +216,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--skip-wire", action="store_true")
     ap.add_argument("--cluster", action="store_true", help="also measure through the emulated cluster (OVS in front)")
-    ap.add_argument("--paths", default="dpdk,xdp,packet,c,python")
+    ap.add_argument("--paths", default="dpdk,xdp,packet,python")
     ap.add_argument("--scale", help="instead: programming at scale with these tenant counts, e.g. 100,1000 "
                     "(bench/gateway_scale.py)")
     ap.add_argument("--backend", default="postgres", choices=("postgres", "sqlite"), help="with --scale")

@@ -20,7 +20,7 @@ DEFAULT_STATE = Path("/run/tianji")
 def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(""),
         token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
         vtep_ip: str = typer.Option(...), external_if: str = typer.Option(...),
-        fastpath: str = typer.Option("auto", help="auto|dpdk|xdp|packet|c|python: auto takes the best that starts"),
+        fastpath: str = typer.Option("auto", help="auto|dpdk|xdp|packet|python: auto takes the best that starts"),
         state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
         config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
         beat_interval: float = typer.Option(0.1, help="seconds between heartbeats (the controller's "

@@ -10,8 +10,8 @@ chosen by `--fastpath`:
   transmits in bursts. It punts what it cannot decide (ARP, hairpin, ICMP errors...) to `punt_loop`, which runs the same
   Python code as the socket path below and sends its answers back through the data plane. On the underlay, the
   instance itself answers ARP for its VTEP address and resolves the hypervisors' VTEPs.
-* sockets (`c`, `python`): tenant traffic arrives in VXLAN on a UDP socket bound to the VTEP address (the kernel
-  decapsulates); the external side is an AF_PACKET socket.
+* sockets (`python`, the reference of every role's semantics): tenant traffic arrives in VXLAN on a UDP socket
+  bound to the VTEP address (the kernel decapsulates); the external side is an AF_PACKET socket.
 
 Either way replies go back in VXLAN to the VTEP of the host holding the destination port, with the VPC's VNI and
 router MAC, and on the external side the instance answers ARP for the addresses it serves and resolves its next
@@ -58,7 +58,7 @@ __all__ = ["EXT", "ROLES", "UL", "Gateway", "GatewayOptions", "PacketStage", "Vp
 log = logging.getLogger("tianji.gateway")
 # role -> its Gateway subclass (imported when run)
 ROLES = {"nat": "nfv_gateways.nat_role:NatGateway", "lb": "nfv_gateways.lb_role:LbGateway"}
-FASTPATHS = ("auto", "dpdk", "xdp", "packet", "c", "python")
+FASTPATHS = ("auto", "dpdk", "xdp", "packet", "python")
 GARP_REPEAT_S = 1.2  # an announcement is repeated once (RFC 5227 sends two): one lost frame does not strand an address
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from nfv_gateways import maglev
 from nfv_gateways.framework import Gateway, PacketStage, VpcParts
-from nfv_gateways.lb import LbTable, NativeLb
+from nfv_gateways.lb import LbTable
 from nfv_gateways.lb_stage import LbPolicy, LbStage, PoolSpec
 from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, ip2int
 from tianji.southbound import GatewaySection, LbListenerServed
@@ -41,15 +41,9 @@ class LbGateway(Gateway):
         if (dp := self.native_dataplane("lb")) is not None:
             self.dp, self.maglev = dp, maglev.NativeMaglev()
             return LbStage(dp.lb), f"{dp.backend} (packet I/O, new and established connections in C)"
-        if fp in ("auto", "c"):
-            try:
-                self.maglev: Any = maglev.NativeMaglev()
-                return LbStage(NativeLb(*self.lb_table_args())), "c (sockets; connection table and Maglev in C)"
-            except Exception as e:
-                if fp == "c":
-                    raise
-                log.warning("native load balancer unavailable (%s): using the Python path", e)
-        self.maglev = maglev
+        if fp == "auto":
+            log.warning("no native data plane started: using the Python path")
+        self.maglev: Any = maglev
         return LbStage(LbTable(*self.lb_table_args())), "python"
 
     def policy_of(self, section: GatewaySection) -> tuple:

@@ -42,15 +42,8 @@ class NatGateway(Gateway):
         if (dp := self.native_dataplane("nat")) is not None:
             self.dp = dp
             return dp.nat, f"{dp.backend} (packet I/O, new and established flows in C)"
-        if fp in ("auto", "c"):
-            try:
-                from nfv_gateways.fastpath import FastNat
-
-                return FastNat(config), "c (sockets; new and established flows in C)"
-            except Exception as e:
-                if fp == "c":
-                    raise
-                log.warning("native fast path unavailable (%s): using the Python path", e)
+        if fp == "auto":
+            log.warning("no native data plane started: using the Python path")
         return NatTable(config), "python"
 
     def policy_of(self, section: GatewaySection) -> tuple:

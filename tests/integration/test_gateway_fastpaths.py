@@ -48,7 +48,7 @@ for i in range(int(sys.argv[2])):
 t = socket.create_connection((sys.argv[1], 9001), timeout=3); t.sendall(b"hello\\n")
 print(ok, t.makefile().readline().strip())
 """
-PATHS = ["dpdk", "xdp", "packet", "c", "python"]
+PATHS = ["dpdk", "xdp", "packet", "python"]
 
 
 def send_raw(ns: str, dev: str, frames: list[bytes]) -> None:

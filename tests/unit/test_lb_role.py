@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
 
+from nfv_gateways.dataplane import NativeDataPlane
 from nfv_gateways.framework import GatewayOptions, ip2int
 from nfv_gateways.lb_role import LbGateway
 from tests.unit.test_gateway_apply import Wire, arps_for
@@ -47,10 +48,14 @@ def config(revision: int, weights: dict[str, int], drain_until: float | None = N
             LbListenerServed(protocol="udp", port=53, idle_timeout_s=60, table_size=4099, members=ms)])])
 
 
-def instance(tmp_path: Path, fastpath: str) -> LbGateway:
+def instance(tmp_path: Path, stage: str) -> LbGateway:
+    """An instance with the Python reference (`python`), or the C connection table and Maglev of the native data
+    plane (`native`: its memory-backed packet I/O, so no interface is needed)."""
+    dp = NativeDataPlane("mem", "lb", "ul0", "ext0", b"\x02" + bytes(5), b"\x02" + bytes(4) + b"\x01",
+                         ip2int("198.18.0.9"), stage="lb") if stage == "native" else None
     g = LbGateway(GatewayOptions(name="lb", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.9/24",
-                                 external_if="ext0", fastpath=fastpath, state_dir=tmp_path,
-                                 macs=("02:00:00:00:01:01", "02:00:00:00:01:02")))
+                                 external_if="ext0", fastpath="python", state_dir=tmp_path,
+                                 macs=("02:00:00:00:01:01", "02:00:00:00:01:02")), dataplane=dp)
     g.ext = Wire()  # what it announces on the external segment
     return g
 
@@ -65,7 +70,7 @@ def pick(g: LbGateway, sport: int, **kw) -> str | None:
     return None if v is None else f"10.1.0.{v.ip & 0xFF}"
 
 
-@pytest.mark.parametrize("fastpath", ["python", "c"])
+@pytest.mark.parametrize("fastpath", ["python", "native"])
 def test_weights_shape_the_shares_and_every_stage_picks_alike(tmp_path: Path, fastpath: str) -> None:
     g = instance(tmp_path, fastpath)
     g.apply(config(1, {1: 1, 2: 2, 3: 3}))
@@ -73,13 +78,13 @@ def test_weights_shape_the_shares_and_every_stage_picks_alike(tmp_path: Path, fa
     assert set(shares) == {"10.1.0.11", "10.1.0.12", "10.1.0.13"}
     for ip, w in (("10.1.0.11", 1), ("10.1.0.12", 2), ("10.1.0.13", 3)):
         assert abs(shares[ip] / 6000 - w / 6) < 0.05, shares
-    other = instance(tmp_path, "python" if fastpath == "c" else "c")  # another instance, another stage
+    other = instance(tmp_path, "python" if fastpath == "native" else "native")  # another instance, another stage
     other.apply(config(1, {1: 1, 2: 2, 3: 3}))
     assert all(pick(other, s) == pick(g, s) for s in range(20000, 20500))
 
 
 def test_established_connections_keep_their_member_and_drains_end_after_the_delay(tmp_path: Path) -> None:
-    g = instance(tmp_path, "c")
+    g = instance(tmp_path, "native")
     g.apply(config(1, {1: 1, 2: 1}))
     before = {s: pick(g, s) for s in range(30000, 30400)}
     g.apply(config(2, {1: 1, 2: 1, 3: 1}))  # a member joins: known connections stay
@@ -93,7 +98,7 @@ def test_established_connections_keep_their_member_and_drains_end_after_the_dela
 
 
 def test_udp_listener_and_what_is_not_for_a_listener(tmp_path: Path) -> None:
-    g = instance(tmp_path, "c")
+    g = instance(tmp_path, "native")
     g.apply(config(1, {1: 1}))
     assert pick(g, 5000, proto="udp", dport=53) == "10.1.0.11"
     assert pick(g, 5000, dport=81) is None
@@ -104,8 +109,9 @@ def test_udp_listener_and_what_is_not_for_a_listener(tmp_path: Path) -> None:
     assert c["drop_no_listener"] == 3 and c["drop_malformed"] == 1
 
 
-def test_the_eip_brings_internet_clients_in_and_replies_leave_with_it(tmp_path: Path) -> None:
-    g = instance(tmp_path, "c")
+@pytest.mark.parametrize("stage", ["python", "native"])
+def test_the_eip_brings_internet_clients_in_and_replies_leave_with_it(tmp_path: Path, stage: str) -> None:
+    g = instance(tmp_path, stage)
     g.apply(config(1, {1: 1}, eip=EIP))
     buf = to_vip(7000, src="198.51.100.1", dst=EIP)
     v = g.table.inbound(buf, time.time())
@@ -114,13 +120,15 @@ def test_the_eip_brings_internet_clients_in_and_replies_leave_with_it(tmp_path: 
     reply = bytearray(bytes(IP(src=VIP, dst="198.51.100.1") / TCP(sport=80, dport=7000, flags="SA")))
     v = g.table.outbound(1001, reply, time.time())
     assert v is not None and v.direction == "out" and IP(bytes(reply)).src == EIP
-    assert g.eips == [EIP] and arps_for(g.ext.frames()) == [EIP]  # the EIP is announced
+    assert g.eips == [EIP] and g.counters["gratuitous_arps"] == 1  # the EIP is announced
+    if stage == "python":  # (the native data plane sends it on its own port)
+        assert arps_for(g.ext.frames()) == [EIP]
 
 
 def test_metrics_show_the_connection_table(tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    g = instance(tmp_path, "c")
+    g = instance(tmp_path, "native")
     g.apply(config(1, {1: 1}))
     pick(g, 5000)
     families = {f.name: f for f in text_string_to_metric_families(g.metrics().decode())}
