@@ -2,7 +2,7 @@
 
     python bench/scale.py [--sizes 2000,10000,20000] [--backends sqlite,postgres] [--reps 20]
 
-Workload (as ../shared/anchors/ovn/ovnb-bench.py): T = ports/100 tenants, each a VPC (a /20) with 4 subnets of
+Workload (OVN's own scale workload): T = ports/100 tenants, each a VPC (a /20) with 4 subnets of
 25 ports; consecutive tenants peered (an accepted cross-tenant peering, routes implicit). Ports with p % 10 == 0
 (3 per subnet, 12 %) are bound to the measured hypervisor `hv0` (a private ovs-vswitchd, userspace datapath,
 and a real `tianji agent`), the others to 99 registered hosts that heartbeat. Every port is in its VPC's default
@@ -47,8 +47,8 @@ from topologies.hosts import Fabric
 from topologies.machines import Hypervisor
 
 S, P, BIND_EVERY, OTHER_HOSTS = 4, 25, 10, 99
-# OVN 23.03 on this machine kind (../shared/anchors/ovn/README.md), T x 4 x 25, seconds: (a) bulk, (b) port add
-# median, (d) VIF plug
+# OVN 23.03 on this machine kind (measured once with OVN's benchmark, not rerun here), T x 4 x 25, seconds:
+# (a) bulk, (b) port add median, (d) VIF plug
 OVN = {2000: {"a": 10.2, "b": 0.96, "d": 0.14}, 10000: {"a": 84.0, "b": 4.15, "d": 0.71},
        20000: {"a": 331.0, "b": 9.17, "d": None}}
 now = time.monotonic
@@ -373,8 +373,8 @@ def report(results: list[dict]) -> None:
               + f" | {f.get('incremental', f.get('bulk', {})).get('flows')} | "
               + "/".join(str(v) for v in r.get("rss_mb", {}).values())
               + f" | {'OK' if all(c['ok'] for c in f.values()) and f else 'FAILED'} |")
-    print("\nOVN 23.03 on this machine kind (../shared/anchors/ovn/README.md, measured by that anchor, not in this "
-          "run), and the ratio OVN / tianji (above 1: tianji faster):\n")
+    print("\nOVN 23.03 on this machine kind (measured once with OVN's own benchmark, not in "
+          "this run), and the ratio OVN / tianji (above 1: tianji faster):\n")
     print("| backend | ports | (a) OVN s | ratio | (b) OVN median s | ratio | (d) OVN s | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for r in results:

@@ -4,7 +4,7 @@
 Two fabrics wire them: `hosts.Fabric` (plain namespaces and veths, for the agent's integration tests and the
 benchmarks) and `cluster.Cluster` (Mininet, for the scenarios and the demo). Whatever happens *on* a machine
 (starting OVS or the agent, plugging a VM the way Nova/OVN do, DHCP) is written once, here; the fabrics only make
-the namespaces and links and record what they made. Built the way ../shared/recipes/vxlan_ovs_ns.sh does it: one
+the namespaces and links and record what they made. One
 private ovsdb-server + ovs-vswitchd (userspace datapath) per hypervisor namespace.
 """
 
