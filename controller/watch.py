@@ -16,6 +16,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.db import ChangeSet, Database
 
@@ -154,3 +155,34 @@ async def next_wake(q: asyncio.Queue, deadline: float,
             ok = await ok
         if ok:
             return w
+
+
+@dataclass
+class Held:
+    """What a watch knows of its watcher's config at one moment: the revision it is at, whether the watcher should
+    be answered now (its config changed since what it holds), and what the answer is made from."""
+
+    revision: int
+    ready: bool
+    value: Any = None
+
+
+async def long_poll(bc: Broadcaster, coalesce: float, deadline: float, look: Callable[[], Awaitable[Held]],
+                    relevant: Callable[[Wake, Held], bool | Awaitable[bool]],
+                    woken: Callable[[Wake, Held], Awaitable[Held]] | None = None) -> tuple[Held, bool]:
+    """The one server-side watch (hosts' and gateway instances'): `look` at the watcher's config; until it is
+    ready, wait for a wake that is `relevant` to it (a write that may change it), let a burst of writes settle,
+    and look again (or let `woken` say what the wake tells without looking). (what was last seen, whether to
+    answer it); False: `deadline` (monotonic) passed first, and the watch answers 304."""
+    q = bc.subscribe()  # before the first look: a write committed meanwhile still wakes us
+    try:
+        held = await look()
+        while not held.ready:
+            w = await next_wake(q, deadline, lambda w, h=held: relevant(w, h))
+            if w is None:
+                return held, False
+            await bc.settle(coalesce)
+            held = await (woken(w, held) if woken is not None else look())
+        return held, True
+    finally:
+        bc.unsubscribe(q)

@@ -15,7 +15,7 @@ from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
 from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections
 from controller.reads import may_serve
-from controller.watch import Wake, next_wake
+from controller.watch import Held, Wake, long_poll
 from tianji.southbound import GatewayConfig, GatewayConfigDelta
 
 router = APIRouter(tags=["gateways"], route_class=WriteRoute)
@@ -49,9 +49,12 @@ async def gateway_config_delta(name: str, request: Request, after: int = Query(-
 
 async def _watch(request: Request, name: str, after: int, timeout: float, digest: str | None,
                  answer: Callable[[GatewayCompiled], BaseModel]) -> Response:
+    """The instance's config answered when it differs from what the instance holds (its revision, and its digest:
+    a write that leaves the config as it is is no answer). Compiled to know; a wake is relevant when it may change
+    the instance's config: it stamped a VPC the instance serves, the topology, or a VPC that now has something a
+    gateway serves (a new NAT gateway, an EIP on a port)."""
     db = db_of(request)
-    bc = request.app.state.broadcaster
-    deadline = time.monotonic() + min(timeout, request.app.state.settings.max_watch_timeout)
+    settings = request.app.state.settings
 
     def compile_now() -> GatewayCompiled | None:
         with db.snapshot() as s:
@@ -61,30 +64,28 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
         with db.snapshot() as s:
             return may_serve(s, vpcs)
 
-    q = bc.subscribe()
-    try:
-        while True:
-            t0 = time.perf_counter()
-            out = await run_in_threadpool(compile_now)
-            if out is None:
-                raise not_found("gateway", name)
-            now = out.digest
-            if out.at > after and (after < 0 or digest != now):
-                body = answer(out).model_dump_json()
-                took = (time.perf_counter() - t0) * 1000  # compile and serialise, for the instance's status
-                return Response(body, media_type="application/json",
-                                headers={"X-Tianji-Revision": str(out.at), "X-Tianji-Config-Digest": now,
-                                         "Server-Timing": f"compile;dur={took:.1f}"})
-            # the same config for this instance: wait for a write that may change it
-            async def may_change(w: Wake, held: GatewayCompiled = out) -> bool:
-                if w.revision and w.revision <= held.at and not w.unknown:
-                    return False  # compiled already
-                if w.unknown or w.topology or not held.universe.isdisjoint(w.vpcs):
-                    return True
-                return bool(w.vpcs) and await run_in_threadpool(concerns, set(w.vpcs))  # a new NAT gateway or EIP
+    async def look() -> Held:
+        t0 = time.perf_counter()
+        out = await run_in_threadpool(compile_now)
+        if out is None:
+            raise not_found("gateway", name)
+        return Held(out.at, out.at > after and (after < 0 or digest != out.digest), (out, t0))
 
-            if await next_wake(q, deadline, may_change) is None:
-                return Response(status_code=304, headers={"X-Tianji-Revision": str(out.at)})
-            await bc.settle(request.app.state.settings.watch_coalesce)
-    finally:
-        bc.unsubscribe(q)
+    async def may_change(w: Wake, held: Held) -> bool:
+        out = held.value[0]
+        if w.revision and w.revision <= out.at and not w.unknown:
+            return False  # compiled already
+        if w.unknown or w.topology or not out.universe.isdisjoint(w.vpcs):
+            return True
+        return bool(w.vpcs) and await run_in_threadpool(concerns, set(w.vpcs))
+
+    held, changed = await long_poll(request.app.state.broadcaster, settings.watch_coalesce,
+                                    time.monotonic() + min(timeout, settings.max_watch_timeout), look, may_change)
+    out, t0 = held.value
+    if not changed:
+        return Response(status_code=304, headers={"X-Tianji-Revision": str(out.at)})
+    body = answer(out).model_dump_json()
+    took = (time.perf_counter() - t0) * 1000  # compile and serialise, for the instance's status
+    return Response(body, media_type="application/json",
+                    headers={"X-Tianji-Revision": str(out.at), "X-Tianji-Config-Digest": out.digest,
+                             "Server-Timing": f"compile;dur={took:.1f}"})

@@ -19,7 +19,7 @@ from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.models import now
 from controller.reads import host_revision
-from controller.watch import next_wake
+from controller.watch import Held, Wake, long_poll
 from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 
 router = APIRouter(tags=["hosts"], route_class=WriteRoute)
@@ -188,9 +188,11 @@ async def watch_config_delta(name: str, request: Request, after: int = Query(-1,
 
 async def _watch(request: Request, name: str, after: int, timeout: float,
                  build: Callable[[Session, str], HostConfig | HostConfigDelta | None]) -> Response:
+    """The host's config answered once its revision passes `after`. A host's revision is cheap to read and every
+    write that changes its config stamps it (or one of its VPCs, or the topology), so a wake naming them is the
+    answer; only a wake without detail (another process, a huge change) is checked in the database."""
     db: Database = db_of(request)
-    bc = request.app.state.broadcaster
-    timeout = min(timeout, request.app.state.settings.max_watch_timeout)
+    settings = request.app.state.settings
 
     def check() -> tuple[int, set[str]] | None:
         with db.snapshot() as s:
@@ -200,27 +202,22 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
         with db.snapshot() as s:
             return build(s, name)
 
-    q = bc.subscribe()
-    try:
+    async def look() -> Held:
         state = await run_in_threadpool(check)
         if state is None:
             raise not_found("host", name)
-        deadline = time.monotonic() + timeout
-        changed = state[0] > after
-        while not changed:
-            wake = await next_wake(q, deadline, lambda w: w.concerns(name, state[1]))  # noqa: B023
-            if wake is None:
-                return Response(status_code=304, headers={"X-Tianji-Revision": str(state[0])})
-            if wake.unknown:  # no detail (another process, or a huge change): ask the database
-                state = await run_in_threadpool(check)
-                if state is None:
-                    raise not_found("host", name)
-                changed = state[0] > after
-            else:  # the write stamped this host or one of its VPCs: its config changed, unless we sent it already
-                changed = wake.revision > after
-        await bc.settle(request.app.state.settings.watch_coalesce)
-    finally:
-        bc.unsubscribe(q)
+        return Held(state[0], state[0] > after, state[1])
+
+    async def woken(w: Wake, held: Held) -> Held:
+        if w.unknown:  # no detail: ask the database
+            return await look()
+        return Held(w.revision, w.revision > after, held.value)  # it stamped this host or one of its VPCs
+
+    held, changed = await long_poll(request.app.state.broadcaster, settings.watch_coalesce,
+                                    time.monotonic() + min(timeout, settings.max_watch_timeout), look,
+                                    lambda w, h: w.concerns(name, h.value), woken)
+    if not changed:
+        return Response(status_code=304, headers={"X-Tianji-Revision": str(held.revision)})
     cfg = await run_in_threadpool(compile_now)
     if cfg is None:
         raise not_found("host", name)
