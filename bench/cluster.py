@@ -19,15 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ovs_baseline import FLOWS, on_bare_ovs
 from tianjictl.client import Client
+from topologies import netns
 from topologies.cluster import Cluster
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+from topologies.netns import sh
 
 
 def ns(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    return sh("ip", "netns", "exec", name, *cmd, check=check)
+    return sh(*cmd, ns=name, check=check)
 
 
 def tcp_and_rtt(client_ns: str, server_ns: str, server_ip: str, streams: int = 1,
@@ -50,20 +48,17 @@ def kernel_vxlan_baseline(mtu: int, streams: int) -> tuple[float, float, int]:
     names = ("tjbl1", "tjbl2")
     try:
         for n in names:
-            sh("ip", "netns", "add", n)
-            ns(n, "ip", "link", "set", "lo", "up")
-        sh("ip", "link", "add", "u", "netns", names[0], "type", "veth", "peer", "name", "u", "netns", names[1])
+            netns.add(n)
+        netns.veth("u", names[0], "u", names[1], mtu=mtu + 50)
         for i, n in enumerate(names, start=1):
-            ns(n, "ip", "addr", "add", f"192.168.77.{i}/24", "dev", "u")
-            ns(n, "ip", "link", "set", "u", "mtu", str(mtu + 50), "up")
+            netns.address(n, "u", f"192.168.77.{i}/24")
             ns(n, "ip", "link", "add", "vx", "type", "vxlan", "id", "4242", "local", f"192.168.77.{i}", "remote",
                f"192.168.77.{3 - i}", "dstport", "4789")
             ns(n, "ip", "addr", "add", f"10.77.0.{i}/24", "dev", "vx")
             ns(n, "ip", "link", "set", "vx", "mtu", str(mtu), "up")
         return tcp_and_rtt(names[0], names[1], "10.77.0.2", streams)
     finally:
-        for n in names:
-            sh("ip", "netns", "del", n, check=False)
+        netns.delete(names)
 
 
 def measure_throughput(c: Cluster, rows: list) -> None:

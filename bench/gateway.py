@@ -31,6 +31,7 @@ from nfv_gateways.nat import NatTable, ip2int
 from nfv_gateways.nat_config import NatConfig, SnatRule
 from tianjictl.client import Client
 from topologies.gwlab import GatewayLab
+from topologies.netns import sh
 
 CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))
 
@@ -66,10 +67,6 @@ def new_flow_rate(make, count: int = 20000) -> float:
     for p in pkts:
         table.outbound(1001, bytearray(p), 0.0)
     return count / (time.perf_counter() - t0)
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
 
 
 CLIENTS = 4  # parallel connecting processes: a rate, not one connection's latency

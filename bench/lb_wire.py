@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.native_tools import compiled
 from nfv_gateways.maglev import NativeMaglev, member_key
-from topologies.gwlab import TIANJI, sh, stop
+from topologies import netns
+from topologies.gwlab import TIANJI, stop
 from topologies.machines import GatewayHost
+from topologies.netns import sh
 
 C, L, S = "tjlbc", "tjlbl", "tjlbs"
 DIR = Path("/run/tianji-lab/tjlb")
@@ -61,16 +63,12 @@ class Lab:
         self.down()
         DIR.mkdir(parents=True, exist_ok=True)
         for n in (C, L, S):
-            sh("ip", "netns", "add", n)
-            sh("ip", "-n", n, "link", "set", "lo", "up")
-        sh("ip", "link", "add", "ul0", "netns", C, "type", "veth", "peer", "name", "ul0", "netns", L)
-        sh("ip", "link", "add", "ext0", "netns", L, "type", "veth", "peer", "name", "eth0", "netns", S)
+            netns.add(n)
+        netns.veth("ul0", C, "ul0", L, full_checksums=True)
+        netns.veth("ext0", L, "eth0", S, full_checksums=True)
         for n, dev, addr in ((C, "ul0", f"{CLIENT_VTEP}/24"), (L, "ul0", f"{LB_VTEP}/24"),
                              (S, "eth0", "10.78.0.1/24")):
-            sh("ip", "-n", n, "addr", "add", addr, "dev", dev)
-        for n, dev in ((C, "ul0"), (L, "ul0"), (L, "ext0"), (S, "eth0")):
-            sh("ip", "-n", n, "link", "set", dev, "up")
-            ns(n, "ethtool", "-K", dev, "tx", "off", check=False)  # full checksums (packet sockets, XDP)
+            netns.address(n, dev, addr)
 
     def count_rule(self, n: str, dev: str, match: str) -> None:
         """Count (and drop, so nothing answers) what arrives on `dev` matching `match`."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from topologies import netns
 from topologies.machines import ovs_env, ovs_pids, sh, start_private_ovs
 
 VNI = 5001
@@ -35,9 +36,8 @@ def on_bare_ovs(mtu: int, pipeline: str, measure: Callable[[str, str, str], T]) 
     base = Path(tempfile.mkdtemp(prefix="tianji-ovs-baseline-"))
     try:
         for n in hv + vm:
-            sh("ip", "netns", "add", n)
-            sh("ip", "link", "set", "lo", "up", ns=n)
-        sh("ip", "link", "add", "ul0", "netns", hv[0], "type", "veth", "peer", "name", "ul0", "netns", hv[1])
+            netns.add(n)
+        netns.veth("ul0", hv[0], "ul0", hv[1], up=False)
         for i, (h, v) in enumerate(zip(hv, vm, strict=True), start=1):
             run = base / h
             start_private_ovs(h, run)
@@ -53,7 +53,7 @@ def on_bare_ovs(mtu: int, pipeline: str, measure: Callable[[str, str, str], T]) 
                   "set", "interface", "br-phy", f"mtu_request={mtu + 50}")
             sh("ip", "addr", "add", f"172.31.9.{i}/24", "dev", "br-phy", ns=h)
             sh("ip", "link", "set", "br-phy", "up", ns=h)
-            sh("ip", "link", "add", "eth0", "netns", v, "type", "veth", "peer", "name", "vm0", "netns", h)
+            netns.veth("eth0", v, "vm0", h, up=False)
             sh("ip", "link", "set", "vm0", "mtu", str(mtu), "up", ns=h)
             vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "--",
                   "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
@@ -72,6 +72,5 @@ def on_bare_ovs(mtu: int, pipeline: str, measure: Callable[[str, str, str], T]) 
         for h in hv:
             for pid in ovs_pids(base / h):
                 sh("kill", str(pid), check=False)
-        for n in vm + hv:
-            sh("ip", "netns", "del", n, check=False)
+        netns.delete(vm + hv)
         shutil.rmtree(base, ignore_errors=True)

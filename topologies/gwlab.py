@@ -17,8 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from topologies import netns
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost
+from topologies.netns import sh
 
 VNI = 1001
 VM_IP, VM_MAC = "10.0.1.5", "02:00:00:00:01:05"
@@ -26,13 +28,6 @@ ROUTER_IP, ROUTER_MAC = "10.0.1.1", "02:00:00:00:01:01"
 CLIENT_VTEP, GW_VTEP = "172.30.0.2", "172.30.0.1"
 SERVER_IP, EIP = "198.51.100.1", "203.0.113.1"
 TIANJI = str(Path(sys.executable).with_name("tianji"))
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
 
 
 def stop(proc: subprocess.Popen | None) -> None:
@@ -69,11 +64,9 @@ class GatewayLab:
         """A gateway instance watching a controller that listens on every address at `url_port` of the root
         namespace (reached over a management veth, 10.250.0.1), EIPs from `eips` on-link at the server."""
         self.plumb("tianji")
-        sh("ip", "link", "add", f"{self.gw}m", "type", "veth", "peer", "name", "mgmt0", "netns", self.gw)
-        sh("ip", "addr", "add", "10.250.0.1/30", "dev", f"{self.gw}m")
-        sh("ip", "link", "set", f"{self.gw}m", "up")
-        sh("ip", "-n", self.gw, "addr", "add", "10.250.0.2/30", "dev", "mgmt0")
-        sh("ip", "-n", self.gw, "link", "set", "mgmt0", "up")
+        netns.veth(f"{self.gw}m", None, "mgmt0", self.gw)
+        netns.address(None, f"{self.gw}m", "10.250.0.1/30")
+        netns.address(self.gw, "mgmt0", "10.250.0.2/30")
         sh("ip", "-n", self.server, "route", "add", eips, "dev", "eth0")
         self.name = name
         self._start(fastpath, "--controller", f"http://10.250.0.1:{url_port}", "--token", token)
@@ -93,18 +86,12 @@ class GatewayLab:
         self.down()
         self.dir.mkdir(parents=True, exist_ok=True)
         for n in (self.client, self.gw, self.server):
-            sh("ip", "netns", "add", n)
-            sh("ip", "-n", n, "link", "set", "lo", "up")
-        sh("ip", "link", "add", "ul0", "netns", self.client, "type", "veth", "peer", "name", "ul0", "netns", self.gw)
-        sh("ip", "link", "add", "ext0", "netns", self.gw, "type", "veth", "peer", "name", "eth0", "netns",
-           self.server)
-        for ns, dev, addr in ((self.client, "ul0", f"{CLIENT_VTEP}/24"), (self.gw, "ul0", f"{GW_VTEP}/24"),
-                              (self.server, "eth0", f"{SERVER_IP}/24")):
-            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-        for ns, dev in ((self.client, "ul0"), (self.gw, "ul0"), (self.gw, "ext0"), (self.server, "eth0")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            # full checksums on the wire: a packet socket or XDP cannot complete a veth's partial checksum
-            sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", check=False)
+            netns.add(n)
+        netns.veth("ul0", self.client, "ul0", self.gw, full_checksums=True)
+        netns.veth("ext0", self.gw, "eth0", self.server, full_checksums=True)
+        netns.address(self.client, "ul0", f"{CLIENT_VTEP}/24")
+        netns.address(self.gw, "ul0", f"{GW_VTEP}/24")
+        netns.address(self.server, "eth0", f"{SERVER_IP}/24")
         # the "hypervisor": a kernel VXLAN device with the VM's address, the VPC router's MAC as its gateway
         sh("ip", "-n", self.client, "link", "add", "vx0", "address", VM_MAC, "type", "vxlan", "id", str(VNI),
            "local", CLIENT_VTEP, "remote", GW_VTEP, "dstport", "4789", "nolearning")

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies.machines import Hypervisor, Vm, ovs_pids, sh, start_ovs_daemon
+from topologies import netns
+from topologies.machines import Hypervisor, Vm, ovs_pids, start_ovs_daemon
+from topologies.netns import sh
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -113,11 +115,9 @@ class Fabric:
         sh("ip", "link", "set", "br0", "up", ns=self.ul_ns)
 
     def _ns(self, name: str) -> str:
-        sh("ip", "netns", "add", name)
-        self.rec.netns.append(name)
+        self.rec.netns.append(name)  # recorded first: a failure after the add still has it removed
         self.rec.save()
-        sh("ip", "link", "set", "lo", "up", ns=name)
-        return name
+        return netns.add(name)
 
     def _record_pid(self, pid: int | None) -> None:
         if pid is not None:
@@ -138,17 +138,14 @@ class Fabric:
                     self.rec.pids.insert(0, pid)
             self.rec.save()
         # underlay: a veth into the bridge namespace; the VTEP IP goes on br-phy (the agent puts it there)
-        sh("ip", "link", "add", "ul0", "netns", ns, "type", "veth", "peer", "name", f"ul-{i}", "netns", self.ul_ns)
-        sh("ip", "link", "set", f"ul-{i}", "master", "br0", "up", ns=self.ul_ns)
-        sh("ip", "link", "set", "ul0", "up", ns=ns)
+        netns.veth("ul0", ns, f"ul-{i}", self.ul_ns)
+        sh("ip", "link", "set", f"ul-{i}", "master", "br0", ns=self.ul_ns)
         root_if = f"tj{self.tag}m{i}"
-        sh("ip", "link", "add", root_if, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
+        netns.veth(root_if, None, "mgmt0", ns)
         self.rec.links.append(root_if)
         self.rec.save()
-        sh("ip", "addr", "add", f"{base_ip + 1}/30", "dev", root_if)
-        sh("ip", "link", "set", root_if, "up")
-        sh("ip", "addr", "add", f"{base_ip + 2}/30", "dev", "mgmt0", ns=ns)
-        sh("ip", "link", "set", "mgmt0", "up", ns=ns)
+        netns.address(None, root_if, f"{base_ip + 1}/30")
+        netns.address(ns, "mgmt0", f"{base_ip + 2}/30")
         self.hypervisors[name] = hv
         return hv
 
@@ -193,8 +190,7 @@ class Fabric:
         """The VM's namespace and veth, configured, not yet plugged into br-int."""
         ns = self._ns(f"tj{self.tag}{name}"[:15])
         tap = f"t{self.tag}{name}"[:15]
-        sh("ip", "link", "add", "eth0", "netns", ns, "address", mac, "type", "veth", "peer", "name", tap,
-           "netns", hv.ns)
+        netns.veth("eth0", ns, tap, hv.ns, a_mac=mac, up=False)
         vm = Vm(name, ns, hv, "", tap, mac)
         vm.configure()
         self.vms[name] = vm

@@ -18,18 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from topologies.netns import sh
 from vswitch_agent.ovsdb import Ovsdb
 
 VM_MTU = "1450"  # the VPCs' MTU: the underlay's 1500 less the VXLAN encapsulation
-
-
-def sh(*cmd: str, check: bool = True, ns: str | None = None, env: dict | None = None,
-       timeout: float = 30) -> subprocess.CompletedProcess:
-    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
-    r = subprocess.run(full, capture_output=True, text=True, env=env, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(full)} failed: {r.stderr.strip() or r.stdout.strip()}")
-    return r
 
 
 def spawn(ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:

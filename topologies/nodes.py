@@ -20,6 +20,8 @@ from pathlib import Path
 
 from mininet.node import Host, Switch
 
+from topologies import netns
+
 
 def netns_exists(name: str) -> bool:
     return Path(f"/run/netns/{name}").exists()
@@ -34,8 +36,7 @@ class NamespaceNode(Host):
 
     def startShell(self, mnopts: str | None = None) -> None:  # Mininet's API
         if not netns_exists(self.nsname):
-            subprocess.run(["ip", "netns", "add", self.nsname], check=True)
-            subprocess.run(["ip", "-n", self.nsname, "link", "set", "lo", "up"], check=True)
+            netns.add(self.nsname)
         self.inNamespace = False  # the named namespace is entered by `ip netns exec`, not by mnexec -n
         try:
             super().startShell(mnopts)

@@ -30,3 +30,20 @@ def test_no_component_function_is_over_60_lines() -> None:
                 if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION:
                     long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
     assert long == [], "split these functions:\n" + "\n".join(long)
+
+
+def test_namespaces_and_veths_are_made_by_the_one_toolkit() -> None:
+    """`topologies/netns.py` makes every namespace and veth pair (labs, fabrics, benches): nobody else runs
+    `ip netns add` or `ip link add ... type veth`."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r'"netns",\s*"add"|"type",\s*"veth"')
+    offenders = [str(f.relative_to(root)) for d in ("topologies", "bench", "tests", "tianjictl", "controller",
+                                                     "vswitch_agent", "nfv_gateways")
+                 for f in (root / d).rglob("*.py")
+                 if f.name != "test_code_shape.py" and f != root / "topologies" / "netns.py"
+                 and pattern.search(f.read_text())]
+    assert offenders == [], f"make namespaces and veths with topologies.netns: {offenders}"
+
