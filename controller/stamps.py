@@ -75,10 +75,14 @@ def _rule_vpc(s: Session, rule_id: str | None) -> str | None:
     return None if rule is None else _vpc_of(s, m.NatGateway, rule.nat_gateway_id)
 
 
+HOST_COMPILED = ("name", "vtep_ip", "kind", "role", "status")  # what configs read of a host (its beat is not)
+
+
 def _host(s: Session, h: m.Host, out: Affected, state: str) -> None:
-    out.add(hosts=[h.name])
-    if state != "dirty" or any(get_history(h, a).has_changes() for a in ("vtep_ip", "kind", "role", "status")):
-        out.add(topology=True)  # other hosts compile its VTEP; gateways their live instances
+    """A host that comes, goes or changes what others compile of it (its VTEP, kind, role, liveness) stamps
+    itself and the topology; a registration or a beat that changes none of that stamps nothing."""
+    if state != "dirty" or any(get_history(h, a).has_changes() for a in HOST_COMPILED):
+        out.add(hosts=[h.name], topology=True)
 
 
 def _eip(s: Session, e: m.Eip, out: Affected, _state: str) -> None:

@@ -151,9 +151,10 @@ def host_status(name: str, body: PortStatusReport, request: Request,
     changed = {pid: st for pid, st in body.ports.items() if pid in current and current[pid] != st}
     if h.status != "up" or changed:
         with db.write() as t:
-            host = t.session.get(m.Host, name)  # through the ORM: its status stamps the topology (stamps.py)
-            if host is not None:
-                host.status, host.last_seen = "up", now()
+            if h.status != "up":  # through the ORM: its coming back stamps the topology (stamps.py)
+                if (host := t.session.get(m.Host, name)) is not None:
+                    host.status = "up"
+            t.session.execute(update(_HOSTS).where(_HOSTS.c.name == name).values(last_seen=now()))
             for st in ("UP", "DOWN"):
                 if ids := [pid for pid, v in changed.items() if v == st]:
                     t.session.execute(update(_PORTS).where(_PORTS.c.host == name, _PORTS.c.id.in_(ids))
