@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -34,20 +34,10 @@ from sqlalchemy.sql import Executable
 
 from controller import audit, stamps
 from controller import models as m
-from controller.stamps import CHANGES, STAMPED, Affected, rows_affect
+from controller.stamps import CHANGES, STAMPED, ChangeSet, rows_affect
 
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
-
-
-@dataclass
-class ChangeSet:
-    """What one committed write touched; watches use it to decide whether to recompile."""
-
-    revision: int
-    vpcs: set[str] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    topology: bool = False
 
 
 # PostgreSQL: stamp what a write touched with its revision and notify the other controller processes, in one
@@ -71,7 +61,6 @@ CREATED_TENANTS = "tianji_created_tenants"
 # step 1 of the lock order (PostgreSQL): one statement, the tenants in id order
 LOCK_TENANTS = text("SELECT id FROM tenants WHERE id = ANY(CAST(:tenants AS varchar[])) ORDER BY id "
                     "FOR NO KEY UPDATE")
-
 
 
 @dataclass(frozen=True)
@@ -109,8 +98,8 @@ def _check_flush(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
     locked = s.info.get(LOCKED_TENANTS)
     if locked is None:
         return
-    created = s.info.setdefault(CREATED_TENANTS, set())  # nobody else can hold a lock on these
-    created.update(o.id for o in s.new if isinstance(o, m.Tenant) and o.id)
+    # a tenant made in this write: nobody else can hold a lock on it
+    created = s.info.get(CREATED_TENANTS, set()) | {o.id for o in s.new if isinstance(o, m.Tenant)}
     for obj in (*s.new, *s.dirty, *s.deleted):
         tid = getattr(obj, "tenant_id", None)
         if isinstance(tid, str) and tid not in locked and tid not in created:
@@ -135,7 +124,7 @@ class WriteTxn:
         reads back (inserts of rows whose keys we made). On PostgreSQL they go with the stamp and the COMMIT in one
         round trip; a constraint they break fails the transaction there, as it would have here. What the rows
         affect is stamped from the rows (`stamps.rows_affect`)."""
-        rows_affect(stmt.table.name, params if isinstance(params, list) else [params], self.session.info[CHANGES])
+        rows_affect(stmt.table.name, params if isinstance(params, list) else [params], self.changes)
         self.deferred.append((stmt, params))
 
     def flush_deferred(self) -> None:
@@ -147,13 +136,6 @@ class WriteTxn:
     @property
     def revision(self) -> int:
         return self.changes.revision
-
-    def _take_affected(self) -> None:
-        """What the write's rows affect (stamps.py), into the change set its watches are told."""
-        a: Affected = self.session.info[CHANGES]
-        self.changes.vpcs |= a.vpcs
-        self.changes.hosts |= a.hosts
-        self.changes.topology = self.changes.topology or a.topology
 
     def _stamp(self) -> None:
         s, rev = self.session, self.revision
@@ -279,12 +261,11 @@ class Database:
                 if ids and self.is_postgres:
                     s.execute(LOCK_TENANTS, {"tenants": ids})
             s.info[LOCKED_TENANTS] = frozenset(ids)
-            s.info[CHANGES] = Affected()
+            s.info[CHANGES] = txn.changes  # what the stamps hooks find the rows affect (stamps.py)
             if not late:
                 txn.changes.revision = self._bump(s)
             yield txn
             s.flush()
-            txn._take_affected()
             log_entry = audit.entry()
             if self.is_postgres:
                 txn.changes.revision = self._finish(s, txn, bump=late, log_entry=log_entry)

@@ -23,12 +23,16 @@ from sqlalchemy.orm.attributes import get_history
 
 from controller import models as m
 
-CHANGES = "tianji_changes"  # session.info key: the write's Affected, present only inside Database.write()
+CHANGES = "tianji_changes"  # session.info key: the write's ChangeSet, present only inside Database.write()
 STAMPED = {"tianji_stamped": True}  # execution option: a Core write whose rows were stamped already (defer)
 
 
 @dataclass
-class Affected:
+class ChangeSet:
+    """What one write affects (the VPCs, hosts and topology to stamp with its revision); once committed, what its
+    watches are told, to decide whether to recompile."""
+
+    revision: int = 0
     vpcs: set[str] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     topology: bool = False
@@ -55,7 +59,7 @@ def _vpc_of(s: Session, model: type, ident: Any) -> str | None:
     return None if row is None else row.vpc_id
 
 
-def _port(s: Session, port_id: str | None, out: Affected) -> None:
+def _port(s: Session, port_id: str | None, out: ChangeSet) -> None:
     p = _get(s, m.Port, port_id)
     if p is not None:
         out.add([p.vpc_id], _values(p, "host"))
@@ -78,20 +82,20 @@ def _rule_vpc(s: Session, rule_id: str | None) -> str | None:
 HOST_COMPILED = ("name", "vtep_ip", "kind", "role", "status")  # what configs read of a host (its beat is not)
 
 
-def _host(s: Session, h: m.Host, out: Affected, state: str) -> None:
+def _host(s: Session, h: m.Host, out: ChangeSet, state: str) -> None:
     """A host that comes, goes or changes what others compile of it (its VTEP, kind, role, liveness) stamps
     itself and the topology; a registration or a beat that changes none of that stamps nothing."""
     if state != "dirty" or any(get_history(h, a).has_changes() for a in HOST_COMPILED):
         out.add(hosts=[h.name], topology=True)
 
 
-def _eip(s: Session, e: m.Eip, out: Affected, _state: str) -> None:
+def _eip(s: Session, e: m.Eip, out: ChangeSet, _state: str) -> None:
     for pid in _values(e, "port_id"):
         _port(s, pid, out)
 
 
 # model -> what a row of it affects (the session, the row, what to add to, "new" | "dirty" | "deleted")
-AFFECTS: dict[type, Callable[[Session, Any, Affected, str], None]] = {
+AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.Vpc: lambda s, o, out, _: out.add([o.id]),
     m.Subnet: lambda s, o, out, _: out.add([o.vpc_id]),
     m.SecurityGroup: lambda s, o, out, _: out.add([o.vpc_id]),
@@ -123,8 +127,8 @@ _TABLES = {model.__table__.name: model for model in (*AFFECTS, *UNCOMPILED)}
 
 
 def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
-    """before_flush: add what the rows about to be written affect to the write's Affected."""
-    out: Affected | None = s.info.get(CHANGES)
+    """before_flush: add what the rows about to be written affect to the write's ChangeSet."""
+    out: ChangeSet | None = s.info.get(CHANGES)
     if out is None:
         return
     for state, objs in (("new", s.new), ("dirty", s.dirty), ("deleted", s.deleted)):
@@ -140,14 +144,14 @@ def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
 
 
 # table -> what a row inserted by the Core fast path affects (`WriteTxn.defer`), as AFFECTS says for its model
-ROW_AFFECTS: dict[str, Callable[[dict, Affected], None]] = {
+ROW_AFFECTS: dict[str, Callable[[dict, ChangeSet], None]] = {
     "ports": lambda r, out: out.add([r["vpc_id"]], [r.get("host")]),
     "port_security_groups": lambda r, out: None,  # inserted with their ports, which stamp the same
     "hosts": lambda r, out: out.add(hosts=[r["name"]], topology=True),
 }
 
 
-def rows_affect(table: str, rows: list[dict], out: Affected) -> None:
+def rows_affect(table: str, rows: list[dict], out: ChangeSet) -> None:
     rule = ROW_AFFECTS.get(table)
     if rule is None:
         raise TypeError(f"deferred inserts into {table}: say in controller/stamps.ROW_AFFECTS what they affect")

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.db import ChangeSet, Database
+from controller.db import Database
+from controller.stamps import ChangeSet
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from controller.api.schemas import ID, NAME, Req, Resp
+from controller.api.schemas import ID, NAME, Req, Resp, ipv4_field
 from tianji.primes import is_prime
 
 Protocol = Literal["tcp", "udp"]
@@ -27,12 +26,7 @@ class LoadBalancerCreate(Req):
     @field_validator("vip_address")
     @classmethod
     def _vip(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            return str(ipaddress.IPv4Address(v))
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IPv4 address") from None
+        return ipv4_field(v)
 
 
 class LoadBalancerOut(Resp):

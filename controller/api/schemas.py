@@ -36,12 +36,19 @@ IdList = Annotated[list[ID], Field(max_length=256), AfterValidator(_each_once)]
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
-def vtep_address(v: str) -> str:
-    """A host's VTEP: an IPv4 unicast address that a host can own and other hosts can send VXLAN to."""
+def ipv4_field(v: str | None) -> str | None:
+    """A validated IPv4 address (for field validators), in its canonical spelling; None stays None."""
+    if v is None:
+        return v
     try:
-        a = ipaddress.IPv4Address(v)
+        return str(ipaddress.IPv4Address(v))
     except ValueError:
         raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+
+def vtep_address(v: str) -> str:
+    """A host's VTEP: an IPv4 unicast address that a host can own and other hosts can send VXLAN to."""
+    a = ipaddress.IPv4Address(ipv4_field(v))
     why = ("unspecified" if a.is_unspecified else "loopback" if a.is_loopback else "multicast" if a.is_multicast
            else "broadcast" if a == ipaddress.IPv4Address("255.255.255.255") else "link-local" if a.is_link_local
            else "reserved (240.0.0.0/4)" if a.is_reserved else "in 0.0.0.0/8" if int(a) >> 24 == 0 else None)
@@ -214,12 +221,7 @@ class PortCreate(Req):
     @field_validator("ip")
     @classmethod
     def _ip(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            return str(ipaddress.IPv4Address(v))
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IPv4 address") from None
+        return ipv4_field(v)
 
     @field_validator("mac")
     @classmethod
