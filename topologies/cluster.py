@@ -166,13 +166,18 @@ class Cluster:
         want = set(self.state.hypervisors)
         while True:
             up = {h["name"] for h in self.admin.get("/v1/hosts") if h["status"] == "up"}
-            ready = {h for h in want if self.agent_status(h).get("switch_connected")}
+            ready = {h for h in want if self._agent_ready(h)}
             if want <= up and want <= ready:
                 return
             if time.time() > deadline:
                 raise SystemExit(f"agents not ready after {timeout}s: {sorted(want - (up & ready))}; "
                                  f"see {self.state.dir}/agent-*.log")
             time.sleep(0.1)
+
+    def _agent_ready(self, hv: str) -> bool:
+        """Connected to its switch, said by the agent running now: a killed agent's status file stays behind."""
+        status = self.agent_status(hv)
+        return bool(status.get("switch_connected")) and status.get("pid") == self.state.hypervisors[hv]["agent_pid"]
 
     def wait_converged(self, timeout: float = 15) -> None:
         deadline = time.time() + timeout
