@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scapy.layers.inet import IP, UDP
 
 from bench.native_tools import compiled
-from nfv_gateways.fastpath import FastNat
-from nfv_gateways.nat import NatTable, ip2int
-from nfv_gateways.nat_config import NatConfig, SnatRule
+from nfv_gateways.roles.nat.native import FastNat
+from nfv_gateways.roles.nat.policy import NatConfig, SnatRule
+from nfv_gateways.roles.nat.reference import NatTable, ip2int
 from tianjictl.client import Client
 from topologies.gwlab import GatewayLab
 from topologies.netns import sh
 
-CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))
+CFG = NatConfig.of(snat=(SnatRule(1001, "10.0.0.0/8", (ip2int("203.0.113.1"),)),))
 
 
 def packets(flows: int) -> list[bytes]:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nfv_gateways.maglev import NativeMaglev, build, member_key
+from nfv_gateways.roles.lb.maglev import build, member_key
+from nfv_gateways.roles.lb.native import NativeMaglev
 
 
 def timed(fn, reps: int) -> float:

@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.native_tools import compiled
-from nfv_gateways.maglev import NativeMaglev, member_key
+from nfv_gateways.roles.lb.maglev import member_key
+from nfv_gateways.roles.lb.native import NativeMaglev
 from topologies import netns
 from topologies.gwlab import TIANJI, stop
 from topologies.machines import GatewayHost

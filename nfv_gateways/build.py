@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from nfv_gateways import dataplane, fastpath, native_api
+from nfv_gateways.native import api, dataplane
+from nfv_gateways.roles.nat import native as nat_native
 
 
 def main() -> int:
-    print(f"==> NAT fast path: {native_api.build(fastpath.LIB)}")
+    print(f"==> NAT fast path: {api.build(nat_native.LIB)}")
     failed = False
     for backend, result in dataplane.build_all().items():
         print(f"==> gateway data plane {backend:<6} {result}")

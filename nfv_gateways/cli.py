@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (NAT for now).")
+gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb).")
 console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_STATE = Path("/run/tianji")
 
@@ -32,7 +32,9 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
                                                            "above it (a SYN flood) Maglev alone decides"),
         log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
-    from nfv_gateways.framework import ROLES, GatewayOptions, role_class
+    from nfv_gateways.core.instance import Instance
+    from nfv_gateways.core.options import GatewayOptions
+    from nfv_gateways.core.role import ROLES
 
     if role not in ROLES:
         console.print(f"[red]error:[/red] role {role!r} is not available: choose one of {', '.join(sorted(ROLES))}")
@@ -45,12 +47,12 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
-    role_class(role)(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
+    Instance(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
                                     vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath,
                                     state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
                                     beat_interval=beat_interval, nat_mappings=nat_mappings,
                                     lb_connections=lb_connections,
-                                    lb_new_per_s=lb_new_per_s)).run()
+                                    lb_new_per_s=lb_new_per_s), role).run()
 
 
 @gateway_app.command("status")

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 static const char *const counter_names[] = {
 #define TJ_COUNTER_NAME(name) #name,
@@ -133,11 +133,19 @@ void *dp_loop(void *arg) {
     return NULL;
 }
 
-/* --- the API Python calls through ctypes -------------------------------------------------------------------- */
-dp_t *dp_create(nat_t *nat, const uint8_t *ul_mac, const uint8_t *ext_mac, uint32_t vtep_ip) {
+/* until a role gives the loop its stage, Python sees every frame */
+static void no_lock(dp_t *dp) { (void)dp; }
+static int punt_all(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    (void)dp; (void)port; (void)d; (void)len; (void)now; (void)out; (void)out_len;
+    return ACT_PUNT;
+}
+static const stage_t STAGE_PUNT = {no_lock, no_lock, punt_all};
+
+/* --- the API Python calls ----------------------------------------------------------------------------------- */
+dp_t *dp_create(const uint8_t *ul_mac, const uint8_t *ext_mac, uint32_t vtep_ip) {
     dp_t *dp = calloc(1, sizeof(dp_t));
     if (!dp) return NULL;
-    dp->stage = &STAGE_NAT; dp->nat = nat;
+    dp->stage = &STAGE_PUNT;
     memcpy(dp->mac[DP_UL], ul_mac, 6); memcpy(dp->mac[DP_EXT], ext_mac, 6); dp->vtep_ip = vtep_ip;
     pthread_mutex_init(&dp->cfg, NULL);
     dp->evfd = -1;
@@ -216,27 +224,92 @@ int dp_inject(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len) {
     return 0;
 }
 
-int dp_set_config(dp_t *dp, const uint32_t *vteps, uint32_t nvteps, const uint32_t *vnis, const uint8_t *rmacs,
-                  uint32_t nvpcs, const uint32_t *ep_vni, const uint32_t *ep_ip, const uint32_t *ep_vtep,
-                  const uint8_t *ep_mac, uint32_t nep) {
-    if (nep > 0xffff) return -1;
-    map_t *v = map_new(nvteps), *r = map_new(nvpcs), *e = map_new(nep);
-    uint8_t (*macs)[6] = malloc(6 * (size_t)(nep ? nep : 1));
-    int full = !v || !r || !e || !macs;  /* a config that did not fit is refused whole */
-    for (uint32_t i = 0; !full && i < nvteps; i++) full |= map_put(v, vteps[i] | (1ULL << 32), 1);
-    for (uint32_t i = 0; !full && i < nvpcs; i++) full |= map_put(r, vnis[i] | (1ULL << 32), mac64(rmacs + 6 * i));
-    for (uint32_t i = 0; !full && i < nep; i++) {
-        memcpy(macs[i], ep_mac + 6 * i, 6);
-        full |= map_put(e, ((uint64_t)ep_vni[i] << 32 | ep_ip[i]) + 1, (uint64_t)ep_vtep[i] << 16 | i);
-    }
-    if (full) { map_free(v); map_free(r); map_free(e); free(macs); return -1; }
+int dp_set_vteps(dp_t *dp, const uint32_t *vteps, uint32_t n) {
+    map_t *v = map_new(n);
+    for (uint32_t i = 0; v && i < n; i++) map_put(v, vteps[i] | (1ULL << 32), 1);
+    if (!v) return -1;
     pthread_mutex_lock(&dp->cfg);
-    map_t *ov = dp->vteps, *orr = dp->routers, *oe = dp->endpoints;
-    uint8_t (*om)[6] = dp->ep_mac;
-    dp->vteps = v; dp->routers = r; dp->endpoints = e; dp->ep_mac = macs;
+    map_t *old = dp->vteps;
+    dp->vteps = v;
     pthread_mutex_unlock(&dp->cfg);
-    map_free(ov); map_free(orr); map_free(oe); free(om);
+    map_free(old);
     return 0;
+}
+
+/* room for `extra` more keys in *m, so that changing a VPC cannot fail halfway (0, or -1 out of memory) */
+static int reserve(map_t **m, uint32_t extra) {
+    uint32_t n = *m ? (*m)->n : 0;
+    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
+    map_t *g = map_new(n + extra);
+    if (!g) return -1;
+    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
+        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
+    map_free(*m);
+    *m = g;
+    return 0;
+}
+
+static vpc_fwd_t *vpc_fwd(const dp_t *dp, uint32_t vni) {
+    uint64_t p;
+    return map_get(dp->vpcs, vni | 1ULL << 32, &p) ? (vpc_fwd_t *)(uintptr_t)p : NULL;
+}
+
+/* under dp->cfg: the VPC's endpoints out of `endpoints` (its record is the caller's to free) */
+static void unindex_vpc(dp_t *dp, uint32_t vni, const vpc_fwd_t *f) {
+    for (uint32_t i = 0; i < f->n; i++) {
+        uint64_t k = ((uint64_t)vni << 32 | f->eps[i].ip) + 1, p;
+        if (map_get(dp->endpoints, k, &p) && p == (uint64_t)(uintptr_t)&f->eps[i]) map_del(dp->endpoints, k);
+    }
+}
+
+int dp_set_vpc(dp_t *dp, uint32_t vni, const uint8_t *router_mac, const tj_endpoint_t *eps, uint32_t n) {
+    vpc_fwd_t *f = calloc(1, sizeof *f);
+    tj_endpoint_t *copy = malloc(sizeof(tj_endpoint_t) * (n ? n : 1));
+    if (!f || !copy) { free(f); free(copy); return -1; }
+    memcpy(copy, eps, sizeof(tj_endpoint_t) * n);
+    f->n = n; f->eps = copy;
+    pthread_mutex_lock(&dp->cfg);
+    vpc_fwd_t *old = vpc_fwd(dp, vni);
+    if (reserve(&dp->vpcs, 1) || reserve(&dp->routers, 1) || reserve(&dp->endpoints, n)) {
+        pthread_mutex_unlock(&dp->cfg);
+        free(f); free(copy);
+        return -1;
+    }
+    if (old) unindex_vpc(dp, vni, old);
+    for (uint32_t i = 0; i < n; i++)
+        map_put(dp->endpoints, ((uint64_t)vni << 32 | copy[i].ip) + 1, (uint64_t)(uintptr_t)&copy[i]);
+    map_put(dp->routers, vni | (1ULL << 32), mac64(router_mac));
+    map_put(dp->vpcs, vni | 1ULL << 32, (uint64_t)(uintptr_t)f);
+    pthread_mutex_unlock(&dp->cfg);
+    if (old) { free(old->eps); free(old); }
+    return 0;
+}
+
+int dp_remove_vpc(dp_t *dp, uint32_t vni) {
+    pthread_mutex_lock(&dp->cfg);
+    vpc_fwd_t *old = vpc_fwd(dp, vni);
+    if (old) {
+        unindex_vpc(dp, vni, old);
+        map_del(dp->vpcs, vni | 1ULL << 32);
+        map_del(dp->routers, vni | 1ULL << 32);
+    }
+    pthread_mutex_unlock(&dp->cfg);
+    if (!old) return -1;
+    free(old->eps); free(old);
+    return 0;
+}
+
+uint32_t dp_vpc_count(dp_t *dp) {
+    pthread_mutex_lock(&dp->cfg);
+    uint32_t n = dp->vpcs ? dp->vpcs->n : 0;
+    pthread_mutex_unlock(&dp->cfg);
+    return n;
+}
+uint32_t dp_endpoint_count(dp_t *dp) {
+    pthread_mutex_lock(&dp->cfg);
+    uint32_t n = dp->endpoints ? dp->endpoints->n : 0;
+    pthread_mutex_unlock(&dp->cfg);
+    return n;
 }
 
 int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac) {

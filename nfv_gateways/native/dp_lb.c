@@ -7,16 +7,22 @@
  * listener (lb_stage.py decides it the same way, counts and drops it). */
 #include <string.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 #include "tj_ip4.h"
 
 static void lock(dp_t *dp) { lb_lock(dp->lb); }
 static void unlock(dp_t *dp) { lb_unlock(dp->lb); }
 
-/* the pool (<< 1 | source-only) + 1 of the listener on VIP index idx, or 0 */
-static uint64_t listener_at(const lb_maps_t *m, uint64_t idx, uint8_t proto, uint16_t port) {
+/* the VIP (vni, ip), or NULL */
+static const lb_vip_t *vip_at(const dp_t *dp, uint32_t vni, uint32_t ip) {
+    uint64_t p;
+    return map_get(dp->lbm.vips, ((uint64_t)vni << 32 | ip) + 1, &p) ? (const lb_vip_t *)(uintptr_t)p : NULL;
+}
+
+/* the pool (<< 1 | source-only) + 1 of the VIP's listener on (proto, port), or 0 */
+static uint64_t listener_at(const lb_vip_t *v, uint8_t proto, uint16_t port) {
     uint64_t pool;
-    return map_get(m->listeners, (idx << 24 | (uint64_t)(proto == 17) << 16 | port) + 1, &pool) ? pool + 1 : 0;
+    return v && map_get(v->listeners, ((uint64_t)(proto == 17) << 16 | port) + 1, &pool) ? pool + 1 : 0;
 }
 
 /* the member for a connection to listener pl, re-encapsulated at o (ENCAP bytes before the inner frame e of elen
@@ -26,16 +32,17 @@ static int to_member(dp_t *dp, uint64_t pl, uint32_t vni, uint8_t *o, uint8_t *e
     uint32_t pool = (uint32_t)((pl - 1) >> 1);
     int64_t member = (pl - 1) & 1 ? lb_pick_locked(dp->lb, pool, vni, ip->src, 0, 0, 0, 0, now)
                                   : lb_pick_locked(dp->lb, pool, vni, ip->src, vip, sport, dport, ip->proto, now);
-    uint64_t key, ep, nh, rmac;
-    if (member < 0 || !map_get(dp->lbm.members, (uint64_t)member + 1, &key) || !map_get(dp->endpoints, key, &ep)) {
+    uint64_t key, p, nh, rmac;
+    if (member < 0 || !map_get(dp->lbm.members, (uint64_t)member + 1, &key) || !map_get(dp->endpoints, key, &p)) {
         dp->c[C_lb_no_member]++;
         return ACT_DROP;
     }
+    const tj_endpoint_t *ep = (const tj_endpoint_t *)(uintptr_t)p;
     if (!map_get(dp->routers, vni | (1ULL << 32), &rmac) ||
-        !map_get(dp->neigh[DP_UL], (ep >> 16) | (1ULL << 32), &nh))
+        !map_get(dp->neigh[DP_UL], ep->vtep | (1ULL << 32), &nh))
         return ACT_PUNT;  /* the member's host not resolved yet: Python ARPs (and picks the same member) */
     if (rewrite_dst) ip4_rewrite_addr(e + 14, ip, 0, *rewrite_dst);
-    dp_encap_to(dp, o, e, elen, dp->ep_mac[ep & 0xffff], rmac, nh, (uint32_t)(ep >> 16), vni);
+    dp_encap_to(dp, o, e, elen, ep->mac, rmac, nh, ep->vtep, vni);
     dp->c[C_lb_to_member]++;
     return DP_UL;
 }
@@ -54,19 +61,18 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     uint8_t *e = d + ENCAP, *b = e + 14;
     ip4_t ip; uint16_t sport, dport;
     if (!l4_packet(b, len - ENCAP - 14, &ip, &sport, &dport)) return ACT_PUNT;
-    uint64_t idx, pl, nh;
-    if (map_get(dp->lbm.vips, ((uint64_t)vni << 32 | ip.dst) + 1, &idx) &&
-        (pl = listener_at(&dp->lbm, idx, ip.proto, dport))) {
+    uint64_t pl, nh;
+    const lb_vip_t *v;
+    if ((pl = listener_at(vip_at(dp, vni, ip.dst), ip.proto, dport))) {
         act = to_member(dp, pl, vni, d, e, len - ENCAP, &ip, sport, dport, ip.dst, now, NULL);
         if (act >= 0) { *out = d; *out_len = len; }
         return act;
     }
     /* a member's reply from VIP:listener port to the internet, through the VIP's EIP homed here */
-    if (!map_get(dp->lbm.vips, ((uint64_t)vni << 32 | ip.src) + 1, &idx) || !dp->lbm.eip[idx] ||
-        !listener_at(&dp->lbm, idx, ip.proto, sport))
+    if (!(v = vip_at(dp, vni, ip.src)) || !v->eip || !listener_at(v, ip.proto, sport))
         return ACT_PUNT;  /* not for a listener: Python counts and drops it */
     if (!map_get(dp->neigh[DP_EXT], ip.dst | (1ULL << 32), &nh)) return ACT_PUNT;  /* Python ARPs */
-    ip4_rewrite_addr(b, &ip, 1, dp->lbm.eip[idx]);
+    ip4_rewrite_addr(b, &ip, 1, v->eip);
     mac_out(e, nh); memcpy(e + 6, dp->mac[DP_EXT], 6);
     *out = e; *out_len = len - ENCAP;
     dp->c[C_fast_out]++;
@@ -76,11 +82,12 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
 /* from the internet: EIP:listener port -> the VIP, to its member */
 static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
     ip4_t ip; uint16_t sport, dport;
-    uint64_t idx, pl;
-    if (!l4_packet(d + 14, len - 14, &ip, &sport, &dport) || !map_get(dp->lbm.eips, ip.dst | (1ULL << 32), &idx) ||
-        !(pl = listener_at(&dp->lbm, idx, ip.proto, dport)))
+    uint64_t p, pl;
+    if (!l4_packet(d + 14, len - 14, &ip, &sport, &dport) || !map_get(dp->lbm.eips, ip.dst | (1ULL << 32), &p) ||
+        !(pl = listener_at((const lb_vip_t *)(uintptr_t)p, ip.proto, dport)))
         return ACT_PUNT;
-    uint32_t vni = (uint32_t)(dp->lbm.vip[idx] >> 32), vip = (uint32_t)dp->lbm.vip[idx];
+    const lb_vip_t *v = (const lb_vip_t *)(uintptr_t)p;
+    uint32_t vni = v->vni, vip = v->vip;
     int act = to_member(dp, pl, vni, d - ENCAP, d, len, &ip, sport, dport, vip, now, &vip);
     if (act >= 0) { *out = d - ENCAP; *out_len = len + ENCAP; dp->c[C_fast_in]++; }
     return act;
@@ -100,27 +107,98 @@ void dp_use_lb(dp_t *dp, lb_t *lb) {
     pthread_mutex_unlock(&dp->cfg);
 }
 
-int dp_set_lb(dp_t *dp, const uint32_t *l_vni, const uint32_t *l_vip, const uint8_t *l_udp, const uint16_t *l_port,
-              const uint32_t *l_pool, const uint8_t *l_src_only, const uint32_t *l_eip, uint32_t nl,
-              const uint32_t *m_id, const uint32_t *m_vni, const uint32_t *m_ip, uint32_t nm) {
-    lb_maps_t m = {map_new(nl), map_new(nl), map_new(nm), map_new(nl), calloc(nl ? nl : 1, 8),
-                   calloc(nl ? nl : 1, 4)};
-    int full = !m.vips || !m.listeners || !m.members || !m.eips || !m.vip || !m.eip;
-    uint64_t nvips = 0;
-    for (uint32_t i = 0; !full && i < nl; i++) {
-        uint64_t k = ((uint64_t)l_vni[i] << 32 | l_vip[i]), idx;
-        if (!map_get(m.vips, k + 1, &idx)) { idx = nvips++; m.vip[idx] = k; full |= map_put(m.vips, k + 1, idx); }
-        full |= map_put(m.listeners, (idx << 24 | (uint64_t)(l_udp[i] != 0) << 16 | l_port[i]) + 1,
-                        (uint64_t)l_pool[i] << 1 | (l_src_only[i] != 0));
-        if (l_eip[i]) { m.eip[idx] = l_eip[i]; full |= map_put(m.eips, l_eip[i] | (1ULL << 32), idx); }
+/* --- per-VPC configuration ------------------------------------------------------------------------------- */
+static int reserve(map_t **m, uint32_t extra) {
+    uint32_t n = *m ? (*m)->n : 0;
+    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
+    map_t *g = map_new(n + extra);
+    if (!g) return -1;
+    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
+        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
+    map_free(*m);
+    *m = g;
+    return 0;
+}
+
+static lb_vpc_t *lb_vpc(const dp_t *dp, uint32_t vni) {
+    uint64_t p;
+    return map_get(dp->lbm.vpcs, vni | 1ULL << 32, &p) ? (lb_vpc_t *)(uintptr_t)p : NULL;
+}
+
+static void lb_vpc_free(lb_vpc_t *v) {
+    if (!v) return;
+    for (uint32_t i = 0; v->vips && i < v->nvips; i++) map_free(v->vips[i].listeners);
+    free(v->vips); free(v->members); free(v);
+}
+
+/* a VPC's record built from what Python handed over (VIPs grouped, their listeners mapped), or NULL */
+static lb_vpc_t *lb_vpc_build(uint32_t vni, const tj_lb_listener_t *l, uint32_t nl, const tj_lb_member_t *m,
+                              uint32_t nm) {
+    lb_vpc_t *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    v->vips = calloc(nl ? nl : 1, sizeof(lb_vip_t));
+    v->members = malloc(sizeof(uint32_t) * (nm ? nm : 1));
+    if (!v->vips || !v->members) { lb_vpc_free(v); return NULL; }
+    for (uint32_t i = 0; i < nl; i++) {
+        lb_vip_t *x = NULL;
+        for (uint32_t k = 0; k < v->nvips && !x; k++) if (v->vips[k].vip == l[i].vip) x = &v->vips[k];
+        if (!x) {
+            x = &v->vips[v->nvips++];
+            x->vni = vni; x->vip = l[i].vip;
+            if (!(x->listeners = map_new(4))) { lb_vpc_free(v); return NULL; }
+        }
+        if (l[i].eip) x->eip = l[i].eip;
+        if (map_grow_put(&x->listeners, ((uint64_t)(l[i].is_udp != 0) << 16 | l[i].port) + 1,
+                         (uint64_t)l[i].pool << 1 | (l[i].src_only != 0))) { lb_vpc_free(v); return NULL; }
     }
-    for (uint32_t i = 0; !full && i < nm; i++)
-        full |= map_put(m.members, (uint64_t)m_id[i] + 1, ((uint64_t)m_vni[i] << 32 | m_ip[i]) + 1);
+    for (uint32_t i = 0; i < nm; i++) v->members[i] = m[i].id;
+    v->nmembers = nm;
+    return v;
+}
+
+/* under dp->cfg: the VPC's keys out of the shared maps */
+static void lb_unindex(dp_t *dp, const lb_vpc_t *v) {
+    for (uint32_t i = 0; i < v->nvips; i++) {
+        const lb_vip_t *x = &v->vips[i];
+        uint64_t p;
+        map_del(dp->lbm.vips, ((uint64_t)x->vni << 32 | x->vip) + 1);
+        if (x->eip && map_get(dp->lbm.eips, x->eip | 1ULL << 32, &p) && p == (uint64_t)(uintptr_t)x)
+            map_del(dp->lbm.eips, x->eip | 1ULL << 32);
+    }
+    for (uint32_t i = 0; i < v->nmembers; i++) map_del(dp->lbm.members, (uint64_t)v->members[i] + 1);
+}
+
+int dp_set_lb_vpc(dp_t *dp, uint32_t vni, const tj_lb_listener_t *l, uint32_t nl, const tj_lb_member_t *m,
+                  uint32_t nm) {
+    lb_vpc_t *v = lb_vpc_build(vni, l, nl, m, nm);
+    if (!v) return -1;
     pthread_mutex_lock(&dp->cfg);
-    lb_maps_t old = full ? m : dp->lbm;  /* a config that did not fit is refused whole */
-    if (!full) dp->lbm = m;
+    if (reserve(&dp->lbm.vpcs, 1) || reserve(&dp->lbm.vips, v->nvips) || reserve(&dp->lbm.eips, v->nvips) ||
+        reserve(&dp->lbm.members, nm)) {
+        pthread_mutex_unlock(&dp->cfg);
+        lb_vpc_free(v);
+        return -1;
+    }
+    lb_vpc_t *old = lb_vpc(dp, vni);
+    if (old) lb_unindex(dp, old);
+    for (uint32_t i = 0; i < v->nvips; i++) {
+        lb_vip_t *x = &v->vips[i];
+        map_put(dp->lbm.vips, ((uint64_t)vni << 32 | x->vip) + 1, (uint64_t)(uintptr_t)x);
+        if (x->eip) map_put(dp->lbm.eips, x->eip | 1ULL << 32, (uint64_t)(uintptr_t)x);
+    }
+    for (uint32_t i = 0; i < nm; i++)
+        map_put(dp->lbm.members, (uint64_t)m[i].id + 1, ((uint64_t)vni << 32 | m[i].ip) + 1);
+    map_put(dp->lbm.vpcs, vni | 1ULL << 32, (uint64_t)(uintptr_t)v);
     pthread_mutex_unlock(&dp->cfg);
-    map_free(old.vips); map_free(old.listeners); map_free(old.members); map_free(old.eips);
-    free(old.vip); free(old.eip);
-    return full ? -1 : 0;
+    lb_vpc_free(old);
+    return 0;
+}
+
+int dp_remove_lb_vpc(dp_t *dp, uint32_t vni) {
+    pthread_mutex_lock(&dp->cfg);
+    lb_vpc_t *old = lb_vpc(dp, vni);
+    if (old) { lb_unindex(dp, old); map_del(dp->lbm.vpcs, vni | 1ULL << 32); }
+    pthread_mutex_unlock(&dp->cfg);
+    lb_vpc_free(old);
+    return old ? 0 : -1;
 }

@@ -3,7 +3,7 @@
  * itself is nat_stage.c's; this file frames it. */
 #include <string.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 static void lock(dp_t *dp) { nat_lock(dp->nat); }
 static void unlock(dp_t *dp) { nat_unlock(dp->nat); }
@@ -30,10 +30,10 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     uint8_t *ip = d + 14;
     uint32_t ilen = len - 14, vni, inside;
     if (nat_inbound_locked(dp->nat, ip, ilen, now, &vni, &inside) != NAT_IN) return ACT_PUNT;
-    uint64_t ep, nh, rmac;
-    if (!map_get(dp->endpoints, ((uint64_t)vni << 32 | inside) + 1, &ep) ||
-        !map_get(dp->routers, vni | (1ULL << 32), &rmac) ||
-        !map_get(dp->neigh[DP_UL], (ep >> 16) | (1ULL << 32), &nh)) {
+    uint64_t nh, rmac;
+    const tj_endpoint_t *ep = dp_endpoint(dp, vni, inside);
+    if (!ep || !map_get(dp->routers, vni | (1ULL << 32), &rmac) ||
+        !map_get(dp->neigh[DP_UL], ep->vtep | (1ULL << 32), &nh)) {
         /* translated already (there is no undo): Python gets the IP packet with its VNI and inside address in
          * place of the MAC addresses (punt port DP_PUNT_TRANSLATED) and sends it once it knows the way */
         memset(d, 0, 12);
@@ -43,7 +43,7 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
         return ACT_DROP;
     }
     /* the inner Ethernet header replaces the external one, in place */
-    dp_encap_to(dp, d - ENCAP, d, len, dp->ep_mac[ep & 0xffff], rmac, nh, (uint32_t)(ep >> 16), vni);
+    dp_encap_to(dp, d - ENCAP, d, len, ep->mac, rmac, nh, ep->vtep, vni);
     *out = d - ENCAP; *out_len = ENCAP + len;
     dp->c[C_fast_in]++;
     return DP_UL;
@@ -56,3 +56,9 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
 }
 
 const stage_t STAGE_NAT = {lock, unlock, decide};
+
+void dp_use_nat(dp_t *dp, nat_t *nat) {
+    pthread_mutex_lock(&dp->cfg);
+    dp->nat = nat; dp->stage = &STAGE_NAT;
+    pthread_mutex_unlock(&dp->cfg);
+}

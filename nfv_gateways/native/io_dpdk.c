@@ -10,7 +10,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 typedef struct {
     uint16_t port[2];

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 typedef struct {
     uint8_t buf[2][DP_BURST][HEADROOM + DP_SLOT];

@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 #define RFRAME 8192            /* a slot: the kernel's header, HEADROOM, then up to DP_SLOT bytes of frame */
 #define RFRAMES 2048

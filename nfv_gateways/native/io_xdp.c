@@ -9,7 +9,7 @@
 #include <xdp/libxdp.h>
 #include <xdp/xsk.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 #define XFRAMES 4096
 #define XFSIZE XSK_UMEM__DEFAULT_FRAME_SIZE

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "tj_bytes.h"
-#include "tj_lb.h"
+#include "tj_lb_table.h"
 
 #define SEED_OFFSET 0x9e3779b97f4a7c15ULL
 #define SEED_SKIP 0xc2b2ae3d27d4eb4fULL

@@ -8,22 +8,6 @@
 
 _Static_assert(sizeof(nat_event_t) == NAT_EVENT_SIZE, "nat_event_t is the record Python reads");
 
-/* --- a map that grows (cursors and held ports: a few per EIP, or one per recently closed TCP mapping) ------- */
-static int grow_put(map_t **m, uint32_t *count, uint64_t k, uint64_t v) {
-    uint64_t old;
-    if (*m && map_get(*m, k, &old)) return map_put(*m, k, v);
-    if (!*m || (*count + 1) * 2 > (*m)->cap) {
-        map_t *g = map_new(*m ? (*m)->cap : 8);
-        if (!g) return -1;
-        for (uint32_t i = 0; *m && i < (*m)->cap; i++)
-            if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
-        map_free(*m);
-        *m = g;
-    }
-    (*count)++;
-    return map_put(*m, k, v);
-}
-
 static double as_double(uint64_t v) { double d; memcpy(&d, &v, 8); return d; }
 static uint64_t as_bits(double d) { uint64_t v; memcpy(&v, &d, 8); return v; }
 static uint64_t held_key(uint32_t eip, uint16_t eport, uint8_t proto) {
@@ -31,71 +15,38 @@ static uint64_t held_key(uint32_t eip, uint16_t eport, uint8_t proto) {
 }
 
 void nat_hold_port(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto, double until) {
-    grow_put(&n->held, &n->nheld, held_key(eip, eport, proto), as_bits(until));  /* out of memory: not held */
+    map_grow_put(&n->held, held_key(eip, eport, proto), as_bits(until));  /* out of memory: not held */
 }
 
 static void prune_held_(nat_t *n, double now) {
     map_t *old = n->held;
-    n->held = NULL; n->nheld = 0;
+    n->held = NULL;
     for (uint32_t i = 0; old && i < old->cap; i++)
-        if (old->keys[i] && as_double(old->vals[i]) > now) grow_put(&n->held, &n->nheld, old->keys[i], old->vals[i]);
+        if (old->keys[i] && as_double(old->vals[i]) > now) map_grow_put(&n->held, old->keys[i], old->vals[i]);
     map_free(old);
 }
 void nat_prune_held(nat_t *n, double now) { pthread_mutex_lock(&n->mu); prune_held_(n, now); pthread_mutex_unlock(&n->mu); }
 
-/* --- SNAT rules ---------------------------------------------------------------------------------------------- */
+/* --- SNAT rules (each VPC's, in its record: nat_vpcs.c) ---------------------------------------------------- */
 void nat_snat_free(nat_t *n) {
-    map_free(n->snat_by_vni); free(n->snat); free(n->snat_eips);
     map_free(n->cursor); map_free(n->held); map_free(n->full);
-    n->snat_by_vni = n->cursor = n->held = n->full = NULL; n->snat = NULL; n->snat_eips = NULL;
+    n->cursor = n->held = n->full = NULL;
 }
 
-static int rule_order(const void *a, const void *b) {  /* by VPC, config order within it (the index) */
-    const uint64_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-static int set_snat_(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint32_t *mask, const uint32_t *first,
-                     const uint32_t *neips, uint32_t nrules, const uint32_t *eips, uint32_t total_eips) {
-    uint64_t *order = malloc(8 * (size_t)(nrules ? nrules : 1));
-    snat_rule_t *rules = malloc(sizeof(snat_rule_t) * (nrules ? nrules : 1));
-    uint32_t *e = malloc(4 * (size_t)(total_eips ? total_eips : 1));
-    map_t *by_vni = map_new(nrules);
-    if (!order || !rules || !e || !by_vni) { free(order); free(rules); free(e); map_free(by_vni); return -1; }
-    for (uint32_t i = 0; i < nrules; i++) order[i] = (uint64_t)vni[i] << 32 | i;
-    qsort(order, nrules, 8, rule_order);
-    for (uint32_t k = 0; k < nrules; k++) {
-        uint32_t i = (uint32_t)order[k], v = vni[i];
-        rules[k] = (snat_rule_t){net[i], mask[i], first[i], neips[i]};
-        uint64_t at;
-        if (map_get(by_vni, v | 1ULL << 32, &at)) map_put(by_vni, v | 1ULL << 32, at + 1);
-        else map_put(by_vni, v | 1ULL << 32, (uint64_t)k << 32 | 1);
-    }
-    memcpy(e, eips, 4 * (size_t)total_eips);
-    map_free(n->snat_by_vni); free(n->snat); free(n->snat_eips);
-    n->snat_by_vni = by_vni; n->snat = rules; n->snat_eips = e;
-    free(order);
-    return 0;
-}
-int nat_set_snat(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint32_t *mask, const uint32_t *first,
-                 const uint32_t *neips, uint32_t nrules, const uint32_t *eips, uint32_t total_eips) {
-    LOCKED(n, set_snat_(n, vni, net, mask, first, neips, nrules, eips, total_eips));
-}
 void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi) {
     pthread_mutex_lock(&n->mu);
     n->port_lo = lo; n->port_hi = hi;
-    map_free(n->full); n->full = NULL; n->nfull = 0;  /* another slice: no slice is known full */
+    map_free(n->full); n->full = NULL;  /* another slice: no slice is known full */
     pthread_mutex_unlock(&n->mu);
 }
 
 /* the EIP for an internal address: the first of its VPC's rules that covers it picks one (NatTable._pick_eip) */
 static int pick_eip(const nat_t *n, uint32_t vni, uint32_t ip, uint32_t *eip) {
-    uint64_t at;
-    if (!map_get(n->snat_by_vni, vni | 1ULL << 32, &at)) return 0;
-    for (uint32_t k = (uint32_t)(at >> 32), end = k + (uint32_t)at; k < end; k++) {
-        const snat_rule_t *r = &n->snat[k];
+    const vpc_nat_t *v = nat_vpc(n, vni);
+    for (uint32_t k = 0; v && k < v->nsnat; k++) {
+        const tj_snat_rule_t *r = &v->snat[k];
         if ((ip & r->mask) == r->net && r->neips) {
-            *eip = n->snat_eips[r->first + ((uint64_t)ip * 2654435761ULL) % r->neips];
+            *eip = v->eips[r->first + ((uint64_t)ip * 2654435761ULL) % r->neips];
             return 1;
         }
     }
@@ -126,16 +77,16 @@ static int32_t alloc_port(nat_t *n, uint32_t eip, uint8_t proto, uint16_t want, 
     for (int64_t i = 0; i < size; i++) {
         int64_t p = lo + ((((int64_t)start - lo + i) % size) + size) % size;
         if (port_free(n, eip, (uint16_t)p, proto, now, &soonest)) {
-            grow_put(&n->cursor, &n->ncursor, ck, (uint64_t)(lo + (p - lo + 1) % size));
+            map_grow_put(&n->cursor, ck, (uint64_t)(lo + (p - lo + 1) % size));
             return (int32_t)p;
         }
     }
-    grow_put(&n->full, &n->nfull, ck, as_bits(soonest));
+    map_grow_put(&n->full, ck, as_bits(soonest));
     return -1;
 }
 
 void nat_port_freed(nat_t *n, uint32_t eip, uint8_t proto) {
-    if (n->full) grow_put(&n->full, &n->nfull, ((uint64_t)eip << 8 | proto) + 1, 0);
+    if (n->full) map_grow_put(&n->full, ((uint64_t)eip << 8 | proto) + 1, 0);
 }
 
 /* --- the event log --------------------------------------------------------------------------------------- */

@@ -26,107 +26,22 @@ nat_t *nat_create(uint32_t cap_pow2) {
 void nat_set_mtu(nat_t *n, uint32_t mtu) { n->mtu = mtu; }
 void nat_set_external_mtu(nat_t *n, uint32_t mtu) { n->ext_mtu = mtu; }
 
-static uint32_t mtu_of(const nat_t *n, uint32_t vni);
-
 void nat_destroy(nat_t *n) {
     if (!n) return;
-    free(n->slots); free(n->out_index); free(n->served);
-    free(n->st_in); free(n->st_out); free(n->st_in_val); free(n->st_out_val); free(n->dnat_in); free(n->dnat_out);
-    free(n->mtu_vni); free(n->mtu_val); free(n->events);
+    free(n->slots); free(n->out_index); free(n->events);
+    nat_vpcs_free(n);
     nat_snat_free(n);
     free(n);
 }
 
-static int set_list(uint32_t **dst, uint32_t *count, const uint32_t *src, uint32_t len) {
-    uint32_t *copy = len ? malloc(sizeof(uint32_t) * len) : NULL;
-    if (len && !copy) return -1;
-    if (len) memcpy(copy, src, sizeof(uint32_t) * len);
-    free(*dst); *dst = copy; *count = len;
-    return 0;
-}
-
-/* --- sorted u64 keys (rules change rarely; lookups are per packet) ------------------------------------------ */
-static int cmp_pair(const void *a, const void *b) {
-    const uint64_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-static int64_t find_key(const uint64_t *keys, uint32_t n, uint64_t k) {
-    uint32_t lo = 0, hi = n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (keys[mid] < k) lo = mid + 1; else hi = mid;
-    }
-    return lo < n && keys[lo] == k ? (int64_t)lo : -1;
-}
-/* (key, value) pairs sorted by key into separate arrays */
-static int sorted_pairs(uint64_t **keys, uint64_t **vals, uint64_t *pairs, uint32_t n) {
-    qsort(pairs, n, 16, cmp_pair);
-    uint64_t *k = malloc(8 * (size_t)(n ? n : 1)), *v = malloc(8 * (size_t)(n ? n : 1));
-    if (!k || !v) { free(k); free(v); return -1; }
-    for (uint32_t i = 0; i < n; i++) { k[i] = pairs[2 * i]; v[i] = pairs[2 * i + 1]; }
-    free(*keys); free(*vals); *keys = k; *vals = v;
-    return 0;
-}
-static uint64_t dnat_out_key(uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
-    /* a hash: a collision only sends a packet to Python, never translates it wrongly */
-    return mix(((uint64_t)vni << 40) ^ ((uint64_t)ip << 8) ^ ((uint64_t)port << 24) ^ proto) |
-           (uint64_t)mix((uint64_t)ip << 16 | port) << 32;
-}
-
-static int set_rules_(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const uint32_t *st_eip, uint32_t nst,
-                      const uint32_t *d_eip, const uint16_t *d_port, const uint8_t *d_proto, const uint32_t *d_vni,
-                      const uint32_t *d_ip, const uint16_t *d_iport, uint32_t nd) {
-    uint32_t m = nst > nd ? nst : nd;
-    uint64_t *pairs = malloc(16 * (size_t)(m ? m : 1));
-    if (!pairs) return -1;
-    for (uint32_t i = 0; i < nst; i++) { pairs[2 * i] = (uint64_t)st_vni[i] << 32 | st_ip[i]; pairs[2 * i + 1] = st_eip[i]; }
-    if (sorted_pairs(&n->st_in, &n->st_in_val, pairs, nst)) goto fail;
-    for (uint32_t i = 0; i < nst; i++) { pairs[2 * i] = st_eip[i]; pairs[2 * i + 1] = (uint64_t)st_vni[i] << 32 | st_ip[i]; }
-    if (sorted_pairs(&n->st_out, &n->st_out_val, pairs, nst)) goto fail;
-    n->nstatic = nst;
-    uint64_t *din = malloc(8 * (size_t)(nd ? nd : 1)), *dout = malloc(8 * (size_t)(nd ? nd : 1));
-    if (!din || !dout) { free(din); free(dout); goto fail; }
-    for (uint32_t i = 0; i < nd; i++) {
-        din[i] = (uint64_t)d_eip[i] << 24 | (uint64_t)d_port[i] << 8 | d_proto[i];
-        dout[i] = dnat_out_key(d_vni[i], d_ip[i], d_iport[i], d_proto[i]);
-    }
-    qsort(din, nd, 8, cmp_pair);
-    qsort(dout, nd, 8, cmp_pair);
-    free(n->dnat_in); free(n->dnat_out); n->dnat_in = din; n->dnat_out = dout; n->ndnat = nd;
-    free(pairs);
-    return 0;
-fail:
-    free(pairs);
-    return -1;
-}
-int nat_set_rules(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const uint32_t *st_eip, uint32_t nst,
-                  const uint32_t *d_eip, const uint16_t *d_port, const uint8_t *d_proto, const uint32_t *d_vni,
-                  const uint32_t *d_ip, const uint16_t *d_iport, uint32_t nd) {
-    LOCKED(n, set_rules_(n, st_vni, st_ip, st_eip, nst, d_eip, d_port, d_proto, d_vni, d_ip, d_iport, nd));
-}
-int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len) { LOCKED(n, set_list(&n->served, &n->nserved, eips, len)); }
-
-static int set_mtus_(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count) {
-    uint64_t *pairs = malloc(16 * (size_t)(count ? count : 1));
-    if (!pairs) return -1;
-    for (uint32_t i = 0; i < count; i++) { pairs[2 * i] = vnis[i]; pairs[2 * i + 1] = mtus[i]; }
-    int r = sorted_pairs(&n->mtu_vni, &n->mtu_val, pairs, count);
-    if (!r) n->nmtu = count;
-    free(pairs);
-    return r;
-}
-int nat_set_vpc_mtus(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count) {
-    LOCKED(n, set_mtus_(n, vnis, mtus, count));
-}
-
 static uint32_t mtu_of(const nat_t *n, uint32_t vni) {
-    int64_t i = n->nmtu ? find_key(n->mtu_vni, n->nmtu, vni) : -1;
-    return i >= 0 ? (uint32_t)n->mtu_val[i] : n->mtu;
+    const vpc_nat_t *v = nat_vpc(n, vni);
+    return v && v->mtu ? v->mtu : n->mtu;
 }
 
-static int in_list(const uint32_t *l, uint32_t len, uint32_t v) {
-    for (uint32_t i = 0; i < len; i++) if (l[i] == v) return 1;
-    return 0;
+static int served(const nat_t *n, uint32_t eip) {
+    uint64_t refs;
+    return map_get(n->served, eip | 1ULL << 32, &refs);
 }
 
 int32_t nat_find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
@@ -255,15 +170,15 @@ static int outbound_(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double no
     ip4_t ip; uint16_t sp = 0, dp = 0; uint8_t it = 0;
     if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1 || ip.total > n->ext_mtu || !ip4_ports(b, &ip, &sp, &dp, &it))
         goto miss;
-    if (in_list(n->served, n->nserved, ip.dst)) goto miss;                   /* hairpin */
-    int64_t st = find_key(n->st_in, n->nstatic, (uint64_t)vni << 32 | ip.src);
-    if (st >= 0) {                                                           /* a 1:1 EIP: the address only */
-        ip4_rewrite_addr(b, &ip, 1, (uint32_t)n->st_in_val[st]);
+    if (served(n, ip.dst)) goto miss;                                        /* hairpin */
+    uint64_t st, refs;
+    if (map_get(n->static_in, TAG | (uint64_t)vni << 32 | ip.src, &st)) {   /* a 1:1 EIP: the address only */
+        ip4_rewrite_addr(b, &ip, 1, (uint32_t)st);
         ip4_dec_ttl(b);
         n->hits_out++;
         return NAT_OUT;
     }
-    if (n->ndnat && find_key(n->dnat_out, n->ndnat, dnat_out_key(vni, ip.src, sp, ip.proto)) >= 0) goto miss;
+    if (map_get(n->dnat_out, dnat_out_key(vni, ip.src, sp, ip.proto), &refs)) goto miss;
     uint16_t peer_port = ip.proto == 1 ? 0 : dp;
     int32_t idx = nat_find_in(n, vni, ip.src, sp, ip.proto);
     if (idx < 0 && (idx = nat_create_for(n, vni, ip.src, sp, ip.proto, ip.dst, peer_port, now)) < 0) goto miss;
@@ -284,12 +199,11 @@ miss:
 static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip) {
     ip4_t ip; uint16_t sp = 0, dp = 0; uint8_t it = 0;
     if (!ip4_parse(b, len, &ip) || ip.frag || b[8] <= 1) goto miss;
-    if (!in_list(n->served, n->nserved, ip.dst)) goto miss;
+    if (!served(n, ip.dst)) goto miss;
     int has_ports = ip4_ports(b, &ip, &sp, &dp, &it);
-    int64_t st = find_key(n->st_out, n->nstatic, ip.dst);
-    if (st >= 0) {                                                           /* a 1:1 EIP: any protocol */
+    uint64_t v, refs;
+    if (map_get(n->static_out, ip.dst | 1ULL << 32, &v)) {                  /* a 1:1 EIP: any protocol */
         if ((ip.proto == 6 || ip.proto == 17) && !has_ports) goto miss;     /* truncated: Python decides */
-        uint64_t v = n->st_out_val[st];
         if (ip.total > mtu_of(n, (uint32_t)(v >> 32))) goto miss;
         ip4_rewrite_addr(b, &ip, 0, (uint32_t)v);
         ip4_dec_ttl(b);
@@ -298,8 +212,8 @@ static int inbound_(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *ou
         return NAT_IN;
     }
     if (!has_ports || (ip.proto == 1 && it != 0)) goto miss;                 /* echo replies only */
-    if (n->ndnat && ip.proto != 1 &&
-        find_key(n->dnat_in, n->ndnat, (uint64_t)ip.dst << 24 | (uint64_t)dp << 8 | ip.proto) >= 0) goto miss;
+    if (ip.proto != 1 && map_get(n->dnat_in, TAG | (uint64_t)ip.dst << 24 | (uint64_t)dp << 8 | ip.proto, &refs))
+        goto miss;
     int32_t idx = nat_find_out(n, ip.dst, dp, ip.proto);
     if (idx < 0) goto miss;
     mapping_t *s = &n->slots[idx];

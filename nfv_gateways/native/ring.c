@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tj_dp.h"
+#include "tj_loop.h"
 
 int ring_init(ring_t *r) {
     r->slots = calloc(RING, sizeof(slot_t));

@@ -14,8 +14,8 @@ from topologies.gwlab import GatewayLab
 
 SCRIPT = """
 import os, sys, time
-from nfv_gateways.dataplane import UL, NativeDataPlane
-from nfv_gateways.packet import ip2int
+from nfv_gateways.native.dataplane import UL, NativeDataPlane
+from nfv_gateways.core.packet import ip2int
 dp = NativeDataPlane(sys.argv[1], "idle", "ul0", "ext0", b"\\x02" + bytes(5), b"\\x02" + bytes(4) + b"\\x01",
                      ip2int("172.30.0.1"))
 try:

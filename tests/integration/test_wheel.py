@@ -39,7 +39,7 @@ def test_the_wheel_builds_and_loads_the_data_plane(tmp_path: Path) -> None:
                            cwd=tmp_path)
     assert built.returncode == 0, built.stdout + built.stderr
     assert f"{target}/nfv_gateways/native/_gw_packet.so" in built.stdout, built.stdout
-    probe = ("import nfv_gateways, nfv_gateways.dataplane as d; from nfv_gateways.native_api import constants; "
+    probe = ("import nfv_gateways, nfv_gateways.native.dataplane as d; from nfv_gateways.native.api import constants; "
              "print(nfv_gateways.__file__); print(sorted(constants(d.load('packet')))[:3])")
     got = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert got.returncode == 0, got.stderr

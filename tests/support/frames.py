@@ -1,28 +1,33 @@
 """The data-plane interface with no fast path, for the differential tests: every frame goes to Python (the
-instance's punt path), injected frames are collected in `out`. `tables`: the stage the role takes from a data plane
-(`nat`, `lb`)."""
+instance's punt path), injected frames are collected in `out`. It has no C library (`lib` is None), so a role
+attached to it runs its Python reference."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from nfv_gateways.framework import GatewayOptions
+from nfv_gateways.core.options import GatewayOptions
 
 
 class PythonFrames:
     backend = "python"
+    lib = None
 
-    def __init__(self, **tables: Any) -> None:
+    def __init__(self) -> None:
         self.out: list[tuple[int, bytes]] = []
-        for name, table in tables.items():
-            setattr(self, name, table)
+        self.crossed: dict[str, int] = {}
 
-    def set_config(self, *_a: object) -> None:
+    def set_vteps(self, *_a: object) -> None:
         pass
 
-    def set_lb(self, *_a: object) -> None:
+    def set_vpc(self, *_a: object) -> None:
         pass
+
+    def remove_vpc(self, *_a: object) -> None:
+        pass
+
+    def held(self) -> dict:
+        return {}
 
     def set_neigh(self, *_a: object) -> None:
         pass

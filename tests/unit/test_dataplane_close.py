@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from nfv_gateways.dataplane import UL, NativeDataPlane
-from nfv_gateways.packet import ip2int
+from nfv_gateways.core.packet import ip2int
+from nfv_gateways.native.dataplane import UL, NativeDataPlane
 
 
 def test_calls_after_close_do_nothing() -> None:
@@ -21,4 +21,7 @@ def test_calls_after_close_do_nothing() -> None:
     assert time.monotonic() - t0 >= 0.04  # waits like a live punt, so a punt loop does not spin at exit
     assert dp.inject(UL, b"\0" * 60) is False
     dp.set_neigh(UL, ip2int("198.18.0.2"), b"\x02" * 6)
-    dp.set_config([ip2int("198.18.0.2")], {}, [])
+    dp.set_vteps([ip2int("198.18.0.2")])
+    dp.set_vpc(1001, b"\x0a" * 6, [])
+    dp.remove_vpc(1001)
+    assert dp.held() == {}

@@ -1,11 +1,11 @@
-"""The native data plane (gw_dp.c, memory backend) against the pure-Python gateway, frame for frame.
+"""The native data plane (dp_core.c, memory backend) against the pure-Python gateway, frame for frame.
 
-Both are a whole gateway instance (`NatGateway`) with the same config: one pushes each frame through the C loop
-(decapsulation, established-flow NAT, encapsulation in C; the rest punted to the same Python code), the other
-hands every frame to Python with the reference NAT table. Hypothesis generates frame sequences from the underlay
-and the external side (TCP, UDP, ICMP echo and errors, ARP, two tenants with the same private addresses, hairpin,
-DNAT, a 1:1 EIP, unknown VTEPs and VNIs, truncated, corrupted, fragmented and option-carrying packets). Every
-frame must produce the same output frames, byte for byte, and the NAT tables must end up the same.
+Both are a whole gateway instance (`Instance` with the NAT role) with the same config: one pushes each frame
+through the C loop (decapsulation, established-flow NAT, encapsulation in C; the rest punted to the same Python
+code), the other hands every frame to Python with the reference NAT table. Hypothesis generates frame sequences
+from the underlay and the external side (TCP, UDP, ICMP echo and errors, ARP, two tenants with the same private
+addresses, hairpin, DNAT, a 1:1 EIP, unknown VTEPs and VNIs, truncated, corrupted, fragmented and option-carrying
+packets). Every frame must produce the same output frames, byte for byte, and the NAT tables must end up the same.
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from nfv_gateways.dataplane import NativeDataPlane
-from nfv_gateways.framework import EXT, UL, GatewayOptions
-from nfv_gateways.nat import NatTable, ip2int
-from nfv_gateways.nat_config import NatConfig
-from nfv_gateways.nat_role import NatGateway
+from nfv_gateways.core.instance import EXT, UL, GatewayOptions, Instance
+from nfv_gateways.native.dataplane import NativeDataPlane
+from nfv_gateways.roles.nat.reference import ip2int
 from tests.support.frames import PythonFrames, lab_options
 from tianji.southbound import GatewayConfig
 
@@ -58,9 +56,9 @@ class Pair:
     def __init__(self, tmp: Path) -> None:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
         self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
-        self.native = NatGateway(options(tmp), dataplane=self.dp)
-        self.ref_dp = PythonFrames(nat=NatTable(NatConfig()))
-        self.ref = NatGateway(options(tmp), dataplane=self.ref_dp)
+        self.native = Instance(options(tmp), "nat", dataplane=self.dp)
+        self.ref_dp = PythonFrames()
+        self.ref = Instance(options(tmp), "nat", dataplane=self.ref_dp)
         cfg = config()
         self.native.apply(cfg)
         self.ref.apply(cfg)
@@ -78,9 +76,9 @@ class Pair:
         self.dp.mem_push(port, frame)
         self.dp.poll()
         for p, f in self.dp.punt(0):
-            self.native.handle_punt(p, f)
+            self.native.packets.handle_punt(p, f)
         native = self.drain_native()
-        self.ref.handle_punt(port, frame)
+        self.ref.packets.handle_punt(port, frame)
         return native, self.drain_ref()
 
     def close(self) -> None:
@@ -192,7 +190,7 @@ def test_native_data_plane_matches_python_gateway(tmp_path: Path, seq: list[tupl
         for i, (port, frame) in enumerate(seq):
             native, ref = p.step(port, frame)
             assert native == ref, f"frame {i} on port {port}: {frame.hex()}"
-        assert table_state(p.native.table) == table_state(p.ref.table)
+        assert table_state(p.native.stage) == table_state(p.ref.stage)
     finally:
         p.close()
 
@@ -207,8 +205,8 @@ def test_new_flows_never_reach_python(pair: Pair) -> None:
             n, r = pair.step(port, frame)
             assert n == r and len(n) == 1
     st_ = pair.dp.stats()
-    assert st_["punt"] == punts and pair.dp.nat.stats()["created"] == 20
-    assert table_state(pair.native.table) == table_state(pair.ref.table)
+    assert st_["punt"] == punts and pair.native.stage.stats()["created"] == 20
+    assert table_state(pair.native.stage) == table_state(pair.ref.stage)
 
 
 def tenant_tcp(sport: int, flags: str) -> tuple[int, bytes]:

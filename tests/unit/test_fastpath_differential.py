@@ -11,16 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
 
-from nfv_gateways.fastpath import FastNat
-from nfv_gateways.nat import TCP_PORT_HOLD, NatTable, ip2int
-from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
-from nfv_gateways.native_api import constants
+from nfv_gateways.native.api import constants
+from nfv_gateways.roles.nat.native import FastNat
+from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, Timeouts
+from nfv_gateways.roles.nat.reference import TCP_PORT_HOLD, NatTable, ip2int
 from tianji.inet import checksum
 
-CFG = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"), ip2int("203.0.113.2"))),
+CFG = NatConfig.of(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"), ip2int("203.0.113.2"))),
                       SnatRule(2002, "10.0.0.0/16", (ip2int("203.0.113.2"),))),
-                static=((1001, ip2int("10.0.9.9"), ip2int("203.0.113.10")),),
-                dnat=((ip2int("203.0.113.20"), 6, 8443, 1001, ip2int("10.0.1.5"), 443),),
+                static=(StaticEip(1001, ip2int("10.0.9.9"), ip2int("203.0.113.10")),),
+                dnat=(DnatRule(ip2int("203.0.113.20"), 6, 8443, 1001, ip2int("10.0.1.5"), 443),),
                 port_lo=20000, port_hi=20063, vpc_mtus=((2002, 1300),))  # VPC 2002 has a smaller MTU
 INSIDE = ["10.0.1.2", "10.0.1.3", "10.0.9.9", "10.0.1.5"]
 REMOTE = ["198.51.100.7", "198.51.100.8"]
@@ -105,7 +105,7 @@ def tcp(src: str, dst: str, sport: int, dport: int, flags: str) -> bytearray:
 def test_new_and_established_flows_stay_in_c() -> None:
     """New flows (their mappings and their later peers) are created in C: no packet reaches Python, and the
     reference, having taken in the log, holds the same mappings as the reference alone."""
-    cfg = NatConfig(snat=CFG.snat)  # the whole port range
+    cfg = NatConfig.of(snat=CFG.snat)  # the whole port range
     ref, fast = NatTable(cfg), FastNat(cfg)
     try:
         for i in range(200):
@@ -125,7 +125,7 @@ def test_new_and_established_flows_stay_in_c() -> None:
 def test_python_and_c_share_one_port_allocator() -> None:
     """Mappings the reference creates (a hairpin goes to Python) and mappings C creates take ports from one
     allocator: with a 4-port slice, 4 endpoints get 4 distinct ports, whichever side created them."""
-    cfg = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"),)),), port_lo=30000, port_hi=30003)
+    cfg = NatConfig.of(snat=(SnatRule(1001, "10.0.0.0/16", (ip2int("203.0.113.1"),)),), port_lo=30000, port_hi=30003)
     fast = FastNat(cfg)
     try:
         ports = set()
@@ -145,13 +145,13 @@ def test_a_removed_tcp_mappings_port_is_held_in_c_too() -> None:
     """A TCP mapping removed with its rule (its EIP released) leaves its port held for TCP_PORT_HOLD: C's
     allocator does not hand it to the next endpoint either."""
     eip = ip2int("203.0.113.1")
-    cfg = NatConfig(snat=(SnatRule(1001, "10.0.1.0/24", (eip,)), SnatRule(1001, "10.0.2.0/24", (eip,))),
+    cfg = NatConfig.of(snat=(SnatRule(1001, "10.0.1.0/24", (eip,)), SnatRule(1001, "10.0.2.0/24", (eip,))),
                     port_lo=30000, port_hi=30001)
     ref, fast = NatTable(cfg), FastNat(cfg)
     try:
         for t in (ref, fast):
             assert t.outbound(1001, tcp("10.0.1.1", REMOTE[0], 30000, 80, "S"), 1.0).direction == "out"
-            t.update_config(NatConfig(snat=(cfg.snat[1],), port_lo=30000, port_hi=30001))
+            t.update_config(NatConfig.of(snat=(cfg.snat[1],), port_lo=30000, port_hi=30001))
             out = tcp("10.0.2.1", REMOTE[0], 30000, 80, "S")
             assert t.outbound(1001, out, 2.0).direction == "out"
             assert TCP(bytes(out)[20:]).sport == 30001  # not 30000: held
@@ -181,7 +181,7 @@ def test_a_full_event_log_sends_new_flows_to_python() -> None:
     """When Python has not taken in the log for NAT_EVENTS new flows, the next one goes to Python (which takes the
     log in first): nothing is lost, nothing differs."""
     eips = tuple(ip2int(f"203.0.113.{i}") for i in range(1, 9))
-    fast = FastNat(NatConfig(snat=(SnatRule(1001, "10.0.0.0/8", eips),)), capacity_pow2=1 << 20)
+    fast = FastNat(NatConfig.of(snat=(SnatRule(1001, "10.0.0.0/8", eips),)), capacity_pow2=1 << 20)
     try:
         n = constants(fast.lib)["NAT_EVENTS"]
         raw = bytes(udp_out("10.0.0.0", 0))
@@ -204,7 +204,7 @@ def test_a_full_slice_frees_as_the_reference_says() -> None:
     """A slice found full stays full for C without a scan per packet, until a mapping of it expires (UDP: at once)
     or a held TCP port's hold ends: the reference and C agree on every port at every step."""
     eip = ip2int("203.0.113.1")
-    cfg = NatConfig(snat=(SnatRule(1001, "10.0.0.0/16", (eip,)),), port_lo=30000, port_hi=30001,
+    cfg = NatConfig.of(snat=(SnatRule(1001, "10.0.0.0/16", (eip,)),), port_lo=30000, port_hi=30001,
                     timeouts=Timeouts(udp=10.0, tcp_transitory=10.0))
     ref, fast = NatTable(cfg), FastNat(cfg)
     try:

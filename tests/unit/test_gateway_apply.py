@@ -9,9 +9,10 @@ from pathlib import Path
 
 from scapy.layers.inet import IP, UDP
 
-from nfv_gateways.framework import GatewayOptions, ip2int
-from nfv_gateways.nat import PROTO_UDP
-from nfv_gateways.nat_role import NatGateway
+from nfv_gateways.core.instance import Instance
+from nfv_gateways.core.options import GatewayOptions
+from nfv_gateways.core.packet import ip2int
+from nfv_gateways.roles.nat.reference import PROTO_UDP
 from tianji.southbound import Endpoint, GatewayConfig, GatewayVpc, SnatInfo, Vtep
 
 
@@ -46,12 +47,12 @@ def config(revision: int, eips: list[str], snat_b: str = "10.2.0.0/16") -> Gatew
         eips=eips, vteps=[Vtep(host="hv1", ip="172.31.0.1")])
 
 
-def gateway(tmp_path: Path) -> tuple[NatGateway, Wire]:
-    g = NatGateway(GatewayOptions(name="gw", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.1/24",
-                               external_if="ext0", fastpath="python", state_dir=tmp_path,
-                               macs=("02:00:00:00:01:01", "02:00:00:00:01:02")))
+def gateway(tmp_path: Path) -> tuple[Instance, Wire]:
+    g = Instance(GatewayOptions(name="gw", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.1/24",
+                                external_if="ext0", fastpath="python", state_dir=tmp_path,
+                                macs=("02:00:00:00:01:01", "02:00:00:00:01:02")), "nat")
     w = Wire()
-    g.ext = w
+    g.packets.ext = w
     return g, w
 
 
@@ -76,7 +77,7 @@ def test_same_config_again_touches_nothing(tmp_path: Path) -> None:
 def test_a_rule_change_in_one_vpc_keeps_the_others_mappings(tmp_path: Path) -> None:
     g, _ = gateway(tmp_path)
     g.apply(config(1, ["203.0.113.1", "203.0.113.2"]))
-    t = g.table
+    t = g.stage
     for vni, src in ((1001, "10.1.0.5"), (1002, "10.2.0.5")):
         pkt = bytearray(bytes(IP(src=src, dst="192.0.2.9") / UDP(sport=5000, dport=53) / b"q"))
         assert t.outbound(vni, pkt, 0.0).direction == "out"
@@ -118,8 +119,8 @@ def test_sections_applied_one_by_one_equal_the_whole_config(tmp_path: Path) -> N
         incremental.apply_sections(held, changed)
     whole, _ = gateway(tmp_path / "b")
     whole.apply(held.config())
-    assert incremental.natc == whole.natc and incremental.endpoints == whole.endpoints
-    assert incremental.router_mac == whole.router_mac and sorted(incremental.router_mac) == [2001, 2003]
+    assert incremental.role.table.vpcs == whole.role.table.vpcs and incremental.fwd.endpoints == whole.fwd.endpoints
+    assert incremental.fwd.router_mac == whole.fwd.router_mac and sorted(incremental.fwd.router_mac) == [2001, 2003]
     assert apply_gateway_delta(held, d.model_copy(update={"base": 1})) is None  # not on what is held
 
 

@@ -14,11 +14,9 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from nfv_gateways.dataplane import NativeDataPlane
-from nfv_gateways.framework import EXT, UL, GatewayOptions
-from nfv_gateways.lb import LbTable
-from nfv_gateways.lb_role import LbGateway
-from nfv_gateways.packet import ip2int
+from nfv_gateways.core.instance import EXT, UL, GatewayOptions, Instance
+from nfv_gateways.core.packet import ip2int
+from nfv_gateways.native.dataplane import NativeDataPlane
 from tests.support.frames import PythonFrames, lab_options
 from tianji.southbound import GatewayConfig
 
@@ -59,10 +57,10 @@ def options(tmp: Path) -> GatewayOptions:
 class Pair:
     def __init__(self, tmp: Path) -> None:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
-        self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP), stage="lb")
-        self.native = LbGateway(options(tmp), dataplane=self.dp)
-        self.ref_dp = PythonFrames(lb=LbTable())
-        self.ref = LbGateway(options(tmp), dataplane=self.ref_dp)
+        self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
+        self.native = Instance(options(tmp), "lb", dataplane=self.dp)
+        self.ref_dp = PythonFrames()
+        self.ref = Instance(options(tmp), "lb", dataplane=self.ref_dp)
         for g in (self.native, self.ref):
             g.apply(config())
         self.drain()
@@ -84,10 +82,10 @@ class Pair:
         self.dp.poll()
         punted = self.dp.punt(0)
         for p, f in punted:
-            self.native.handle_punt(p, f)
+            self.native.packets.handle_punt(p, f)
         self.dp.poll()  # sends what Python injected meanwhile
         native = self.dp.mem_pop()
-        self.ref.handle_punt(port, frame)
+        self.ref.packets.handle_punt(port, frame)
         ref, self.ref_dp.out = self.ref_dp.out, []
         return native, ref, len(punted)
 
@@ -118,7 +116,7 @@ def test_new_and_established_connections_are_decided_in_c(pair: Pair) -> None:
         assert punted == 0 and again == ref and again[0][1][:64] == native[0][1][:64]  # the same member
     inner = Ether(native[0][1])[UDP].payload
     assert bytes(inner)[8:14] in (bytes.fromhex("020100000005"), bytes.fromhex("020100000006"))
-    assert pair.dp.stats()["lb_to_member"] == 400 and pair.native.table.conns.held() == 200
+    assert pair.dp.stats()["lb_to_member"] == 400 and pair.native.stage.conns.held() == 200
 
 
 frames = st.builds(frame, st.sampled_from(["hv1", "hv2"]), st.sampled_from([1001, 1002, 1003]),
@@ -165,6 +163,6 @@ def test_every_frame_gives_the_same_output_as_the_python_instance(pair: Pair, se
     for f, port in seq:
         native, ref, _ = pair.step(f, port)
         assert native == ref, Ether(f).summary()
-    assert pair.native.table.conns.held() == len(pair.ref.table.conns.conns)
-    pair.native.table.expire(time.time() + 3600)
-    pair.ref.table.expire(time.time() + 3600)
+    assert pair.native.stage.conns.held() == len(pair.ref.stage.conns.conns)
+    pair.native.stage.expire(time.time() + 3600)
+    pair.ref.stage.expire(time.time() + 3600)

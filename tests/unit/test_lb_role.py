@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
 
-from nfv_gateways.dataplane import NativeDataPlane
-from nfv_gateways.framework import GatewayOptions, ip2int
-from nfv_gateways.lb_role import LbGateway
+from nfv_gateways.core.instance import Instance
+from nfv_gateways.core.options import GatewayOptions
+from nfv_gateways.core.packet import ip2int
+from nfv_gateways.native.dataplane import NativeDataPlane
 from tests.unit.test_gateway_apply import Wire, arps_for
 from tianji.inet import checksum
 from tianji.southbound import (
@@ -48,15 +49,15 @@ def config(revision: int, weights: dict[str, int], drain_until: float | None = N
             LbListenerServed(protocol="udp", port=53, idle_timeout_s=60, table_size=4099, members=ms)])])
 
 
-def instance(tmp_path: Path, stage: str) -> LbGateway:
+def instance(tmp_path: Path, stage: str) -> Instance:
     """An instance with the Python reference (`python`), or the C connection table and Maglev of the native data
     plane (`native`: its memory-backed packet I/O, so no interface is needed)."""
     dp = NativeDataPlane("mem", "lb", "ul0", "ext0", b"\x02" + bytes(5), b"\x02" + bytes(4) + b"\x01",
-                         ip2int("198.18.0.9"), stage="lb") if stage == "native" else None
-    g = LbGateway(GatewayOptions(name="lb", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.9/24",
+                         ip2int("198.18.0.9")) if stage == "native" else None
+    g = Instance(GatewayOptions(name="lb", controller="", token="", underlay_if="ul0", vtep_ip="198.18.0.9/24",
                                  external_if="ext0", fastpath="python", state_dir=tmp_path,
-                                 macs=("02:00:00:00:01:01", "02:00:00:00:01:02")), dataplane=dp)
-    g.ext = Wire()  # what it announces on the external segment
+                                 macs=("02:00:00:00:01:01", "02:00:00:00:01:02")), "lb", dataplane=dp)
+    g.packets.ext = Wire()  # what it announces on the external segment
     return g
 
 
@@ -65,8 +66,8 @@ def to_vip(sport: int, proto: str = "tcp", dst: str = VIP, dport: int = 80, src:
     return bytearray(bytes(IP(src=src, dst=dst) / l4))
 
 
-def pick(g: LbGateway, sport: int, **kw) -> str | None:
-    v = g.table.outbound(1001, to_vip(sport, **kw), time.time())
+def pick(g: Instance, sport: int, **kw) -> str | None:
+    v = g.stage.outbound(1001, to_vip(sport, **kw), time.time())
     return None if v is None else f"10.1.0.{v.ip & 0xFF}"
 
 
@@ -93,7 +94,7 @@ def test_established_connections_keep_their_member_and_drains_end_after_the_dela
     assert all(pick(g, s) == m for s, m in before.items())  # ... its connections go on
     assert all(pick(g, s) != "10.1.0.12" for s in range(40000, 40400))  # ... and gets no new ones
     g.apply(config(4, {1: 1, 2: 0, 3: 1}, drain_until=time.time() - 1))  # the delay passed
-    g.expire_role(time.time())
+    g.role.expire(time.time())
     assert all(pick(g, s) != "10.1.0.12" for s in before)
 
 
@@ -103,9 +104,9 @@ def test_udp_listener_and_what_is_not_for_a_listener(tmp_path: Path) -> None:
     assert pick(g, 5000, proto="udp", dport=53) == "10.1.0.11"
     assert pick(g, 5000, dport=81) is None
     assert pick(g, 5000, dst="10.1.0.101") is None
-    assert g.table.outbound(1001, bytearray(b"\x45garbage"), time.time()) is None
-    assert g.table.outbound(1002, to_vip(5000), time.time()) is None  # another VPC with the same VIP address
-    c = g.table.counters
+    assert g.stage.outbound(1001, bytearray(b"\x45garbage"), time.time()) is None
+    assert g.stage.outbound(1002, to_vip(5000), time.time()) is None  # another VPC with the same VIP address
+    c = g.stage.counters
     assert c["drop_no_listener"] == 3 and c["drop_malformed"] == 1
 
 
@@ -114,15 +115,15 @@ def test_the_eip_brings_internet_clients_in_and_replies_leave_with_it(tmp_path: 
     g = instance(tmp_path, stage)
     g.apply(config(1, {1: 1}, eip=EIP))
     buf = to_vip(7000, src="198.51.100.1", dst=EIP)
-    v = g.table.inbound(buf, time.time())
+    v = g.stage.inbound(buf, time.time())
     assert v is not None and v.direction == "in" and v.ip == ip2int("10.1.0.11")
     assert IP(bytes(buf)).dst == VIP and checksum(bytes(buf[:20])) == 0
     reply = bytearray(bytes(IP(src=VIP, dst="198.51.100.1") / TCP(sport=80, dport=7000, flags="SA")))
-    v = g.table.outbound(1001, reply, time.time())
+    v = g.stage.outbound(1001, reply, time.time())
     assert v is not None and v.direction == "out" and IP(bytes(reply)).src == EIP
     assert g.eips == [EIP] and g.counters["gratuitous_arps"] == 1  # the EIP is announced
     if stage == "python":  # (the native data plane sends it on its own port)
-        assert arps_for(g.ext.frames()) == [EIP]
+        assert arps_for(g.packets.ext.frames()) == [EIP]
 
 
 def test_metrics_show_the_connection_table(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfv_gateways.lb import LbTable, NativeLb
-from nfv_gateways.maglev import build, member_key
+from nfv_gateways.roles.lb.maglev import build, member_key
+from nfv_gateways.roles.lb.native import NativeLb
+from nfv_gateways.roles.lb.reference import LbTable
 
 M = 251
 

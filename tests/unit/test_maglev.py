@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfv_gateways.maglev import DEFAULT_M, NativeMaglev, build, flow_hash, member_key
+from nfv_gateways.roles.lb.maglev import DEFAULT_M, build, flow_hash, member_key
+from nfv_gateways.roles.lb.native import NativeMaglev
 
 C = NativeMaglev()
 

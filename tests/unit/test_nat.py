@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror, UDPerror
 
-from nfv_gateways.nat import TCP_PORT_HOLD, NatTable, ip2int
-from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
+from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, Timeouts
+from nfv_gateways.roles.nat.reference import TCP_PORT_HOLD, NatTable, ip2int
 
 VNI, VNI_B = 1001, 2002
 EIP1, EIP2, EIP_STATIC, EIP_DNAT = (ip2int(f"203.0.113.{n}") for n in (1, 2, 10, 20))
@@ -15,10 +15,10 @@ REMOTE, REMOTE2 = "198.51.100.7", "198.51.100.8"
 
 
 def table(**kw) -> NatTable:
-    cfg = NatConfig(
+    cfg = NatConfig.of(
         snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1, EIP2)), SnatRule(VNI_B, "10.0.0.0/16", (EIP2,))),
-        static=((VNI, ip2int("10.0.9.9"), EIP_STATIC),),
-        dnat=((EIP_DNAT, 6, 8443, VNI, ip2int("10.0.1.5"), 443),), **kw)
+        static=(StaticEip(VNI, ip2int("10.0.9.9"), EIP_STATIC),),
+        dnat=(DnatRule(EIP_DNAT, 6, 8443, VNI, ip2int("10.0.1.5"), 443),), **kw)
     return NatTable(cfg)
 
 
@@ -224,9 +224,9 @@ def test_datagrams_bigger_than_the_vpc_mtu_are_fragmented_or_refused() -> None:
 def test_each_vpc_has_its_own_mtu() -> None:
     """A VPC with a 3,450-byte MTU (a larger underlay) takes a 3,000-byte datagram whole; its neighbour on the
     default 1450 gets it in fragments, or with DF is told 1450."""
-    from nfv_gateways.nat_config import NatConfig
+    from nfv_gateways.roles.nat.policy import NatConfig
 
-    cfg = NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)), SnatRule(VNI_B, "10.0.0.0/16", (EIP2,))),
+    cfg = NatConfig.of(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)), SnatRule(VNI_B, "10.0.0.0/16", (EIP2,))),
                     vpc_mtus=((VNI, 3450), (VNI_B, 1450)))
     t = NatTable(cfg)
     for vni in (VNI, VNI_B):
@@ -256,8 +256,8 @@ def test_timeouts_and_expiry() -> None:
 
 def test_port_exhaustion_never_reuses_a_live_mapping() -> None:
     t = table(port_lo=2000, port_hi=2003)
-    cfg = t.config
-    t.update_config(NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),), port_lo=cfg.port_lo,
+    cfg = t.settings
+    t.update_config(NatConfig.of(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),), port_lo=cfg.port_lo,
                               port_hi=cfg.port_hi))
     seen = set()
     for i in range(4):
@@ -273,7 +273,7 @@ def test_a_released_tcp_port_is_held_before_another_endpoint_gets_it() -> None:
     """A TCP flow's tenant goes away (its rule with it) and the EIP goes to another tenant: the new tenant's flow
     from the same source port does not get the same public port for TCP_PORT_HOLD after the old flow's last
     packet (the server may still hold the old connection in TIME_WAIT and drop the new SYN); UDP is not held."""
-    one = NatConfig(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),))
+    one = NatConfig.of(snat=(SnatRule(VNI, "10.0.0.0/16", (EIP1,)),))
     t = NatTable(one)
 
     def public_port(vni: int, src: str, l4, now: float) -> int:
@@ -283,7 +283,7 @@ def test_a_released_tcp_port_is_held_before_another_endpoint_gets_it() -> None:
 
     assert public_port(VNI, "10.0.1.2", TCP(sport=40000, dport=80, flags="S"), 10) == 40000
     assert public_port(VNI, "10.0.1.2", UDP(sport=40001, dport=53), 10) == 40001
-    other = NatConfig(snat=(SnatRule(VNI_B, "10.0.0.0/16", (EIP1,)),))
+    other = NatConfig.of(snat=(SnatRule(VNI_B, "10.0.0.0/16", (EIP1,)),))
     t.update_config(other)  # the first tenant's rule is gone: its mappings too
     assert not t.by_inside
     assert public_port(VNI_B, "10.0.1.3", TCP(sport=40000, dport=80, flags="S"), 20) != 40000
@@ -338,7 +338,7 @@ def test_fragments_are_reassembled_in_any_order_then_translated() -> None:
     VPC's MTU; overlapping fragments drop the datagram; unfinished ones expire; the number held is bounded."""
     from scapy.layers.inet import defragment, fragment
 
-    from nfv_gateways import reassembly
+    from nfv_gateways.core import reassembly
 
     t = table()
     out = b(IP(src="10.0.1.2", dst=REMOTE) / UDP(sport=5000, dport=9000) / b"hi")

@@ -1,11 +1,15 @@
-/* How the native code states its interface once. TJ_API marks a function Python calls: nfv_gateways/native_api.py
- * reads the prototypes so marked from these headers and declares them to ctypes (nothing is retyped by hand).
+/* How the native code states its interface once. The public headers (tj_api.h, tj_nat.h, tj_lb.h, tj_dp.h) hold
+ * only what Python calls, each function marked TJ_API, and the structs it passes: nfv_gateways/native/api.py
+ * parses them with cffi's C parser and declares every function and struct to ctypes from that (nothing is retyped
+ * by hand). What the C files share beyond that lives in the private headers (tj_*_table.h, tj_loop.h).
  * TJ_CONSTANTS lists name/value pairs exported through tj_constants(): Python reads them, never mirrors them. */
 #ifndef TJ_API_H
 #define TJ_API_H
 #include <stdint.h>
 
+#ifndef TJ_API  /* defined empty when the headers are parsed for Python */
 #define TJ_API __attribute__((visibility("default")))
+#endif
 #define TJ_ENUM(name, value) name = value,
 #define TJ_NAME(name, value) #name,
 #define TJ_VALUE(name, value) value,

@@ -33,11 +33,6 @@ TJ_API int lb_set_pool(lb_t *lb, uint32_t pool, const int32_t *table, uint32_t m
 /* the member id for this packet of pool `pool`, or -1 (no member has weight) */
 TJ_API int64_t lb_pick(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
                        uint16_t dport, uint8_t proto, double now);
-/* the packet loop's form: lb_pick under a lock it holds over a burst */
-void lb_lock(lb_t *lb);
-void lb_unlock(lb_t *lb);
-int64_t lb_pick_locked(lb_t *lb, uint32_t pool, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
-                       uint16_t dport, uint8_t proto, double now);
 /* forget connections idle past their pool's timeout; how many */
 TJ_API uint32_t lb_expire(lb_t *lb, double now);
 /* hits, new (remembered), fallback (not remembered), misses, connections held */

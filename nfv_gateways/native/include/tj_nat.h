@@ -30,28 +30,40 @@ typedef struct {
 
 TJ_API nat_t *nat_create(uint32_t cap_pow2);
 TJ_API void nat_destroy(nat_t *n);
-/* the VPCs' MTU (mtu), and the VPCs whose MTU differs (vnis[i] -> mtus[i]): a bigger packet in is Python's */
+/* the MTU of VPCs whose policy names none: a bigger packet in is Python's (it cuts or refuses it) */
 TJ_API void nat_set_mtu(nat_t *n, uint32_t mtu);
-TJ_API int nat_set_vpc_mtus(nat_t *n, const uint32_t *vnis, const uint32_t *mtus, uint32_t count);
 /* the internet side's MTU: a bigger packet out (from a VPC with a larger MTU) is Python's */
 TJ_API void nat_set_external_mtu(nat_t *n, uint32_t mtu);
-/* the EIPs this instance answers for (a destination among them, seen from inside, is a hairpin: Python's) */
-TJ_API int nat_set_served(nat_t *n, const uint32_t *eips, uint32_t len);
-/* 1:1 EIPs (vni, ip) <-> eip and DNAT rules (eip, port, proto) -> (vni, ip, port), replaced whole */
-TJ_API int nat_set_rules(nat_t *n, const uint32_t *st_vni, const uint32_t *st_ip, const uint32_t *st_eip,
-                         uint32_t nst, const uint32_t *d_eip, const uint16_t *d_port, const uint8_t *d_proto,
-                         const uint32_t *d_vni, const uint32_t *d_ip, const uint16_t *d_iport, uint32_t nd);
+
+/* One VPC's NAT policy, handed over whole for that VPC alone (nat_set_vpc): the C form of roles/nat/policy.py's
+ * VpcNat. A change to one tenant crosses into C as that tenant's record, never as every tenant's rules. */
+typedef struct { uint32_t net, mask, first, neips; } tj_snat_rule_t;  /* covers ip & mask == net; its EIPs are
+                                                                         eips[first .. first + neips) */
+typedef struct { uint32_t ip, eip; } tj_static_eip_t;                 /* 1:1: the VPC's ip <-> eip */
+typedef struct { uint32_t eip, ip; uint16_t port, iport; uint8_t proto, pad[3]; } tj_dnat_rule_t;
+                                                                      /* eip:port -> ip:iport (proto) */
+typedef struct {
+    uint32_t vni;
+    uint32_t mtu;                      /* 0: nat_set_mtu's */
+    uint32_t nsnat, neips, nstatic, ndnat;
+    const tj_snat_rule_t *snat;        /* in config order: the first that covers an address picks its EIP */
+    const uint32_t *eips;
+    const tj_static_eip_t *statics;
+    const tj_dnat_rule_t *dnat;
+} tj_nat_vpc_t;
+/* add or replace the policy of VPC vpc->vni (the EIPs it names are served here: a destination among them, seen
+ * from inside, is a hairpin); 0, or -1 out of memory (the VPC's old policy stays) */
+TJ_API int nat_set_vpc(nat_t *n, const tj_nat_vpc_t *vpc);
+/* the VPC's policy gone (its mappings are Python's to delete); 0, or -1 when there was none */
+TJ_API int nat_remove_vpc(nat_t *n, uint32_t vni);
+/* how many VPCs' policies the table holds */
+TJ_API uint32_t nat_vpc_count(nat_t *n);
 /* insert or update Python's view of a mapping; 0, or -1 when the table is full */
 TJ_API int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
                    uint8_t established, uint8_t closing, const uint32_t *peer_ip, const uint16_t *peer_port,
                    uint8_t npeers, double last);
 /* remove a mapping; a TCP one's port is not handed out again before hold_until (0: at once) */
 TJ_API int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, double hold_until);
-/* SNAT rules in config order, replaced whole: rule i covers VPC vni[i]'s addresses ip & mask[i] == net[i] and
- * hands out eips[first[i] .. first[i] + neips[i]) (the internal address picks one: paired pooling) */
-TJ_API int nat_set_snat(nat_t *n, const uint32_t *vni, const uint32_t *net, const uint32_t *mask,
-                        const uint32_t *first, const uint32_t *neips, uint32_t nrules, const uint32_t *eips,
-                        uint32_t total_eips);
 /* the slice of the port range this instance owns */
 TJ_API void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi);
 /* Python's slow path creating a mapping its reference decided on (EIP *eip): the mapping already under that
@@ -77,9 +89,4 @@ TJ_API int nat_inbound(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t 
 /* fast_out, fast_in, misses, created (by the loop), events_full (new flows left to Python: the log was full) */
 TJ_API void nat_stats(nat_t *n, uint64_t *out5);
 
-/* for the packet loop, which holds the table's lock over a whole burst */
-void nat_lock(nat_t *n);
-void nat_unlock(nat_t *n);
-int nat_outbound_locked(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now);
-int nat_inbound_locked(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip);
 #endif

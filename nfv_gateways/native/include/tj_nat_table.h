@@ -17,35 +17,34 @@ typedef struct {
     double last;
 } mapping_t;
 
-typedef struct { uint32_t net, mask, first, neips; } snat_rule_t;
+/* a VPC's policy as held: a copy of what nat_set_vpc was given (nat_vpcs.c) */
+typedef struct {
+    uint32_t vni, mtu, nsnat, neips, nstatic, ndnat;
+    tj_snat_rule_t *snat;
+    uint32_t *eips;
+    tj_static_eip_t *statics;
+    tj_dnat_rule_t *dnat;
+} vpc_nat_t;
 
 struct nat {
     uint32_t cap;            /* power of two */
     mapping_t *slots;        /* open addressing on the inside key */
     int32_t *out_index;      /* open addressing on the outside key -> slot, -1 empty, -2 deleted */
     uint32_t nused, ndel;    /* mappings; deletions since the last rehash (their tombstones) */
-    uint64_t *st_in, *st_out;   /* 1:1 EIPs, sorted: (vni << 32 | ip) << 0 -> eip, eip -> (vni, ip) */
-    uint64_t *st_in_val, *st_out_val;
-    uint32_t nstatic;
-    uint64_t *dnat_in, *dnat_out;  /* sorted keys of DNAT'd (eip, port, proto) and of their targets: Python's */
-    uint32_t ndnat;
-    uint32_t *served;
-    uint32_t nserved;
-    uint32_t mtu;            /* the VPCs': a bigger packet in is Python's (it fragments or refuses it) */
-    uint64_t *mtu_vni, *mtu_val;   /* sorted: VPCs whose MTU is not `mtu` */
+    /* the VPCs' policies (nat_vpcs.c), and what the packet path looks up across them, kept per VPC change */
+    map_t *vpcs;             /* vni | 1 << 32 -> vpc_nat_t * */
+    map_t *static_in;        /* TAG | vni << 32 | ip -> eip: 1:1 EIPs */
+    map_t *static_out;       /* eip | 1 << 32 -> vni << 32 | ip */
+    map_t *dnat_in;          /* TAG | eip << 24 | port << 8 | proto -> references: DNAT'd ports are Python's */
+    map_t *dnat_out;         /* dnat_out_key(target) -> references: so are the replies of their targets */
+    map_t *served;           /* eip | 1 << 32 -> references: the EIPs the VPCs name */
+    uint32_t mtu;            /* of VPCs whose policy names none: a bigger packet in is Python's */
     uint32_t ext_mtu;        /* the internet side's */
-    uint32_t nmtu;
     /* creating mappings (nat_create.c) */
-    map_t *snat_by_vni;      /* vni | 1 << 32 -> first << 32 | count: the VPC's rules in `snat`, config order */
-    snat_rule_t *snat;
-    uint32_t *snat_eips;
     uint32_t port_lo, port_hi;
     map_t *cursor;           /* (eip << 8 | proto) + 1 -> where the next port search starts */
-    uint32_t ncursor;
     map_t *held;             /* (eip << 24 | port << 8 | proto) + 1 -> until (double bits): a TCP port not free */
-    uint32_t nheld;
     map_t *full;             /* (eip << 8 | proto) + 1 -> until (double bits): the slice was found full */
-    uint32_t nfull;
     nat_event_t *events;     /* what the loop created, for Python: a ring of NAT_EVENTS */
     uint32_t ev_head, ev_count;
     uint64_t hits_out, hits_in, misses, created, events_full;
@@ -58,6 +57,27 @@ static inline uint32_t h_in(uint32_t vni, uint32_t ip, uint16_t port, uint8_t pr
 static inline uint32_t h_out(uint32_t eip, uint16_t eport, uint8_t proto) {
     return mix(((uint64_t)eip << 24) ^ ((uint64_t)eport << 8) ^ proto ^ 0x9e3779b97f4a7c15ULL);
 }
+
+#define TAG (1ULL << 63)  /* keys of vni << 32 | ip (or eip << 24 | ...) that could be 0 */
+
+/* a DNAT target's key (a hash: a collision only sends a packet to Python, never translates it wrongly) */
+static inline uint64_t dnat_out_key(uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
+    return (mix(((uint64_t)vni << 40) ^ ((uint64_t)ip << 8) ^ ((uint64_t)port << 24) ^ proto) |
+            (uint64_t)mix((uint64_t)ip << 16 | port) << 32) | 1;
+}
+/* the policy of VPC vni, or NULL */
+static inline const vpc_nat_t *nat_vpc(const nat_t *n, uint32_t vni) {
+    uint64_t p;
+    return map_get(n->vpcs, vni | 1ULL << 32, &p) ? (const vpc_nat_t *)(uintptr_t)p : NULL;
+}
+void nat_vpcs_free(nat_t *n);
+
+/* for the packet loop, which holds the table's lock over a whole burst */
+void nat_lock(nat_t *n);
+void nat_unlock(nat_t *n);
+int nat_outbound_locked(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now);
+int nat_inbound_locked(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip);
+
 
 /* `return expr` under the table's lock */
 #define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)

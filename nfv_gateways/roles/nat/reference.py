@@ -27,9 +27,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nfv_gateways.nat_answers import IcmpAnswers
-from nfv_gateways.nat_config import NatConfig, SnatRule, Timeouts
-from nfv_gateways.packet import (
+from nfv_gateways.core.packet import (
     ICMP_ECHO,
     ICMP_ECHO_REPLY,
     ICMP_TIME_EXCEEDED,
@@ -48,7 +46,10 @@ from nfv_gateways.packet import (
     rewrite_addr,
     rewrite_port,
 )
-from nfv_gateways.reassembly import Reassembler
+from nfv_gateways.core.reassembly import Reassembler
+from nfv_gateways.roles.nat.answers import IcmpAnswers
+from nfv_gateways.roles.nat.index import PolicyIndex
+from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, SnatRule, Timeouts, VpcNat
 from tianji.inet import checksum
 from tianji.ratelimit import TokenBucket
 
@@ -78,14 +79,13 @@ HELD = Verdict("held")  # a fragment kept until its datagram is whole: nothing t
 ICMP_ERROR_RATE, ICMP_ERROR_BURST = 100.0, 100  # time-exceeded answers a second, and their burst
 
 
-def served_eips(c: NatConfig) -> set[int]:
-    """The EIPs a config answers for: its SNAT pools', 1:1 EIPs and DNAT'd."""
-    return {e for r in c.snat for e in r.eips} | {s[2] for s in c.static} | {d[0] for d in c.dnat}
-
-
 class NatTable(IcmpAnswers):
+    """The mappings, and each VPC's policy with the indexes a packet is looked up in across VPCs, kept per VPC:
+    a change to one tenant's rules costs that tenant."""
+
     def __init__(self, config: NatConfig) -> None:
-        self.config = config
+        self.settings: NatSettings = config.settings()
+        self.vpcs: dict[int, VpcNat] = {}
         self.by_inside: dict[tuple[int, int, int, int], Mapping] = {}
         self.by_outside: dict[tuple[int, int, int], Mapping] = {}
         self.counters: Counter[str] = Counter()
@@ -93,43 +93,44 @@ class NatTable(IcmpAnswers):
         self.held: dict[tuple[int, int, int], float] = {}  # (EIP, port, TCP): not handed out before this time
         self.icmp_limit = TokenBucket(ICMP_ERROR_RATE, ICMP_ERROR_BURST, 0.0)  # the ICMP errors it answers with
         self.reassembly = Reassembler(self.counters)
-        self._index_config()
+        self.index = PolicyIndex()
+        self.vpcs, self.static_in, self.static_out = self.index.vpcs, self.index.static_in, self.index.static_out
+        self.dnat, self.dnat_rev, self.served = self.index.dnat, self.index.dnat_rev, self.index.served
+        for v in config.vpcs:
+            self.update_vpc(v.vni, v)
 
-    def _index_config(self) -> None:
-        c = self.config
-        self.snat_by_vni: dict[int, list[SnatRule]] = {}
-        for r in c.snat:
-            self.snat_by_vni.setdefault(r.vni, []).append(r)
-        self.static_in = {(vni, ip): eip for vni, ip, eip in c.static}
-        self.static_out = {eip: (vni, ip) for vni, ip, eip in c.static}
-        self.dnat = {(eip, proto, port): (vni, ip, iport) for eip, proto, port, vni, ip, iport in c.dnat}
-        self.dnat_rev = {(vni, ip, iport, proto): (eip, port) for (eip, proto, port), (vni, ip, iport)
-                         in self.dnat.items()}
-        self.served = served_eips(c)
+    def mtu_of(self, vni: int) -> int:
+        v = self.vpcs.get(vni)
+        return v.mtu if v is not None and v.mtu else self.settings.mtu
 
-    def update_config(self, config: NatConfig) -> list[Mapping]:
-        """New rules. A mapping stays only while a rule still gives its internal address that EIP: flows the
-        change does not concern are untouched, and a released EIP handed to someone else starts clean. Only the
-        mappings of VPCs (VNIs) whose SNAT rules changed are looked at. Returns the mappings removed."""
-        old = set(self.config.snat)
-        self.config = config
-        self._index_config()
-        changed = {r.vni for r in old.symmetric_difference(config.snat)}
-        if not changed:
+    def update_vpc(self, vni: int, policy: VpcNat | None) -> list[Mapping]:
+        """VPC `vni`'s policy, replaced (None: gone). A mapping stays only while a rule still gives its internal
+        address that EIP: flows the change does not concern are untouched, and a released EIP handed to someone
+        else starts clean. Only this VPC's mappings are looked at, and only if its SNAT rules changed. Returns the
+        mappings removed."""
+        old = self.index.replace(vni, policy)
+        if (old.snat if old else ()) == (policy.snat if policy else ()):
             return []
-        rules: dict[int, list[SnatRule]] = {}
-        for r in config.snat:
-            if r.vni in changed:
-                rules.setdefault(r.vni, []).append(r)
-        gone = [m for m in self.by_inside.values() if m.vni in changed
-                and not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in rules.get(m.vni, ()))]
+        rules = policy.snat if policy else ()
+        gone = [m for m in self.by_inside.values() if m.vni == vni
+                and not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in rules)]
         for m in gone:
             self._remove(m)
         return gone
 
+    def update_config(self, config: NatConfig) -> list[Mapping]:
+        """A whole config: its settings, and the policies of the VPCs that differ (`update_vpc`)."""
+        self.settings = config.settings()
+        new = {v.vni: v for v in config.vpcs}
+        gone: list[Mapping] = []
+        for vni in self.vpcs.keys() | new.keys():
+            if self.vpcs.get(vni) != new.get(vni):
+                gone += self.update_vpc(vni, new.get(vni))
+        return gone
+
     # --- helpers -------------------------------------------------------------------------------------------
     def _timeout(self, m: Mapping) -> float:
-        t = self.config.timeouts
+        t = self.settings.timeouts
         if m.proto == PROTO_TCP:
             return t.tcp_established if m.tcp_established and not m.tcp_closing else t.tcp_transitory
         return t.udp if m.proto == PROTO_UDP else t.icmp
@@ -158,7 +159,8 @@ class NatTable(IcmpAnswers):
         """Nothing is decided elsewhere (the native table takes in what its C loop created here)."""
 
     def _pick_eip(self, vni: int, ip: int) -> int | None:
-        for r in self.snat_by_vni.get(vni, ()):  # the VPC's own rules, in config order
+        v = self.vpcs.get(vni)
+        for r in v.snat if v is not None else ():  # the VPC's own rules, in config order
             if r.covers(vni, ip) and r.eips:
                 return r.eips[(ip * 2654435761) % len(r.eips)]  # paired: a function of the internal address
         return None
@@ -189,7 +191,7 @@ class NatTable(IcmpAnswers):
         """The internal port itself if free (port preservation), else the next free one after a per-(EIP,
         protocol) cursor: O(1) while ports are plentiful, a full scan only when the slice is nearly full. A TCP
         port whose mapping ended less than TCP_PORT_HOLD ago is not free (see there)."""
-        lo, hi = self.config.port_lo, self.config.port_hi
+        lo, hi = self.settings.port_lo, self.settings.port_hi
 
         def free(p: int) -> bool:
             key = (eip, p, proto)
@@ -225,14 +227,14 @@ class NatTable(IcmpAnswers):
         if ports is None:
             self.counters["drop_unsupported"] += 1
             return None
-        if ip.total > self.config.external_mtu and buf[ip.l4 - ip.ihl + 6] & 0x40 and ip.dst not in self.served:
+        if ip.total > self.settings.external_mtu and buf[ip.l4 - ip.ihl + 6] & 0x40 and ip.dst not in self.served:
             return self._frag_needed_out(vni, buf, ip, now)
         sport, dport = ports
         if (static := self.static_in.get((vni, ip.src))) is not None:
             rewrite_addr(buf, ip, src=static)
         elif (rev := self.dnat_rev.get((vni, ip.src, sport, ip.proto))) is not None:
-            rewrite_addr(buf, ip, src=rev[0])
-            rewrite_port(buf, ip, src=rev[1])
+            rewrite_addr(buf, ip, src=rev.eip)
+            rewrite_port(buf, ip, src=rev.port)
         else:
             m = self.by_inside.get((vni, ip.src, sport, ip.proto))
             if m is None and (m := self._new_mapping(vni, ip.src, sport, ip.proto, now)) is None:
@@ -249,9 +251,9 @@ class NatTable(IcmpAnswers):
             self.counters["hairpin"] += 1
             return self.inbound(buf, now, hairpin=True)
         dec_ttl(buf, ip)
-        if ip.total > self.config.external_mtu:  # from a VPC with a larger MTU, without DF: cut to fit
+        if ip.total > self.settings.external_mtu:  # from a VPC with a larger MTU, without DF: cut to fit
             self.counters["fragmented_out"] += 1
-            return Verdict("out", fragments=fragment(bytes(buf[:ip.total]), self.config.external_mtu))
+            return Verdict("out", fragments=fragment(bytes(buf[:ip.total]), self.settings.external_mtu))
         return Verdict("out")
 
     def inbound(self, buf: bytearray, now: float, hairpin: bool = False) -> Verdict | None:
@@ -259,7 +261,7 @@ class NatTable(IcmpAnswers):
         VPCs' MTU is fragmented to fit, or, with DF set, answered with fragmentation needed (RFC 1191)."""
         head = bytes(buf[:68])  # the header (60 at most) and 8 bytes, as received: what an ICMP error quotes
         v = self._inbound(buf, now, hairpin)
-        if v is None or v.direction != "in" or len(buf) <= (mtu := self.config.mtu_of(v.vni)):
+        if v is None or v.direction != "in" or len(buf) <= (mtu := self.mtu_of(v.vni)):
             return v
         ip = parse_ip4(buf)
         if ip is None or ip.total <= mtu:
@@ -301,12 +303,11 @@ class NatTable(IcmpAnswers):
             self.counters["drop_unsolicited"] += 1  # pings to a shared EIP are not forwarded inside
             return None
         if (d := self.dnat.get((ip.dst, ip.proto, dport))) is not None and ip.proto != PROTO_ICMP:
-            vni, internal, iport = d
-            rewrite_addr(buf, ip, dst=internal)
-            rewrite_port(buf, ip, dst=iport)
+            rewrite_addr(buf, ip, dst=d.ip)
+            rewrite_port(buf, ip, dst=d.iport)
             dec_ttl(buf, ip)
             self.counters["in"] += 1
-            return Verdict("in", vni, internal)
+            return Verdict("in", d.vni, d.ip)
         return self._to_mapping(buf, ip, now, sport, dport)
 
     def _to_mapping(self, buf: bytearray, ip: Ip4, now: float, sport: int, dport: int) -> Verdict | None:

@@ -1,19 +1,27 @@
 """The ICMP errors a NAT instance answers with itself (RFC 792, RFC 1191, RFC 1812): time exceeded, fragmentation
-needed on the way out, rate-limited, each replacing the packet that caused it. A part of NatTable (nat.py)."""
+needed on the way out, rate-limited, each replacing the packet that caused it. A part of NatTable (reference.py)."""
 
 from __future__ import annotations
 
 import struct
 from collections import Counter
 
-from nfv_gateways.nat_config import NatConfig
-from nfv_gateways.packet import ICMP_ECHO, ICMP_ECHO_REPLY, ICMP_TIME_EXCEEDED, ICMP_UNREACH, PROTO_ICMP, Ip4, Verdict
+from nfv_gateways.core.packet import (
+    ICMP_ECHO,
+    ICMP_ECHO_REPLY,
+    ICMP_TIME_EXCEEDED,
+    ICMP_UNREACH,
+    PROTO_ICMP,
+    Ip4,
+    Verdict,
+)
+from nfv_gateways.roles.nat.policy import NatSettings
 from tianji.inet import icmp_error
 from tianji.ratelimit import TokenBucket
 
 
 class IcmpAnswers:
-    config: NatConfig
+    settings: NatSettings
     counters: Counter[str]
     icmp_limit: TokenBucket
     static_in: dict[tuple[int, int], int]
@@ -34,7 +42,7 @@ class IcmpAnswers:
             return None
         start = ip.l4 - ip.ihl
         quoted = bytes(buf[start:ip.l4 + 8])
-        mtu = struct.pack("!HH", 0, self.config.external_mtu)
+        mtu = struct.pack("!HH", 0, self.settings.external_mtu)
         if self._icmp_error(buf, quoted, ICMP_UNREACH, 4, mtu, now, "frag_needed_out", eip) is None:
             return None
         return Verdict("in", vni, ip.src)

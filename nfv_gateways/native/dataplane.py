@@ -6,8 +6,9 @@ One library per packet-I/O backend this machine supports, built by native/Makefi
     xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`)
     packet  AF_PACKET sockets, a mapped TPACKET_V2 receive ring and sendmmsg bursts (always)
 
-Every library also carries the NAT stage (nat_stage.c), so the loop and the Python slow path share one table:
-`FastNat` (Python) creates mappings and pushes them in; the loop translates established flows and punts the rest.
+Every library also carries every role's stage (nat_stage.c, lb_stage.c): a role makes its table on the data
+plane's library and hands it to the loop (`use_nat`, `use_lb`), so the loop and the role's Python slow path share
+one table. Until then the loop punts every frame.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import logging
 import os
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
-from nfv_gateways.fastpath import FastNat, carray
-from nfv_gateways.lb import NativeLb
-from nfv_gateways.nat_config import NatConfig
-from nfv_gateways.native_api import NATIVE, FastPathUnavailable, constants, counter_names
-from nfv_gateways.native_api import build as build_library
-from nfv_gateways.native_api import load as load_library
+from nfv_gateways.native.api import NATIVE, FastPathUnavailable, carray, constants, counter_names, structure
+from nfv_gateways.native.api import build as build_library
+from nfv_gateways.native.api import load as load_library
 
 log = logging.getLogger("tianji.gateway.dataplane")
 BACKENDS = ("dpdk", "xdp", "packet")  # best first: what `--fastpath auto` tries
@@ -83,27 +82,16 @@ def eal_args(name: str, ul_if: str, ext_if: str) -> str:
 class NativeDataPlane:
     """Both ports of a gateway instance in C. Python drains the punt ring, answers through `inject`."""
 
-    def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes, vtep: int,
-                 config: NatConfig | None = None, capacity_pow2: int = 1 << 18, stage: str = "nat",
-                 lb_table: tuple[int, float, int] = (1 << 20, 100_000.0, 10_000)) -> None:
-        """`stage`: nat (the NAT table, `self.nat`) or lb (the load balancer's connection table, `self.lb`, of
-        `lb_table`: capacity, new entries per second, burst)."""
+    def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes,
+                 vtep: int) -> None:
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
         k = constants(self.lib)
         if backend == "dpdk" and (mtu := link_mtu(ul_if)) + 14 > k["DP_DPDK_MAX_FRAME"]:
             raise FastPathUnavailable(f"dpdk: the af_xdp PMD carries frames up to {k['DP_DPDK_MAX_FRAME']} bytes and "
                                       f"{ul_if}'s MTU is {mtu}")
-        self.nat: FastNat | None = None
-        self.lb: NativeLb | None = None
-        if stage == "lb":
-            self.lb = NativeLb(*lb_table, lib=self.lib)
-            self.h = self.lib.dp_create(None, ul_mac, ext_mac, vtep)
-            if self.h:
-                self.lib.dp_use_lb(self.h, self.lb.h)
-        else:
-            self.nat = FastNat(config or NatConfig(), capacity_pow2=capacity_pow2, lib=self.lib)
-            self.h = self.lib.dp_create(self.nat.h, ul_mac, ext_mac, vtep)
+        self.crossed: Counter[str] = Counter()  # configuration calls into C, and their bytes
+        self.h = self.lib.dp_create(ul_mac, ext_mac, vtep)
         if not self.h:
             raise FastPathUnavailable("dp_create failed (out of memory?)")
         self.blinded: list[str] = []
@@ -140,6 +128,14 @@ class NativeDataPlane:
         if self.blinded:
             subprocess.run(["nft", "delete", "table", "netdev", "tianji_gw"], capture_output=True)
             self.blinded = []
+
+    def use_nat(self, nat_handle: int) -> None:
+        """The loop runs the NAT stage over this table (made on `self.lib`)."""
+        self.lib.dp_use_nat(self.h, nat_handle)
+
+    def use_lb(self, lb_handle: int) -> None:
+        """The loop runs the load balancer's stage over this connection table (made on `self.lib`)."""
+        self.lib.dp_use_lb(self.h, lb_handle)
 
     def start(self, own_core: bool = False) -> None:
         """Start the packet loop; `own_core`: on the last core this process may use, the calling thread and the
@@ -186,40 +182,34 @@ class NativeDataPlane:
     def inject(self, port: int, frame: bytes) -> bool:
         return (h := self.h) is not None and self.lib.dp_inject(h, port, frame, len(frame)) == 0
 
-    def set_config(self, vteps: list[int], routers: dict[int, bytes],
-                   endpoints: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
-        """VTEPs, router MACs and endpoints, the endpoints packed per VPC (native uint32 VNIs, IPs and VTEPs, and
-        6-byte MACs; see framework.wire_parts): joining 1,000 VPCs' bytes costs a fraction of building 10,000
-        entries."""
-        vni_b, ip_b, vtep_b, mac_b = (b"".join(p[i] for p in endpoints) for i in range(4))
-        n, vnis, u32 = len(vni_b) // 4, list(routers), ctypes.c_uint32
+    def set_vteps(self, vteps: list[int]) -> None:
+        """The VTEPs tenant traffic may come from, replaced whole."""
+        if (h := self.h) is not None and self.lib.dp_set_vteps(h, carray(ctypes.c_uint32, vteps), len(vteps)) != 0:
+            raise FastPathUnavailable("dp_set_vteps failed (out of memory)")
+        self.crossed["calls"] += 1
+        self.crossed["bytes"] += 4 * len(vteps)
 
-        def arr(b: bytes) -> ctypes.Array:
-            return (u32 * max(n, 1)).from_buffer_copy(b.ljust(4 * max(n, 1), b"\0"))
-
+    def set_vpc(self, vni: int, router_mac: bytes, endpoints: list[tuple[int, int, bytes]]) -> None:
+        """One VPC's forwarding: its router MAC and endpoints (IP, VTEP, MAC), replacing what it had."""
+        ep_t = structure("tj_endpoint_t")
+        eps = (ep_t * max(len(endpoints), 1))(*[ep_t(ip, vtep, (ctypes.c_uint8 * 6)(*mac))
+                                                  for ip, vtep, mac in endpoints])
         if (h := self.h) is None:
             return  # closed: a config arriving while the instance stops
-        r = self.lib.dp_set_config(h, carray(u32, vteps), len(vteps), carray(u32, vnis),
-                                   b"".join(routers[v] for v in vnis), len(vnis), arr(vni_b), arr(ip_b), arr(vtep_b),
-                                   mac_b, n)
-        if r != 0:
-            raise FastPathUnavailable("dp_set_config failed (out of memory or more than 65,535 endpoints)")
+        if self.lib.dp_set_vpc(h, vni, router_mac, eps, len(endpoints)) != 0:
+            raise FastPathUnavailable("dp_set_vpc failed (out of memory)")
+        self.crossed["calls"] += 1
+        self.crossed["bytes"] += 6 + len(endpoints) * ctypes.sizeof(ep_t)
 
-    def set_lb(self, listeners: list[tuple[int, int, int, int, int, bool, int]],
-               members: dict[int, tuple[int, int]]) -> None:
-        """Listeners (VNI, VIP, protocol, port, pool, hashes on the source alone, the VIP's EIP homed here or 0) and
-        members (number -> (VNI, address)), replaced whole."""
-        u32, u8, u16 = ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint16
-        cols = list(zip(*listeners, strict=True)) or [()] * 7
-        ids = list(members)
-        if (h := self.h) is None:
-            return
-        r = self.lib.dp_set_lb(h, carray(u32, cols[0]), carray(u32, cols[1]), carray(u8, [p == 17 for p in cols[2]]),
-                               carray(u16, cols[3]), carray(u32, cols[4]), carray(u8, cols[5]), carray(u32, cols[6]),
-                               len(listeners), carray(u32, ids), carray(u32, [members[i][0] for i in ids]),
-                               carray(u32, [members[i][1] for i in ids]), len(ids))
-        if r != 0:
-            raise FastPathUnavailable("dp_set_lb failed (out of memory)")
+    def remove_vpc(self, vni: int) -> None:
+        if (h := self.h) is not None:
+            self.lib.dp_remove_vpc(h, vni)
+            self.crossed["calls"] += 1
+
+    def held(self) -> dict[str, int]:
+        """What the data plane holds: VPCs and endpoints."""
+        h = self.h
+        return {"vpcs": self.lib.dp_vpc_count(h), "endpoints": self.lib.dp_endpoint_count(h)} if h else {}
 
     def set_neigh(self, port: int, ip: int, mac: bytes) -> None:
         if (h := self.h) is not None and self.lib.dp_set_neigh(h, port, ip, mac) != 0:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nfv_gateways.packet import PROTO_TCP, PROTO_UDP, Verdict, l4_ports, parse_ip4, rewrite_addr
+from nfv_gateways.core.packet import PROTO_TCP, PROTO_UDP, Verdict, l4_ports, parse_ip4, rewrite_addr
 
 ListenerKey = tuple[int, int, int, int]  # vni, VIP, protocol, port
 
@@ -31,14 +31,32 @@ class PoolSpec:
 
 
 @dataclass
-class LbPolicy:
-    """Everything the stage decides with, rebuilt by the role when sections change."""
+class VpcLb:
+    """One VPC's part of what the stage decides with, built by the role from the VPC's section."""
 
     listeners: dict[ListenerKey, int] = field(default_factory=dict)  # -> pool number
     eip_listeners: dict[tuple[int, int, int], tuple[int, int, int]] = field(default_factory=dict)  # (EIP, proto,
     # port) -> (vni, VIP, pool)
     vip_eips: dict[tuple[int, int], int] = field(default_factory=dict)  # (vni, VIP) -> EIP homed here
     members: dict[int, tuple[int, int]] = field(default_factory=dict)  # member number -> (vni, its address)
+
+
+@dataclass
+class LbPolicy(VpcLb):
+    """Every VPC's parts together, kept per VPC: `replace` swaps one VPC's entries."""
+
+    vpcs: dict[str, VpcLb] = field(default_factory=dict)
+
+    def replace(self, vpc_id: str, new: VpcLb | None) -> None:
+        old = self.vpcs.pop(vpc_id, None)
+        for name in ("listeners", "eip_listeners", "vip_eips", "members"):
+            mine: dict = getattr(self, name)
+            for k in getattr(old, name) if old else ():
+                mine.pop(k, None)
+            if new is not None:
+                mine.update(getattr(new, name))
+        if new is not None:
+            self.vpcs[vpc_id] = new
 
 
 class LbStage:

@@ -13,7 +13,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nfv_gateways.packet import Ip4, ip_header
+from nfv_gateways.core.packet import Ip4, ip_header
 
 MAX_DATAGRAMS = 256
 MAX_BYTES = 4 << 20

@@ -10,16 +10,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from nfv_gateways.framework import Gateway
+    from nfv_gateways.core.instance import Instance
 
 
-def exposition(gw: Gateway) -> bytes:
+def exposition(gw: Instance) -> bytes:
     registry = CollectorRegistry()
     registry.register(StatusCollector(gw))
     return generate_latest(registry)
 
 
-def serve(gw: Gateway, port: int) -> None:
+def serve(gw: Instance, port: int) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Metrics(BaseHTTPRequestHandler):
@@ -38,7 +38,7 @@ def serve(gw: Gateway, port: int) -> None:
 
 
 class StatusCollector:
-    """The instance's status as metric families, read at each scrape (one source: `Gateway.status`)."""
+    """The instance's status as metric families, read at each scrape (one source: `Instance.status`)."""
 
     COUNTERS = (("tianji_gateway_packets", "the instance's packet and control counters", "counters"),
                 ("tianji_gateway_nat", "the NAT table's counters (the Python reference)", "nat"),
@@ -48,20 +48,23 @@ class StatusCollector:
     GAUGES = (("tianji_gateway_mappings", "NAT mappings held", "mappings"),
               ("tianji_gateway_lb_connections", "load-balancer connections held", "connections"),
               ("tianji_gateway_lb_pools", "load-balancer pools (listeners) served", "pools"))
+    HELD = (("tianji_gateway_dataplane_vpcs", "VPCs the native data plane holds", "vpcs"),
+            ("tianji_gateway_dataplane_endpoints", "endpoints the native data plane holds", "endpoints"))
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: Instance) -> None:
         self.gw = gw
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         st, name = self.gw.status(), self.gw.o.name
-        gauges = [(m, h, st[k]) for m, h, k in self.GAUGES if k in st]
+        gauges = [(m, h, st[k]) for m, h, k in self.GAUGES if k in st] + \
+            [(m, h, st["dataplane_held"][k]) for m, h, k in self.HELD if k in st.get("dataplane_held", {})]
         for metric, help_, value in (*gauges, ("tianji_gateway_eips", "EIPs homed here", len(st["eips"]))):
             g = GaugeMetricFamily(metric, help_, labels=["gateway"])
             g.add_metric([name], value)
             yield g
         sources = [(m, h, st.get(k) or {}) for m, h, k in self.COUNTERS]
-        if hasattr(self.gw.table, "stats"):
-            sources.append(("tianji_gateway_fastpath", "the C NAT fast path's counters", self.gw.table.stats()))
+        if st.get("nat_native"):
+            sources.append(("tianji_gateway_fastpath", "the C NAT fast path's counters", st["nat_native"]))
         for metric, help_, values in sources:
             c = CounterMetricFamily(metric, help_, labels=["gateway", "counter"])
             for k, v in sorted(values.items()):

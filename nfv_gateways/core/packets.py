@@ -1,57 +1,54 @@
-"""The packet side of a gateway instance, the same for every role: the native data plane's punt/inject slow path
-or the socket path, VXLAN decapsulation and encapsulation, neighbours and ARP on both sides. The role's packet
-stage (`self.table`) decides where each packet goes; this moves it there."""
+"""Moving an instance's packets, the same for every role: the native data plane's punt/inject slow path or the
+socket path, VXLAN decapsulation and encapsulation. The role's stage decides where each packet goes; this moves
+it there, through the forwarding view (`sections.Forwarding`) and the neighbours."""
 
 from __future__ import annotations
 
 import logging
 import socket
 import struct
+import threading
 import time
+from collections import Counter
 from typing import Any
 
-from nfv_gateways.dataplane import EXT, PUNT_TRANSLATED, UL
-from nfv_gateways.packet import Verdict
-from nfv_gateways.underlay import BCAST, ETH_ARP, ETH_IP, ETH_P_ALL, PACKET_OUTGOING, VXLAN_PORT, vxlan_ip_udp
+from nfv_gateways.core.neighbours import Neighbours
+from nfv_gateways.core.packet import Verdict
+from nfv_gateways.core.role import PacketStage
+from nfv_gateways.core.sections import Forwarding
+from nfv_gateways.core.underlay import ETH_ARP, ETH_IP, ETH_P_ALL, PACKET_OUTGOING, VXLAN_PORT, vxlan_ip_udp
+from nfv_gateways.native.dataplane import EXT, PUNT_TRANSLATED, UL
 from tianji.inet import checksum
 
 log = logging.getLogger("tianji.gateway")
 
 
-class PacketIO:
-    """Mixed into `framework.Gateway`, which holds the state these methods use (MACs, VTEPs, endpoints, the
-    neighbour tables, the stage, the data plane, the counters)."""
+class PacketPath:
+    def __init__(self, mac: dict[int, bytes], vtep: str, vtep_int: int, fwd: Forwarding, dp: Any,
+                 counters: Counter[str], lock: threading.Lock) -> None:
+        self.mac, self.vtep, self.vtep_int, self.fwd, self.dp = mac, vtep, vtep_int, fwd, dp
+        self.counters, self.lock = counters, lock
+        self.stage: PacketStage | None = None  # the role's, once attached
+        self.neighbours = Neighbours(mac, vtep_int, fwd, self.tx, dp, counters)
+        self.vx: socket.socket | None = None
+        self.ext: socket.socket | None = None
 
-    o: Any
-    dp: Any
-    table: Any
-    counters: Any
-    lock: Any
-    mac: dict[int, bytes]
-    vtep: str
-    vtep_int: int
-    vteps: set[str]
-    served: set[int]
-    endpoints: dict[tuple[int, int], tuple[str, bytes, int]]
-    router_mac: dict[int, bytes]
-    arp: dict[int, dict[int, bytes]]
-    pending: dict[int, dict[int, list[bytes]]]
-
-    # --- moving packets ----------------------------------------------------------------------------------------------
-    def open_sockets(self) -> None:
-        if self.dp is not None:
-            return
+    # --- moving packets --------------------------------------------------------------------------------------
+    def open_sockets(self, external_if: str) -> None:
+        """The socket path (no native data plane): VXLAN on a UDP socket at the VTEP (the kernel decapsulates),
+        the external side on an AF_PACKET socket."""
         self.vx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.vx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.vx.bind((self.vtep, VXLAN_PORT))
         self.ext = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        self.ext.bind((self.o.external_if, 0))
+        self.ext.bind((external_if, 0))
 
     def tx(self, port: int, frame: bytes) -> None:
         if self.dp is not None:
             if not self.dp.inject(port, frame):
                 self.counters["drop_inject_full"] += 1
         elif port == EXT:
+            assert self.ext is not None
             self.ext.send(frame)
         else:  # socket mode: the kernel encapsulates nothing for us; VXLAN goes out via self.vx in to_tenant
             raise ValueError("underlay frames are sent by the kernel in socket mode")
@@ -59,11 +56,12 @@ class PacketIO:
     def punt_loop(self) -> None:
         """What the native data plane did not decide: ARP, hairpin, ICMP errors, unknown neighbours, flows with no
         rule or port."""
+        assert self.stage is not None
         while True:
             for port, frame in self.dp.punt(100):
                 self.handle_punt(port, frame)
             with self.lock:  # at least every 100 ms: the loop's log of new mappings never fills while it is quiet
-                self.table.absorb()
+                self.stage.absorb()
 
     def handle_punt(self, port: int, frame: bytes) -> None:
         try:
@@ -84,7 +82,7 @@ class PacketIO:
             return None
         etype = struct.unpack_from("!H", frame, 12)[0]
         if etype == ETH_ARP:
-            self.on_arp(port, frame)
+            self.neighbours.on_arp(port, frame)
             return None
         if etype != ETH_IP or frame[0:6] != self.mac[port]:
             return None
@@ -105,6 +103,7 @@ class PacketIO:
         self.from_tenant(ip[28:], socket.inet_ntoa(ip[12:16]))
 
     def vxlan_loop(self) -> None:
+        assert self.vx is not None
         while True:
             data, (src, _port) = self.vx.recvfrom(65535)
             try:
@@ -114,28 +113,30 @@ class PacketIO:
                 log.debug("tenant packet: %s", e)
 
     def from_tenant(self, data: bytes, src: str) -> None:
-        if src not in self.vteps:
+        if src not in self.fwd.vteps:
             self.counters["drop_unknown_vtep"] += 1
             return
         if len(data) < 8 + 14 + 20 or data[0] & 0x08 == 0:
             self.counters["drop_malformed"] += 1
             return
         vni = int.from_bytes(data[4:7], "big")
-        if vni not in self.router_mac:
+        if vni not in self.fwd.router_mac:
             self.counters["drop_unknown_vni"] += 1
             return
         if struct.unpack_from("!H", data, 8 + 12)[0] != ETH_IP:
             self.counters["drop_not_ipv4"] += 1
             return
         buf = bytearray(data[8 + 14:])
+        assert self.stage is not None
         with self.lock:
-            v = self.table.outbound(vni, buf, time.time())
+            v = self.stage.outbound(vni, buf, time.time())
         if v is None:
             self.counters["drop_nat"] += 1
         elif v.direction != "held":
             self.deliver(v, buf)
 
     def ext_loop(self) -> None:
+        assert self.ext is not None
         while True:
             frame, addr = self.ext.recvfrom(65535)
             if addr[2] == PACKET_OUTGOING:
@@ -151,8 +152,9 @@ class PacketIO:
         if ip is None:
             return
         buf = bytearray(ip)
+        assert self.stage is not None
         with self.lock:
-            v = self.table.inbound(buf, time.time())
+            v = self.stage.inbound(buf, time.time())
         if v is None:
             self.counters["drop_nat_in"] += 1
             return
@@ -169,59 +171,25 @@ class PacketIO:
         for pkt in v.fragments or (bytes(buf),):
             self.to_tenant(v.vni, v.ip, pkt)
 
-    # --- neighbours ----------------------------------------------------------------------------------------------
-    def on_arp(self, port: int, frame: bytes) -> None:
-        """Learn the sender, release what waited for it, answer for our addresses (EIPs outside, the VTEP inside)."""
-        if len(frame) < 42 or frame[14:20] != b"\x00\x01\x08\x00\x06\x04":
-            self.counters["drop_malformed_arp"] += 1
-            return
-        op = struct.unpack_from("!H", frame, 20)[0]
-        sha, spa, tpa = frame[22:28], int.from_bytes(frame[28:32], "big"), int.from_bytes(frame[38:42], "big")
-        if spa and sha != BCAST and not sha[0] & 1:
-            if self.arp[port].get(spa) != sha:
-                self.arp[port][spa] = sha
-                if self.dp is not None:
-                    self.dp.set_neigh(port, spa, sha)
-            for pkt in self.pending[port].pop(spa, []):
-                self.tx(port, sha + self.mac[port] + struct.pack("!H", ETH_IP) + pkt)
-        ours = tpa in self.served if port == EXT else tpa == self.vtep_int
-        if op == 1 and ours:
-            self.send_arp(port, 2, tpa, spa, sha)
-
-    def send_arp(self, port: int, op: int, spa: int, tpa: int, tha: bytes) -> None:
-        dst = tha if op == 2 and tha != BCAST else BCAST
-        body = struct.pack("!HHBBH6s4s6s4s", 1, ETH_IP, 6, 4, op, self.mac[port], spa.to_bytes(4, "big"),
-                           tha if op == 2 else b"\0" * 6, tpa.to_bytes(4, "big"))
-        self.tx(port, dst + self.mac[port] + struct.pack("!H", ETH_ARP) + body)
-
-    def resolve_and_send(self, port: int, nexthop: int, pkt: bytes, spa: int) -> None:
-        """Send an IPv4 packet to an on-link next hop, resolving its MAC first when needed (packets wait, 64 max)."""
-        mac = self.arp[port].get(nexthop)
-        if mac is None:
-            q = self.pending[port][nexthop]
-            if len(q) < 64:
-                q.append(pkt)
-            self.send_arp(port, 1, spa, nexthop, b"\0" * 6)
-            self.counters["arp_pending"] += 1
-            return
-        self.tx(port, mac + self.mac[port] + struct.pack("!H", ETH_IP) + pkt)
-        self.counters["tx_external" if port == EXT else "tx_tenant"] += 1
-
     def to_external(self, pkt: bytes) -> None:
         # every destination is on-link on the external segment (the emulated internet); a real deployment would
         # name its upstream router here
-        self.resolve_and_send(EXT, int.from_bytes(pkt[16:20], "big"), pkt, next(iter(self.served), 0))
+        self.neighbours.resolve_and_send(EXT, int.from_bytes(pkt[16:20], "big"), pkt, next(iter(self.fwd.served), 0))
 
     def to_tenant(self, vni: int, ip: int, pkt: bytes) -> None:
-        ep = self.endpoints.get((vni, ip))
-        if ep is None or vni not in self.router_mac:
+        ep = self.fwd.endpoints.get((vni, ip))
+        if ep is None or vni not in self.fwd.router_mac:
             self.counters["drop_no_endpoint"] += 1
             return
-        vtep, mac, vtep_int = ep
-        inner = mac + self.router_mac[vni] + struct.pack("!H", ETH_IP) + pkt
+        inner = ep.mac + self.fwd.router_mac[vni] + struct.pack("!H", ETH_IP) + pkt
         vx = b"\x08\0\0\0" + vni.to_bytes(3, "big") + b"\0" + inner
         if self.dp is None:
-            self.vx.sendto(vx, (vtep, VXLAN_PORT))
+            assert self.vx is not None
+            self.vx.sendto(vx, (ep.vtep, VXLAN_PORT))
             self.counters["tx_tenant"] += 1
             return
-        self.resolve_and_send(UL, vtep_int, vxlan_ip_udp(self.vtep_int, vtep_int, pkt, vx), self.vtep_int)
+        self.neighbours.resolve_and_send(UL, ep.vtep_int, vxlan_ip_udp(self.vtep_int, ep.vtep_int, pkt, vx),
+                                         self.vtep_int)
+
+
+__all__ = ["PacketPath"]

@@ -5,15 +5,14 @@ hashing to j go to. It is a deterministic function of the members' keys and weig
 prime, at least 100x the members): members are taken in the order of their keys, each walks its own permutation
 of the table (offset = h1(key) mod M, skip = h2(key) mod (M - 1) + 1) claiming the next free entry it prefers, and a
 member of weight w takes a turn in w/W of the rounds (W: the largest weight; Envoy's weighted Maglev). Weight 0
-members get no entry (drained). `NativeMaglev` builds the same table in C (tests hold them to identical output).
+members get no entry (drained). `native.NativeMaglev` builds the same table in C (tests hold them to identical output).
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 
-from nfv_gateways.underlay import mix64
+from nfv_gateways.core.underlay import mix64
 from tianji.primes import is_prime
 
 SEED_OFFSET, SEED_SKIP = 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F
@@ -62,28 +61,4 @@ def flow_hash(src: int, dst: int, sport: int, dport: int, proto: int) -> int:
     return mix64(((src << 32) | dst) ^ ((sport << 48) | (dport << 32) | (proto << 24)))
 
 
-class NativeMaglev:
-    """The C build (native/_lb.so), for the gateway's data plane and the benchmark."""
-
-    def __init__(self) -> None:
-        from nfv_gateways.native_api import load
-
-        self.lib = load("_lb.so")
-
-    def build(self, keys: list[int], weights: list[int], m: int = DEFAULT_M) -> list[int]:
-        return list(self.build_raw(keys, weights, m))
-
-    def build_raw(self, keys: list[int], weights: list[int], m: int = DEFAULT_M) -> ctypes.Array:
-        """The table as a C array (what the data plane takes, no Python list made)."""
-        n = len(keys)
-        table = (ctypes.c_int32 * m)()
-        if self.lib.maglev_build((ctypes.c_uint64 * max(n, 1))(*keys), (ctypes.c_uint32 * max(n, 1))(*weights), n, m,
-                                 table) != 0:
-            raise ValueError(f"maglev_build failed: {m} is not a prime, or out of memory")
-        return table
-
-    def flow_hash(self, src: int, dst: int, sport: int, dport: int, proto: int) -> int:
-        return self.lib.maglev_flow_hash(src, dst, sport, dport, proto)
-
-
-__all__ = ["DEFAULT_M", "NativeMaglev", "build", "flow_hash", "member_key"]
+__all__ = ["DEFAULT_M", "build", "flow_hash", "member_key"]

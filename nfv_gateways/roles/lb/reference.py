@@ -10,11 +10,10 @@ are still decided, by Maglev alone, identically on every instance (`fallback`).
 
 from __future__ import annotations
 
-import ctypes
 from collections import Counter
 from dataclasses import dataclass
 
-from nfv_gateways.maglev import flow_hash
+from nfv_gateways.roles.lb.maglev import flow_hash
 from tianji.ratelimit import TokenBucket
 
 Key = tuple[int, int, int, int, int, int, int]  # pool, vni, src, dst, sport, dport, proto
@@ -73,50 +72,4 @@ class LbTable:
         return len(gone)
 
 
-class NativeLb:
-    """LbTable's interface over native/_lb.so."""
-
-    def __init__(self, capacity: int = 1 << 20, new_per_s: float = 100_000.0, burst: int = 10_000,
-                 lib: ctypes.CDLL | None = None) -> None:
-        """`lib`: a data plane's library, whose packet loop then shares this table (default: _lb.so alone)."""
-        from nfv_gateways.native_api import load
-
-        self.lib = lib or load("_lb.so")
-        self.h = self.lib.lb_create(capacity, new_per_s, burst)
-        if not self.h:
-            raise MemoryError("lb_create failed")
-
-    def close(self) -> None:
-        if self.h:
-            self.lib.lb_destroy(self.h)
-            self.h = None
-
-    def __del__(self) -> None:
-        self.close()
-
-    def set_pool(self, pool: int, table: list[int], ids: list[int], idle: float) -> None:
-        m, n = len(table), len(ids)
-        if self.lib.lb_set_pool(self.h, pool, (ctypes.c_int32 * max(m, 1))(*table), m,
-                                (ctypes.c_uint32 * max(n, 1))(*ids), n, idle) != 0:
-            raise ValueError("lb_set_pool failed (pool number too large, or out of memory)")
-
-    def pick(self, pool: int, vni: int, src: int, dst: int, sport: int, dport: int, proto: int,
-             now: float) -> int:
-        return self.lib.lb_pick(self.h, pool, vni, src, dst, sport, dport, proto, now)
-
-    def expire(self, now: float) -> int:
-        return self.lib.lb_expire(self.h, now)
-
-    @property
-    def counters(self) -> Counter[str]:
-        out = (ctypes.c_uint64 * 5)()
-        self.lib.lb_stats(self.h, out)
-        return +Counter(dict(zip(("hits", "new", "fallback", "misses"), out[:4], strict=True)))
-
-    def held(self) -> int:
-        out = (ctypes.c_uint64 * 5)()
-        self.lib.lb_stats(self.h, out)
-        return out[4]
-
-
-__all__ = ["LbTable", "NativeLb"]
+__all__ = ["LbTable"]

@@ -1,5 +1,5 @@
-"""The native NAT stage (native/nat_stage.c, nat_create.c, include/tj_nat.h) behind ctypes, the Python reference
-its slow path.
+"""The NAT role's native stage (native/nat_stage.c, nat_create.c, nat_vpcs.c; include/tj_nat.h) behind ctypes, the
+Python reference its slow path.
 
 `FastNat` has NatTable's interface. C translates established mappings (TCP handshake and teardown included: C
 keeps the established/closing bits, merged back here) and creates new ones (the reference's rules, EIP choice and
@@ -9,6 +9,9 @@ hairpin, anything malformed) the packet goes to the reference, which decides exa
 mappings' ports coming from the C allocator (`nat_reserve`), and the result is pushed into the C table. Expiry is
 the reference's: C's sweep (`nat_idle`) names the candidates, the reference decides and removes them.
 
+Policy crosses into C per VPC (`update_vpc`: one `tj_nat_vpc_t` record), so a change to one tenant costs that
+tenant; `crossed` counts the calls and bytes that went in.
+
 The library is compiled on the target machine by native/Makefile (run by `make setup`, or on first load).
 """
 
@@ -16,28 +19,40 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import struct
 from collections import Counter
+from dataclasses import replace
 
-from nfv_gateways.nat import Mapping, NatTable, Verdict, served_eips
-from nfv_gateways.nat_config import NatConfig
-from nfv_gateways.native_api import FastPathUnavailable, constants
-from nfv_gateways.native_api import load as load_library
-from nfv_gateways.packet import PROTO_ICMP, l4_ports, parse_ip4
+from nfv_gateways.core.packet import PROTO_ICMP, l4_ports, parse_ip4
+from nfv_gateways.native.api import FastPathUnavailable, carray, constants, record_format, structure
+from nfv_gateways.native.api import load as load_library
+from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, VpcNat
+from nfv_gateways.roles.nat.reference import Mapping, NatTable, Verdict
 
 LIB = "_nat_fp.so"  # the NAT stage alone (native/Makefile); every data-plane library carries it too
-# nat_event_t (include/tj_nat.h): vni, ip, eip, peer ip; port, eport, peer port; proto, kind (0 new, 1 peer); now
-EVENT = struct.Struct("=IIIIHHHBBd")
 EVENTS_PER_CALL = 4096
-
-
-def carray(ctype: type, values: list[int]) -> ctypes.Array:
-    """A C array of these values (never empty: C gets a valid pointer and the count says how many count)."""
-    return (ctype * max(len(values), 1))(*values)
 
 
 def load() -> ctypes.CDLL:
     return load_library(LIB)
+
+
+def vpc_record(v: VpcNat) -> tuple[ctypes.Structure, tuple, int]:
+    """One VPC's policy as C takes it: the record, the arrays it points to (kept alive by the caller for the
+    call), and the bytes that cross."""
+    rule_t, static_t, dnat_t = structure("tj_snat_rule_t"), structure("tj_static_eip_t"), structure("tj_dnat_rule_t")
+    eips = [e for r in v.snat for e in r.eips]
+    firsts = [sum(len(x.eips) for x in v.snat[:i]) for i in range(len(v.snat))]
+    snat = (rule_t * max(len(v.snat), 1))(*[rule_t(r.net, r.mask, f, len(r.eips))
+                                             for r, f in zip(v.snat, firsts, strict=True)])
+    statics = (static_t * max(len(v.static), 1))(*[static_t(s.ip, s.eip) for s in v.static])
+    dnat = (dnat_t * max(len(v.dnat), 1))(*[dnat_t(d.eip, d.ip, d.port, d.iport, d.proto) for d in v.dnat])
+    e = carray(ctypes.c_uint32, eips)
+    rec = structure("tj_nat_vpc_t")(v.vni, v.mtu or 0, len(v.snat), len(eips), len(v.static), len(v.dnat),
+                                    ctypes.cast(snat, ctypes.c_void_p), ctypes.cast(e, ctypes.c_void_p),
+                                    ctypes.cast(statics, ctypes.c_void_p), ctypes.cast(dnat, ctypes.c_void_p))
+    size = ctypes.sizeof(rec) + len(v.snat) * ctypes.sizeof(rule_t) + 4 * len(eips) + \
+        len(v.static) * ctypes.sizeof(static_t) + len(v.dnat) * ctypes.sizeof(dnat_t)
+    return rec, (snat, statics, dnat, e), size
 
 
 class FastNat:
@@ -47,15 +62,17 @@ class FastNat:
         self.lib = lib if lib is not None else load()
         k = constants(self.lib)
         self._out, self._in, self._max_peers = k["NAT_OUT"], k["NAT_IN"], k["NAT_MAX_PEERS"]
-        if k["NAT_EVENT_SIZE"] != EVENT.size:
-            raise FastPathUnavailable("the library's NAT event record differs from fastpath.EVENT: rebuild it")
+        self._event = record_format("nat_event_t")
         self.h = self.lib.nat_create(capacity_pow2)
         if not self.h:
             raise FastPathUnavailable("nat_create failed (out of memory?)")
-        self.ref = _CAllocatedTable(config, self)
+        self.crossed: Counter[str] = Counter()  # policy calls into C, and their bytes
+        self.ref = _CAllocatedTable(replace(config, vpcs=()), self)
         self.python_only: set[tuple[int, int, int, int]] = set()  # mappings the C table had no room for
-        self._events = ctypes.create_string_buffer(EVENT.size * EVENTS_PER_CALL)
-        self._push_config(config)
+        self._events = ctypes.create_string_buffer(self._event.size * EVENTS_PER_CALL)
+        self._push_settings(config.settings())
+        for v in config.vpcs:
+            self.update_vpc(v.vni, v)
 
     def close(self) -> None:
         if self.h:
@@ -75,43 +92,43 @@ class FastNat:
         c["mappings_created"] += st["created"]
         return +c
 
-    def _push_config(self, c: NatConfig) -> None:
-        u32 = ctypes.c_uint32
-        firsts = [sum(len(x.eips) for x in c.snat[:i]) for i in range(len(c.snat))]
-        eips = [e for r in c.snat for e in r.eips]
-        if self.lib.nat_set_snat(self.h, carray(u32, [r.vni for r in c.snat]), carray(u32, [r.net for r in c.snat]),
-                                 carray(u32, [r.mask for r in c.snat]), carray(u32, firsts),
-                                 carray(u32, [len(r.eips) for r in c.snat]), len(c.snat), carray(u32, eips),
-                                 len(eips)) != 0:
-            raise FastPathUnavailable("nat_set_snat failed (out of memory)")
-        self.lib.nat_set_ports(self.h, c.port_lo, c.port_hi)
-        served = sorted(served_eips(c))
-        self.lib.nat_set_served(self.h, carray(ctypes.c_uint32, served), len(served))
-        self.lib.nat_set_mtu(self.h, c.mtu)
-        self.lib.nat_set_external_mtu(self.h, c.external_mtu)
-        vm = [(vni, mtu) for vni, mtu in c.vpc_mtus if mtu != c.mtu]
-        if self.lib.nat_set_vpc_mtus(self.h, carray(ctypes.c_uint32, [v for v, _ in vm]),
-                                     carray(ctypes.c_uint32, [m for _, m in vm]), len(vm)) != 0:
-            raise FastPathUnavailable("nat_set_vpc_mtus failed (out of memory)")
-        st = c.static
-        dn = c.dnat  # (eip, proto, ext port, vni, ip, port)
-        u32, u16, u8 = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8
-        r = self.lib.nat_set_rules(self.h, carray(u32, [s[0] for s in st]), carray(u32, [s[1] for s in st]),
-                                   carray(u32, [s[2] for s in st]), len(st), carray(u32, [d[0] for d in dn]),
-                                   carray(u16, [d[2] for d in dn]), carray(u8, [d[1] for d in dn]),
-                                   carray(u32, [d[3] for d in dn]), carray(u32, [d[4] for d in dn]),
-                                   carray(u16, [d[5] for d in dn]), len(dn))
-        if r != 0:
-            raise FastPathUnavailable("nat_set_rules failed (out of memory)")
+    @property
+    def settings(self) -> NatSettings:
+        return self.ref.settings
 
-    def update_config(self, config: NatConfig) -> list[Mapping]:
-        """C takes the new rules first: what its loop creates from here on is by them, and what it created before is
-        in the log, taken in before the reference looks at which mappings the change removes."""
-        self._push_config(config)
+    def _push_settings(self, s: NatSettings) -> None:
+        self.lib.nat_set_ports(self.h, s.port_lo, s.port_hi)
+        self.lib.nat_set_mtu(self.h, s.mtu)
+        self.lib.nat_set_external_mtu(self.h, s.external_mtu)
+
+    def update_vpc(self, vni: int, policy: VpcNat | None) -> list[Mapping]:
+        """One VPC's policy, into C first (what its loop creates from here on is by it, and what it created before
+        is in the log, taken in before the reference looks at which mappings the change removes), then the
+        reference's; the mappings removed are deleted from C too."""
+        if policy is None:
+            self.lib.nat_remove_vpc(self.h, vni)
+            self.crossed["calls"] += 1
+        else:
+            rec, _arrays, size = vpc_record(policy)
+            if self.lib.nat_set_vpc(self.h, ctypes.byref(rec)) != 0:
+                raise FastPathUnavailable("nat_set_vpc failed (out of memory)")
+            self.crossed["calls"] += 1
+            self.crossed["bytes"] += size
         self.absorb()
-        gone = self.ref.update_config(config)
+        gone = self.ref.update_vpc(vni, policy)
         for m in gone:
             self._delete(m)
+        return gone
+
+    def update_config(self, config: NatConfig) -> list[Mapping]:
+        """A whole config: its settings, and the VPCs whose policy differs, each on its own."""
+        self._push_settings(config.settings())
+        self.ref.settings = config.settings()
+        new = {v.vni: v for v in config.vpcs}
+        gone: list[Mapping] = []
+        for vni in self.ref.vpcs.keys() | new.keys():
+            if self.ref.vpcs.get(vni) != new.get(vni):
+                gone += self.update_vpc(vni, new.get(vni))
         return gone
 
     def _delete(self, m: Mapping) -> None:
@@ -137,14 +154,14 @@ class FastNat:
         """Take in the mappings and peers the C loop created since the last call; how many events. (Without the
         cyclic collector meanwhile: a batch allocates thousands of mappings that live on, and collecting
         generation after generation of them doubled the cost.)"""
-        by_in, by_out, total = self.ref.by_inside, self.ref.by_outside, 0
+        by_in, by_out, total, ev = self.ref.by_inside, self.ref.by_outside, 0, self._event
         was_enabled = gc.isenabled()
         gc.disable()
         try:
             while True:
                 n = self.lib.nat_events(self.h, self._events, EVENTS_PER_CALL)
                 for vni, ip, eip, pip, port, eport, pport, proto, _kind, now in \
-                        EVENT.iter_unpack(memoryview(self._events)[:n * EVENT.size]):
+                        ev.iter_unpack(memoryview(self._events)[:n * ev.size]):
                     key = (vni, ip, port, proto)
                     m = by_in.get(key)
                     if m is None or m.eport != eport or m.eip != eip:
@@ -162,7 +179,6 @@ class FastNat:
         finally:
             if was_enabled:
                 gc.enable()
-
     def sync(self) -> None:
         """Pull the last-seen times the fast path kept back into the reference (before expiry, for stats)."""
         self.absorb()
@@ -171,7 +187,7 @@ class FastNat:
 
     def expire(self, now: float) -> int:
         self.absorb()
-        t, cap = self.ref.config.timeouts, self.lib.nat_count(self.h) + 1
+        t, cap = self.ref.settings.timeouts, self.lib.nat_count(self.h) + 1
         vni, ip, port, proto = (ctypes.c_uint32 * cap)(), (ctypes.c_uint32 * cap)(), (ctypes.c_uint16 * cap)(), \
             (ctypes.c_uint8 * cap)()
         n = self.lib.nat_idle(self.h, now, t.udp, t.tcp_established, t.tcp_transitory, t.icmp, vni, ip, port, proto,
@@ -267,4 +283,4 @@ def _outside_key(buf: bytes | bytearray) -> tuple[int, int, int] | None:
     return (ip.dst, ports[0] if ip.proto == PROTO_ICMP else ports[1], ip.proto)
 
 
-__all__ = ["FastNat", "FastPathUnavailable", "carray", "load"]
+__all__ = ["FastNat", "FastPathUnavailable", "load", "vpc_record"]

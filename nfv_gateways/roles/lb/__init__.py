@@ -1,0 +1,1 @@
+"""The load-balancer role: Maglev over a connection table, active-active across instances."""
