@@ -13,6 +13,8 @@ rule, and one port with its own EIP; 10 more tenants without NAT. Measured:
   (4) a write that does concern it (a port bound in a NAT tenant) while it holds NAT mappings: the instance's
       time to apply it (status `last_applies_ms`) and the controller's to compile it (`Server-Timing`)
   (5) the instance's whole config: size, and the controller's time to answer it (cold and warm)
+With (3) and (4): what crossed into C per write (calls and bytes of configuration: the data plane's endpoints per
+VPC, the NAT's policy per VPC; status `dataplane_crossed`, `nat_crossed`), against what C holds in all.
 """
 
 from __future__ import annotations
@@ -159,8 +161,17 @@ class ScaleRun:
         return eip["address"]
 
     def counters(self) -> dict[str, int]:
-        c = self.lab.status().get("counters", {})
-        return {k: c.get(k, 0) for k in ("config_downloads", "config_applies", "gratuitous_arps")}
+        st = self.lab.status()
+        c = st.get("counters", {})
+        out = {k: c.get(k, 0) for k in ("config_downloads", "config_applies", "gratuitous_arps")}
+        for part in ("dataplane_crossed", "nat_crossed"):  # configuration calls and bytes into C
+            for k, v in st.get(part, {}).items():
+                out[f"c_{k}"] = out.get(f"c_{k}", 0) + v
+        return {"c_calls": 0, "c_bytes": 0} | out
+
+    def held(self) -> str:
+        h = self.lab.status().get("dataplane_held", {})
+        return f"C holds {h.get('vpcs', '?')} VPCs, {h.get('endpoints', '?')} endpoints"
 
     def settle(self, eips: int, timeout: float = 300) -> None:
         deadline = now() + timeout
@@ -257,7 +268,7 @@ class ScaleRun:
         per = {k: round((after[k] - before[k]) / writes, 3) for k in before}
         self.res["unrelated_per_write"] = per
         self.log(f"(3) {writes} writes that do not concern the instance (ports in tenants without NAT, SG rules in "
-                 f"tenants with NAT): per write {per}")
+                 f"tenants with NAT): per write {per} ({self.held()})")
 
     def new_nat(self, fresh: list, prober: Prober) -> None:
         xs, api = [], []
@@ -315,10 +326,11 @@ class ScaleRun:
         applies = st.get("last_applies_ms", [])[-n:]
         compiles = st.get("last_compiles_ms", [])[-n:]
         self.res["related_write"] = {"mappings": held, "apply_p50_ms": statistics.median(applies),
-                                     "compile_p50_ms": statistics.median(compiles), **per}
+                                     "compile_p50_ms": statistics.median(compiles), **per,
+                                     "held": self.lab.status().get("dataplane_held", {})}
         self.log(f"(4) a port bound in a NAT tenant, {held} mappings held: the instance applies its section in "
                  f"{statistics.median(applies):.1f} ms p50 (max {max(applies):.1f}), the controller compiles it in "
-                 f"{statistics.median(compiles):.1f} ms p50; per write {per}")
+                 f"{statistics.median(compiles):.1f} ms p50; per write {per} ({self.held()})")
 
 
 def stats(xs: list[float]) -> dict:

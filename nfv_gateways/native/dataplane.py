@@ -27,7 +27,7 @@ from nfv_gateways.native.api import load as load_library
 
 log = logging.getLogger("tianji.gateway.dataplane")
 BACKENDS = ("dpdk", "xdp", "packet")  # best first: what `--fastpath auto` tries
-# the framework's port numbering, also used without any C; a library built otherwise is refused at load
+# the instance's port numbering, also used without any C; a library built otherwise is refused at load
 UL, EXT, PUNT_TRANSLATED = 0, 1, 0x82
 
 

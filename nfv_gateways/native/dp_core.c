@@ -299,6 +299,14 @@ int dp_remove_vpc(dp_t *dp, uint32_t vni) {
     return 0;
 }
 
+int dp_get_endpoint(dp_t *dp, uint32_t vni, uint32_t ip, tj_endpoint_t *out) {
+    pthread_mutex_lock(&dp->cfg);
+    const tj_endpoint_t *e = dp_endpoint(dp, vni, ip);
+    if (e) *out = *e;
+    pthread_mutex_unlock(&dp->cfg);
+    return e != NULL;
+}
+
 uint32_t dp_vpc_count(dp_t *dp) {
     pthread_mutex_lock(&dp->cfg);
     uint32_t n = dp->vpcs ? dp->vpcs->n : 0;

@@ -194,6 +194,13 @@ int dp_set_lb_vpc(dp_t *dp, uint32_t vni, const tj_lb_listener_t *l, uint32_t nl
     return 0;
 }
 
+uint64_t dp_get_listener(dp_t *dp, uint32_t vni, uint32_t vip, uint8_t is_udp, uint16_t port) {
+    pthread_mutex_lock(&dp->cfg);
+    uint64_t pl = listener_at(vip_at(dp, vni, vip), is_udp ? 17 : 6, port);
+    pthread_mutex_unlock(&dp->cfg);
+    return pl;
+}
+
 int dp_remove_lb_vpc(dp_t *dp, uint32_t vni) {
     pthread_mutex_lock(&dp->cfg);
     lb_vpc_t *old = lb_vpc(dp, vni);

@@ -1,5 +1,5 @@
 /* New mappings in C: the SNAT rules, the port allocator, held TCP ports, the event log Python takes in, and the
- * idle sweep its expiry starts from. Every decision is nat.py's (NatTable._pick_eip, _alloc_port, expire), step for
+ * idle sweep its expiry starts from. Every decision is roles/nat/reference.py's (NatTable._pick_eip, _alloc_port, expire), step for
  * step: the differential tests hold the two to the same ports and tables. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* Byte-order access, Internet checksums and the hash every table uses: the arithmetic nfv_gateways/packet.py and
- * underlay.py do in Python, written once for every C file. */
+/* Byte-order access, Internet checksums and the hash every table uses: the arithmetic nfv_gateways/core/packet.py and
+ * core/underlay.py do in Python, written once for every C file. */
 #ifndef TJ_BYTES_H
 #define TJ_BYTES_H
 #include <stdint.h>

@@ -62,6 +62,10 @@ TJ_API int dp_remove_lb_vpc(dp_t *dp, uint32_t vni);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);
+/* what the data plane holds, read back (tests): the endpoint (vni, ip) into *out (1), or 0; the pool << 1 | hashes
+ * on the source alone, plus 1, of a listener, or 0 */
+TJ_API int dp_get_endpoint(dp_t *dp, uint32_t vni, uint32_t ip, tj_endpoint_t *out);
+TJ_API uint64_t dp_get_listener(dp_t *dp, uint32_t vni, uint32_t vip, uint8_t is_udp, uint16_t port);
 /* the memory backend (tests): push a frame, run one poll, pop what was transmitted */
 TJ_API int dp_mem_push(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len);
 TJ_API int dp_poll(dp_t *dp);

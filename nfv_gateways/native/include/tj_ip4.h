@@ -1,5 +1,5 @@
 /* IPv4 header parsing and in-place rewriting (addresses, L4 ports, TTL) with incremental checksums: the same
- * arithmetic as nfv_gateways/packet.py, so the C stages and the Python reference agree byte for byte. */
+ * arithmetic as nfv_gateways/core/packet.py, so the C stages and the Python reference agree byte for byte. */
 #ifndef TJ_IP4_H
 #define TJ_IP4_H
 #include "tj_bytes.h"

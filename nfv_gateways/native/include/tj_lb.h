@@ -5,7 +5,7 @@
  * member. Members are taken in the order of their keys (not the caller's), each with its own permutation of the
  * table (offset = h1(key) mod M, skip = h2(key) mod (M - 1) + 1), and in each round a member of weight w claims its
  * next free preferred entry w/W of the time (W: the largest weight; Envoy's weighted Maglev); weight 0 members get
- * none (draining). nfv_gateways/maglev.py is the same in Python, and tests hold the two to identical tables. */
+ * none (draining). nfv_gateways/roles/lb/maglev.py is the same in Python, and tests hold the two to identical tables. */
 #ifndef TJ_LB_H
 #define TJ_LB_H
 #include <stdint.h>
@@ -22,7 +22,7 @@ TJ_API uint32_t maglev_flow_hash(uint32_t src, uint32_t dst, uint16_t sport, uin
  * members change. New connections are decided here: a table hit, or the pool's Maglev entry, remembered while the
  * table has room (3/4 of its slots) and the rate of new entries allows (a token bucket: a SYN flood cannot evict
  * or crowd out the established); otherwise the Maglev pick alone (`fallback`), which every instance makes alike.
- * nfv_gateways/lb.py (LbTable) is the same in Python: the differential test holds them to identical picks. */
+ * nfv_gateways/roles/lb/reference.py (LbTable) is the same in Python: the differential test holds them to identical picks. */
 typedef struct lb lb_t;
 TJ_API lb_t *lb_create(uint32_t cap_pow2, double new_per_s, uint32_t burst);
 TJ_API void lb_destroy(lb_t *lb);

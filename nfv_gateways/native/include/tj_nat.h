@@ -1,5 +1,5 @@
 /* The NAT translation stage: a table of mappings (inside vni/ip/port/proto <-> eip/eport), 1:1 EIPs and DNAT
- * rules, translating packets byte for byte as nfv_gateways/nat.py does, and creating mappings for new flows.
+ * rules, translating packets byte for byte as nfv_gateways/roles/nat/reference.py does, and creating mappings for new flows.
  *
  * New flows: a packet out with no mapping gets one here when the reference would give it one (the VPC's SNAT
  * rules in their order, the paired EIP, port preservation, then the next free port after the per-(EIP, protocol)
@@ -74,7 +74,7 @@ TJ_API int32_t nat_reserve(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, u
 /* up to max of the loop's events (nat_event_t records, oldest first) copied to out and forgotten; how many */
 TJ_API uint32_t nat_events(nat_t *n, uint8_t *out, uint32_t max);
 /* the inside keys of up to max mappings idle past their timeout as this table sees them (last seen, TCP
- * state); how many. Python decides (nat.py's timeouts) and deletes. */
+ * state); how many. Python decides (the reference's timeouts) and deletes. */
 TJ_API uint32_t nat_idle(nat_t *n, double now, double udp, double tcp_established, double tcp_transitory,
                          double icmp, uint32_t *vni, uint32_t *ip, uint16_t *port, uint8_t *proto, uint32_t max);
 /* forget held ports whose time has come */

@@ -2,7 +2,7 @@
 connection table and Maglev lookups are LbTable's or, in C, NativeLb's).
 
 From a vSwitch (VXLAN, the VPC's VNI): a packet to VIP:listener port is forwarded unchanged to the picked member's
-host (`Verdict("in", vni, member)`: the framework encapsulates it to the member's MAC, and that host's vSwitch
+host (`Verdict("in", vni, member)`: the instance encapsulates it to the member's MAC, and that host's vSwitch
 translates). A reply from VIP:listener port to the internet (the VIP's EIP is homed here) leaves with the EIP as
 source. From the internet: a packet to EIP:listener port gets the VIP as destination and goes to its member.
 Anything else (no listener, fragments, not TCP/UDP, malformed) is dropped and counted; nothing raises.
