@@ -36,7 +36,7 @@ from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
 from vswitch_agent.lb_members import LocalMembers
 from vswitch_agent.osken_compat import wake_sender_when_receive_ends
-from vswitch_agent.ovsdb import InterfaceTable, monitor_command
+from vswitch_agent.ovsdb import Ovsdb
 from vswitch_agent.switch import Session, SwitchGone
 
 log = logging.getLogger("tianji.agent")
@@ -149,27 +149,16 @@ class AgentApp(app_manager.OSKenApp):
 
     # --- OVSDB: interfaces, pushed by a monitor ------------------------------------------------------------
     def _ovsdb_loop(self) -> None:
-        import subprocess
-
-        table = InterfaceTable()
-        proc = subprocess.Popen(monitor_command(self.opts.ovs_rundir), stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
-        fd = proc.stdout.fileno()
-        pending = b""
-        try:
-            while True:
-                data = os.read(fd, 1 << 20)  # this thread waits for the monitor's output
-                if not data:
-                    break
-                *lines, pending = (pending + data).split(b"\n")
-                if any([table.feed(line.decode()) for line in lines]):
-                    self.state["port_types"] = {"underlay": self.opts.underlay_port_type, "vifs": table.vif_types()}
-                    self._interfaces(*table.interfaces())
-        finally:
-            proc.kill()
-            proc.wait()
-        self._error("OVSDB monitor ended (ovsdb-server restarted?); starting it again")
-        hub.sleep(0.5)
+        """The IDL pushes each change of the Interface table (the initial rows of every reconnection too); this
+        thread reads the table's copy once per wake-up, however many rows one update changed."""
+        changed = threading.Event()
+        ovsdb = Ovsdb(self.opts.ovs_rundir)
+        ovsdb.watch_interfaces(changed.set)
+        while True:
+            changed.wait()
+            changed.clear()
+            self.state["port_types"] = {"underlay": self.opts.underlay_port_type, "vifs": ovsdb.vif_types()}
+            self._interfaces(*ovsdb.interfaces())
 
     def _interfaces(self, ports: dict[str, int], tunnel: int | None) -> None:
         if (ports, tunnel) == (self.ofports, self.tunnel_ofport) and self.ifaces_known:

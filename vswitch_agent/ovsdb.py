@@ -1,4 +1,6 @@
-"""Everything the agent does to OVSDB, in one module, through ovs-vsctl.
+"""Everything the agent does to OVSDB, in one module, through the `ovs` IDL (ovsdbapp's connection and commands, as
+Neutron's OVS agent uses them): one connection per database, writes as transactions, reads from the IDL's copy of
+the tables, and the Interface table's changes pushed to a callback (how a VIF plug is seen without polling).
 
 The agent owns br-int (VM ports + one flow-based VXLAN port) and br-phy (the underlay NIC with the VTEP IP
 on its internal port, which the userspace datapath needs to route tunnel packets).
@@ -6,163 +8,183 @@ on its internal port, which the userspace datapath needs to route tunnel packets
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+from ovsdbapp.backend.ovs_idl import connection, idlutils
+from ovsdbapp.schema.open_vswitch import impl_idl
 
 log = logging.getLogger(__name__)
 TUNNEL_PORT = "vxlan0"
 AFXDP = "afxdp-nonpmd"  # AF_XDP without PMD threads: the fast port type of the userspace datapath here
+TABLES = ("Open_vSwitch", "Bridge", "Port", "Interface", "Controller")  # what the IDL mirrors (not QoS, Flow_Table...)
+TIMEOUT = 10.0  # seconds a transaction may take
+Interfaces = tuple[dict[str, int], int | None]  # iface-id -> ofport of plugged VM interfaces; the VXLAN port's
 
 
 class OvsdbError(RuntimeError):
     pass
 
 
-@dataclass
-class Ovsdb:
-    rundir: str | None = None  # a private OVS instance's run directory (emulated hypervisors)
+class _Idl(connection.OvsdbIdl):
+    """The IDL, telling `on_interface` when an Interface row changes (called in the connection's thread, in the
+    middle of an update: it only wakes whoever reads)."""
 
-    def vsctl(self, *args: str, check: bool = True) -> str:
-        cmd = ["ovs-vsctl", "--timeout=10"]
-        if self.rundir:
-            cmd.append(f"--db=unix:{self.rundir}/db.sock")
-        r = subprocess.run([*cmd, *args], capture_output=True, text=True)
-        if check and r.returncode != 0:
-            raise OvsdbError(f"ovs-vsctl {' '.join(args)}: {r.stderr.strip()}")
-        return r.stdout
+    on_interface: Callable[[], None] | None = None
+
+    def notify(self, event: str, row: Any, updates: Any = None) -> None:
+        if row._table.name == "Interface" and self.on_interface is not None:
+            self.on_interface()
+
+
+_connections: dict[str, tuple[connection.Connection, impl_idl.OvsdbIdl]] = {}
+_connections_lock = threading.Lock()
+
+
+def _connect(remote: str) -> tuple[connection.Connection, impl_idl.OvsdbIdl]:
+    """One connection per database in a process (its thread runs the IDL); made on first use."""
+    with _connections_lock:
+        if remote not in _connections:
+            try:
+                helper = idlutils.get_schema_helper(remote, "Open_vSwitch")
+            except Exception as e:
+                raise OvsdbError(f"OVSDB at {remote}: {e} (is ovsdb-server running?)") from e
+            for t in TABLES:
+                helper.register_table(t)
+            conn = connection.Connection(_Idl(remote, helper), timeout=TIMEOUT)
+            # ovsdbapp keeps a backend's connection on its class (one database per process): a class per database
+            api = type(f"OvsdbApi{len(_connections)}", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
+            _connections[remote] = (conn, api(conn))
+        return _connections[remote]
+
+
+class Ovsdb:
+    def __init__(self, rundir: str | None = None) -> None:
+        """`rundir`: a private OVS instance's run directory (emulated hypervisors); else the system's."""
+        self.remote = f"unix:{rundir}/db.sock" if rundir else "unix:/var/run/openvswitch/db.sock"
+        self.conn, self.api = _connect(self.remote)
+
+    def _run(self, *commands: Any) -> None:
+        """The commands in one transaction (all or nothing)."""
+        try:
+            with self.api.transaction(check_error=True) as txn:
+                for c in commands:
+                    txn.add(c)
+        except Exception as e:
+            raise OvsdbError(f"OVSDB transaction on {self.remote}: {e}") from e
+
+    def _rows(self, table: str) -> list[Any]:
+        """The IDL's copy of a table, read under the connection's lock (never half an update)."""
+        with self.conn.lock:
+            return list(self.conn.idl.tables[table].rows.values())
+
+    def _interface(self, name: str) -> Any:
+        with self.conn.lock:
+            return next((r for r in self.conn.idl.tables["Interface"].rows.values() if r.name == name), None)
 
     def ensure_bridges(self, *, datapath: str, of_port: int, underlay_if: str, vtep_ip: str) -> None:
         """Idempotent: creates what is missing, never recreates what exists (that would drop traffic)."""
-        self.vsctl("--may-exist", "add-br", "br-int", "--", "set", "bridge", "br-int", f"datapath_type={datapath}",
-                   "fail_mode=secure", "protocols=OpenFlow13", "other_config:disable-in-band=true")
+        a = self.api
+        self._run(a.add_br("br-int", may_exist=True, datapath_type=datapath),
+                  a.db_set("Bridge", "br-int", ("fail_mode", "secure"), ("protocols", ["OpenFlow13"]),
+                           ("other_config", {"disable-in-band": "true"})),
+                  a.add_br("br-phy", may_exist=True, datapath_type=datapath),
+                  a.add_port("br-phy", underlay_if, may_exist=True),
+                  a.add_port("br-int", TUNNEL_PORT, may_exist=True),
+                  a.db_set("Interface", TUNNEL_PORT, ("type", "vxlan"),
+                           ("options", {"remote_ip": "flow", "key": "flow", "local_ip": vtep_ip,
+                                        "dst_port": "4789"})))
         target = f"tcp:127.0.0.1:{of_port}"
-        if self.vsctl("get-controller", "br-int").split() != [target]:
-            self.vsctl("set-controller", "br-int", target)
-        self.vsctl("set", "controller", "br-int", "connection_mode=out-of-band", "max_backoff=1000",
-                   "inactivity_probe=5000", check=False)
-        self.vsctl("--may-exist", "add-br", "br-phy", "--", "set", "bridge", "br-phy", f"datapath_type={datapath}")
-        self.vsctl("--may-exist", "add-port", "br-phy", underlay_if)
-        self.vsctl("--may-exist", "add-port", "br-int", TUNNEL_PORT, "--", "set", "interface", TUNNEL_PORT,
-                   "type=vxlan", "options:remote_ip=flow", "options:key=flow", f"options:local_ip={vtep_ip}",
-                   "options:dst_port=4789")
+        if [c.target for c in self._bridge("br-int").controller] != [target]:
+            self._run(a.set_controller("br-int", [target]))  # only when it differs: setting it reconnects
+        for c in self._bridge("br-int").controller:
+            self._run(a.db_set("Controller", c.uuid, ("connection_mode", "out-of-band"), ("max_backoff", 1000),
+                               ("inactivity_probe", 5000)))
+
+    def _bridge(self, name: str) -> Any:
+        with self.conn.lock:
+            return next(b for b in self.conn.idl.tables["Bridge"].rows.values() if b.name == name)
 
     def underlay(self, ifname: str, mtu: int, want: str) -> str:
         """The underlay NIC's OVS port type, the fastest that works: `afxdp-nonpmd` (AF_XDP without PMD threads,
         measured 2-4x an AF_PACKET port here) unless `want` is "system" or AF_XDP fails on this NIC, then a plain
         `system` port. br-phy and the NIC take the NIC's MTU (a larger underlay carries larger VPC MTUs)."""
-        self.vsctl("set", "interface", "br-phy", f"mtu_request={mtu}", "--", "set", "interface", ifname,
-                   f"mtu_request={mtu}")
+        a = self.api
+        self._run(a.db_set("Interface", "br-phy", ("mtu_request", mtu)),
+                  a.db_set("Interface", ifname, ("mtu_request", mtu)))
         if want in ("auto", "afxdp"):
-            self.vsctl("set", "interface", ifname, f"type={AFXDP}")
+            self._run(a.db_set("Interface", ifname, ("type", AFXDP)))
             if (why := self.port_error(ifname)) is None:
                 return AFXDP
             if want == "afxdp":
                 raise OvsdbError(f"{ifname}: AF_XDP port failed ({why}); use --port-type system")
             log.warning("%s: AF_XDP port failed (%s): using a system port", ifname, why)
-        self.vsctl("set", "interface", ifname, "type=system")
+        self._run(a.db_set("Interface", ifname, ("type", "system")))
         return "system"
 
     def port_error(self, ifname: str, timeout: float = 5.0) -> str | None:
         """None once ovs-vswitchd has opened the interface (it has an ofport); else why not: its error column, or
-        "no ofport" after `timeout`."""
+        "no ofport" after `timeout`. Read from the IDL's copy, which ovs-vswitchd's answer updates."""
         deadline = time.time() + timeout
         while True:
-            err = self.vsctl("get", "interface", ifname, "error").strip().strip('"')
-            if err not in ("", "[]"):
-                return err
-            if self.vsctl("get", "interface", ifname, "ofport").strip() not in ("[]", "-1", "0"):
-                return None
+            row = self._interface(ifname)
+            if row is not None:
+                if row.error:
+                    return row.error[0]
+                if row.ofport and row.ofport[0] > 0:
+                    return None
             if time.time() > deadline:
                 return "no ofport"
-            time.sleep(0.05)
+            time.sleep(0.01)
 
-    def interfaces(self) -> tuple[dict[str, int], int | None]:
+    def interfaces(self) -> Interfaces:
         """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port)."""
-        out = self.vsctl("--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
-        return _interfaces(json.loads(out)["data"])
-
-    def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None, port_type: str = "system") -> str:
-        """Plug a VM interface the way Nova/OVN do (the iface-id names the logical port), as a `port_type` port
-        (AFXDP: 2-4x an AF_PACKET port here) if that works, else a `system` one, what every host can do; which."""
-        extra = [f"external_ids:attached-mac={mac}"] if mac else []
-        self.vsctl("--may-exist", "add-port", bridge, ifname, "--", "set", "interface", ifname,
-                   f"external_ids:iface-id={port_id}", *extra, f"type={port_type}")
-        if port_type == "system" or (why := self.port_error(ifname)) is None:
-            return port_type
-        log.warning("%s: %s port failed (%s): using a system port", ifname, port_type, why)
-        self.vsctl("set", "interface", ifname, "type=system")
-        return "system"
-
-    def unplug(self, bridge: str, ifname: str) -> None:
-        self.vsctl("--if-exists", "del-port", bridge, ifname)
-
-
-class InterfaceTable:
-    """The Interface rows an `ovsdb-client monitor --format=json` stream describes, kept up to date line by line.
-    Each line is one update: rows inserted, deleted, or modified (an "old" row with the changed columns, then a
-    "new" row with all of them and an empty uuid)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, tuple[str, Any, Any]] = {}  # uuid -> (name, ofport, external_ids)
-        self._modified: str | None = None
-
-    def feed(self, line: str) -> bool:
-        """Apply one line; False if it is not an update (the monitor's other output)."""
-        try:
-            msg = json.loads(line)
-            heads = msg["headings"]
-            data = msg["data"]
-        except (ValueError, KeyError, TypeError):
-            return False
-        col = {h: i for i, h in enumerate(heads)}
-        for row in data:
-            uuid, action = row[col["row"]], row[col["action"]]
-            values = (row[col["name"]], row[col["ofport"]], row[col["external_ids"]], row[col["type"]])
-            if action in ("initial", "insert"):
-                self.rows[uuid] = values
-            elif action == "delete":
-                self.rows.pop(uuid, None)
-            elif action == "old":
-                self._modified = uuid
-            elif action == "new" and self._modified is not None:
-                self.rows[uuid or self._modified] = values
-                self._modified = None
-        return True
-
-    def interfaces(self) -> tuple[dict[str, int], int | None]:
-        """(iface-id -> ofport for plugged VM interfaces, ofport of the VXLAN port), as `Ovsdb.interfaces`."""
-        return _interfaces(self.rows.values())
+        return _interfaces(self._rows("Interface"))
 
     def vif_types(self) -> dict[str, int]:
         """How many VM interfaces of each OVS port type (`system`: a plain AF_PACKET netdev)."""
         out: dict[str, int] = {}
-        for _, _, ext, typ in self.rows.values():
-            if isinstance(ext, list) and ext and ext[0] == "map" and any(k == "iface-id" for k, _ in ext[1]):
-                name = typ if isinstance(typ, str) and typ else "system"
-                out[name] = out.get(name, 0) + 1
+        for r in self._rows("Interface"):
+            if "iface-id" in r.external_ids:
+                out[r.type or "system"] = out.get(r.type or "system", 0) + 1
         return out
 
+    def watch_interfaces(self, changed: Callable[[], None]) -> None:
+        """Call `changed` (from the connection's thread: it should only wake its reader) whenever an Interface row
+        is inserted, deleted or modified, the initial rows of every (re)connection included."""
+        self.conn.idl.on_interface = changed
+        changed()
 
-def _interfaces(rows: Any) -> tuple[dict[str, int], int | None]:
+    def plug(self, bridge: str, ifname: str, port_id: str, mac: str | None = None, port_type: str = "system") -> str:
+        """Plug a VM interface the way Nova/OVN do (the iface-id names the logical port), as a `port_type` port
+        (AFXDP: 2-4x an AF_PACKET port here) if that works, else a `system` one, what every host can do; which."""
+        ids = {"iface-id": port_id} | ({"attached-mac": mac} if mac else {})
+        self._run(self.api.add_port(bridge, ifname, may_exist=True),
+                  self.api.db_set("Interface", ifname, ("external_ids", ids), ("type", port_type)))
+        if port_type == "system" or (why := self.port_error(ifname)) is None:
+            return port_type
+        log.warning("%s: %s port failed (%s): using a system port", ifname, port_type, why)
+        self._run(self.api.db_set("Interface", ifname, ("type", "system")))
+        return "system"
+
+    def unplug(self, bridge: str, ifname: str) -> None:
+        self._run(self.api.del_port(ifname, bridge=bridge, if_exists=True))
+
+
+def _interfaces(rows: list[Any]) -> Interfaces:
     ports: dict[str, int] = {}
     tunnel = None
-    for name, ofport, ext, *_ in rows:
-        ofport = ofport if isinstance(ofport, int) else -1
-        if name == TUNNEL_PORT and ofport > 0:
+    for r in rows:
+        ofport = r.ofport[0] if r.ofport else -1
+        if r.name == TUNNEL_PORT and ofport > 0:
             tunnel = ofport
             continue
-        ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
-        if "iface-id" in ids and ofport > 0:
-            ports[ids["iface-id"]] = ofport
+        if "iface-id" in r.external_ids and ofport > 0:
+            ports[r.external_ids["iface-id"]] = ofport
     return ports, tunnel
 
 
-def monitor_command(rundir: str | None) -> list[str]:
-    """Stream every change of the Interface table (initial rows first): how a VIF plug is seen without polling."""
-    db = f"unix:{rundir}/db.sock" if rundir else "unix:/var/run/openvswitch/db.sock"
-    return ["ovsdb-client", "monitor", db, "Open_vSwitch", "Interface", "name,ofport,external_ids,type",
-            "--format=json"]
+__all__ = ["AFXDP", "TUNNEL_PORT", "Ovsdb", "OvsdbError"]
