@@ -74,7 +74,9 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
     t.add_column("value", justify="right")
     rows = {"role": st.get("role", "nat"), **st["counters"],
             **{f"{part}.{k}": v for part in ("nat", "lb") for k, v in st.get(part, {}).items()},
-            **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()}}
+            **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()},
+            **{f"{part}.{k}": v for part in ("dataplane_held", "dataplane_crossed", "nat_crossed", "lb_crossed")
+               for k, v in st.get(part, {}).items()}}
     for k, v in sorted(rows.items()):
         t.add_row(k, str(v))
     console.print(t)

@@ -236,19 +236,6 @@ int dp_set_vteps(dp_t *dp, const uint32_t *vteps, uint32_t n) {
     return 0;
 }
 
-/* room for `extra` more keys in *m, so that changing a VPC cannot fail halfway (0, or -1 out of memory) */
-static int reserve(map_t **m, uint32_t extra) {
-    uint32_t n = *m ? (*m)->n : 0;
-    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
-    map_t *g = map_new(n + extra);
-    if (!g) return -1;
-    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
-        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
-    map_free(*m);
-    *m = g;
-    return 0;
-}
-
 static vpc_fwd_t *vpc_fwd(const dp_t *dp, uint32_t vni) {
     uint64_t p;
     return map_get(dp->vpcs, vni | 1ULL << 32, &p) ? (vpc_fwd_t *)(uintptr_t)p : NULL;
@@ -270,7 +257,7 @@ int dp_set_vpc(dp_t *dp, uint32_t vni, const uint8_t *router_mac, const tj_endpo
     f->n = n; f->eps = copy;
     pthread_mutex_lock(&dp->cfg);
     vpc_fwd_t *old = vpc_fwd(dp, vni);
-    if (reserve(&dp->vpcs, 1) || reserve(&dp->routers, 1) || reserve(&dp->endpoints, n)) {
+    if (map_reserve(&dp->vpcs, 1) || map_reserve(&dp->routers, 1) || map_reserve(&dp->endpoints, n)) {
         pthread_mutex_unlock(&dp->cfg);
         free(f); free(copy);
         return -1;

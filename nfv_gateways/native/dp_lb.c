@@ -108,18 +108,6 @@ void dp_use_lb(dp_t *dp, lb_t *lb) {
 }
 
 /* --- per-VPC configuration ------------------------------------------------------------------------------- */
-static int reserve(map_t **m, uint32_t extra) {
-    uint32_t n = *m ? (*m)->n : 0;
-    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
-    map_t *g = map_new(n + extra);
-    if (!g) return -1;
-    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
-        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
-    map_free(*m);
-    *m = g;
-    return 0;
-}
-
 static lb_vpc_t *lb_vpc(const dp_t *dp, uint32_t vni) {
     uint64_t p;
     return map_get(dp->lbm.vpcs, vni | 1ULL << 32, &p) ? (lb_vpc_t *)(uintptr_t)p : NULL;
@@ -173,8 +161,8 @@ int dp_set_lb_vpc(dp_t *dp, uint32_t vni, const tj_lb_listener_t *l, uint32_t nl
     lb_vpc_t *v = lb_vpc_build(vni, l, nl, m, nm);
     if (!v) return -1;
     pthread_mutex_lock(&dp->cfg);
-    if (reserve(&dp->lbm.vpcs, 1) || reserve(&dp->lbm.vips, v->nvips) || reserve(&dp->lbm.eips, v->nvips) ||
-        reserve(&dp->lbm.members, nm)) {
+    if (map_reserve(&dp->lbm.vpcs, 1) || map_reserve(&dp->lbm.vips, v->nvips) ||
+        map_reserve(&dp->lbm.eips, v->nvips) || map_reserve(&dp->lbm.members, nm)) {
         pthread_mutex_unlock(&dp->cfg);
         lb_vpc_free(v);
         return -1;

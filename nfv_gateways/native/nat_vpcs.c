@@ -23,19 +23,6 @@ static void ref(map_t *m, uint64_t k) {
     map_put(m, k, refs + 1);  /* room was reserved */
 }
 
-/* room for `extra` more keys in *m without growing it later (so that indexing a VPC cannot fail halfway) */
-static int reserve(map_t **m, uint32_t extra) {
-    uint32_t n = *m ? (*m)->n : 0;
-    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
-    map_t *g = map_new(n + extra);
-    if (!g) return -1;
-    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
-        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
-    map_free(*m);
-    *m = g;
-    return 0;
-}
-
 static void vpc_free(vpc_nat_t *v) {
     if (!v) return;
     free(v->snat); free(v->eips); free(v->statics); free(v->dnat); free(v);
@@ -87,8 +74,9 @@ static int set_vpc_(nat_t *n, const tj_nat_vpc_t *in) {
     vpc_nat_t *v = vpc_copy(in);
     if (!v) return -1;
     uint32_t keys = v->nstatic + v->ndnat + v->neips;
-    if (reserve(&n->vpcs, 1) || reserve(&n->static_in, v->nstatic) || reserve(&n->static_out, v->nstatic) ||
-        reserve(&n->dnat_in, v->ndnat) || reserve(&n->dnat_out, v->ndnat) || reserve(&n->served, keys)) {
+    if (map_reserve(&n->vpcs, 1) || map_reserve(&n->static_in, v->nstatic) ||
+        map_reserve(&n->static_out, v->nstatic) || map_reserve(&n->dnat_in, v->ndnat) ||
+        map_reserve(&n->dnat_out, v->ndnat) || map_reserve(&n->served, keys)) {
         vpc_free(v);
         return -1;
     }

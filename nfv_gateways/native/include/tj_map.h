@@ -56,6 +56,19 @@ static inline int map_del(map_t *m, uint64_t k) {
     m->keys[i] = 0; m->vals[i] = 0; m->n--;
     return 1;
 }
+/* room for `extra` more keys in *m (made or grown now), so that a change of several keys cannot fail halfway; 0, or
+ * -1 out of memory (*m unchanged) */
+static inline int map_reserve(map_t **m, uint32_t extra) {
+    uint32_t n = *m ? (*m)->n : 0;
+    if (*m && (n + extra) * 2 <= (*m)->cap) return 0;
+    map_t *g = map_new(n + extra);
+    if (!g) return -1;
+    for (uint32_t i = 0; *m && i < (*m)->cap; i++)
+        if ((*m)->keys[i]) map_put(g, (*m)->keys[i], (*m)->vals[i]);
+    map_free(*m);
+    *m = g;
+    return 0;
+}
 /* map_put into *m, made or doubled first when it would be more than half full; 0, or -1 out of memory */
 static inline int map_grow_put(map_t **m, uint64_t k, uint64_t v) {
     if (!*m || ((*m)->n + 1) * 2 > (*m)->cap) {
