@@ -321,7 +321,7 @@ class ScaleRun:
             time.sleep(0.2)
         time.sleep(1.5)
         st = self.lab.status()
-        after = {k: st.get("counters", {}).get(k, 0) for k in before}
+        after = self.counters()
         per = {k: round((after[k] - before[k]) / n, 2) for k in before}
         applies = st.get("last_applies_ms", [])[-n:]
         compiles = st.get("last_compiles_ms", [])[-n:]
