@@ -88,15 +88,17 @@ def test_nat_policies_per_vpc_in_c_are_the_references(seq: list) -> None:
 
 def section(v: int, ports: int, mac_byte: int = 1, vtep: str = "172.31.0.1", lb_port: int | None = None
             ) -> GatewaySection:
-    vid = f"V{v}"
+    vid, eip = f"V{v}", f"203.0.{v // 250}.{v % 250 + 1}"
     eps = [Endpoint(port_id=f"p{v}.{i}", vpc_id=vid, vni=2000 + v, ip=f"10.0.0.{i + 2}",
-                    mac=f"02:00:00:{mac_byte:02x}:{v:02x}:{i:02x}", host="hv1", vtep_ip=vtep) for i in range(ports)]
+                    mac=f"02:{mac_byte:02x}:{v >> 8:02x}:{v & 255:02x}:00:{i:02x}", host="hv1", vtep_ip=vtep)
+           for i in range(ports)]
     lbs = [] if lb_port is None else [LbServed(id=f"lb{v}", vni=2000 + v, vip="10.0.0.100", listeners=[
         LbListenerServed(protocol="tcp", port=lb_port, idle_timeout_s=60, table_size=251,
                          members=[LbMemberServed(id=f"m{v}", ip="10.0.0.2", weight=1)])])]
-    return GatewaySection(vpc=GatewayVpc(id=vid, vni=2000 + v, router_mac=f"0a:58:00:00:{mac_byte:02x}:{v:02x}",
-                                         snat=[SnatInfo(cidr="10.0.0.0/16", eips=[f"203.0.113.{v}"])]),
-                          endpoints=eps, eips=[f"203.0.113.{v}"], lbs=lbs)
+    return GatewaySection(vpc=GatewayVpc(id=vid, vni=2000 + v,
+                                         router_mac=f"0a:58:{mac_byte:02x}:00:{v >> 8:02x}:{v & 255:02x}",
+                                         snat=[SnatInfo(cidr="10.0.0.0/16", eips=[eip])]),
+                          endpoints=eps, eips=[eip], lbs=lbs)
 
 
 def instance(tmp: Path, role: str) -> tuple[Instance, NativeDataPlane]:
@@ -125,19 +127,29 @@ def c_endpoints(dp: NativeDataPlane, g: Instance) -> dict:
 
 
 def test_one_tenants_write_crosses_only_that_tenants_records(tmp_path: Path) -> None:
-    """200 VPCs held; then a write in one of them: one call into the data plane and one into the NAT table, with
-    that VPC's bytes alone; the others' sections are not looked at."""
+    """1,000 VPCs held; then a write in one of them: one call into the data plane and none into the NAT table (its
+    policy did not change), with that VPC's bytes alone; the others' sections are not looked at."""
     g, dp = instance(tmp_path, "nat")
-    held = feed(g, GatewayHeld(), 1, [section(v, 5) for v in range(1, 201)], {f"V{v}" for v in range(1, 201)})
-    assert dp.held() == {"vpcs": 200, "endpoints": 1000}
+    ids = {f"V{v}" for v in range(1, 1001)}
+    held = feed(g, GatewayHeld(), 1, [section(v, 5) for v in range(1, 1001)], ids)
+    assert dp.held() == {"vpcs": 1000, "endpoints": 5000}
     before_dp, before_nat = dict(dp.crossed), dict(g.role.table.crossed)
-    feed(g, held, 2, [section(7, 6)], {f"V{v}" for v in range(1, 201)})  # a port added in V7
+    held = feed(g, held, 2, [section(7, 6)], ids)  # a port added in V7
     ep_size = ctypes.sizeof(structure("tj_endpoint_t"))
     assert dp.crossed["calls"] - before_dp["calls"] == 1
     assert dp.crossed["bytes"] - before_dp["bytes"] == 6 + 6 * ep_size
     assert g.role.table.crossed == before_nat  # its NAT policy did not change: nothing crosses
-    assert dp.held() == {"vpcs": 200, "endpoints": 1001}
+    assert dp.held() == {"vpcs": 1000, "endpoints": 5001}
     assert c_endpoints(dp, g) == {k: (e.vtep_int, e.mac) for k, e in g.fwd.endpoints.items()}
+    before_nat = dict(g.role.table.crossed)
+    base = section(9, 5)  # V9's SNAT rule changes: its NAT record alone crosses
+    changed = base.model_copy(update={"vpc": base.vpc.model_copy(update={
+        "snat": [SnatInfo(cidr="10.0.0.0/24", eips=base.vpc.snat[0].eips)]})})
+    feed(g, held, 3, [changed], ids)
+    rec = ctypes.sizeof(structure("tj_nat_vpc_t")) + ctypes.sizeof(structure("tj_snat_rule_t")) + 4
+    assert g.role.table.crossed["calls"] - before_nat["calls"] == 1
+    assert g.role.table.crossed["bytes"] - before_nat["bytes"] == rec
+    assert len(g.role.table.ref.vpcs) == 1000 and g.role.table.lib.nat_vpc_count(g.role.table.h) == 1000
     dp.close()
 
 
