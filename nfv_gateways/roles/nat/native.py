@@ -25,7 +25,7 @@ from dataclasses import replace
 from nfv_gateways.core.packet import PROTO_ICMP, l4_ports, parse_ip4
 from nfv_gateways.native.api import FastPathUnavailable, carray, constants, record_format, structure
 from nfv_gateways.native.api import load as load_library
-from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, VpcNat
+from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, VpcNat, changed_vpcs
 from nfv_gateways.roles.nat.reference import Mapping, NatTable, Verdict
 
 LIB = "_nat_fp.so"  # the NAT stage alone (native/Makefile); every data-plane library carries it too
@@ -124,12 +124,7 @@ class FastNat:
         """A whole config: its settings, and the VPCs whose policy differs, each on its own."""
         self._push_settings(config.settings())
         self.ref.settings = config.settings()
-        new = {v.vni: v for v in config.vpcs}
-        gone: list[Mapping] = []
-        for vni in self.ref.vpcs.keys() | new.keys():
-            if self.ref.vpcs.get(vni) != new.get(vni):
-                gone += self.update_vpc(vni, new.get(vni))
-        return gone
+        return [m for vni, policy in changed_vpcs(self.ref.vpcs, config) for m in self.update_vpc(vni, policy)]
 
     def _delete(self, m: Mapping) -> None:
         """Remove from C a mapping the reference removed (a TCP one's port held as long as the reference holds it)."""

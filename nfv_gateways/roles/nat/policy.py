@@ -106,4 +106,10 @@ class NatConfig(NatSettings):
         return NatSettings(self.port_lo, self.port_hi, self.timeouts, self.mtu, self.external_mtu)
 
 
-__all__ = ["DnatRule", "NatConfig", "NatSettings", "SnatRule", "StaticEip", "Timeouts", "VpcNat"]
+def changed_vpcs(held: dict[int, VpcNat], config: NatConfig) -> list[tuple[int, VpcNat | None]]:
+    """The VPCs whose policy in a whole `config` differs from what is `held`: (VNI, its new policy or None)."""
+    new = {v.vni: v for v in config.vpcs}
+    return [(vni, new.get(vni)) for vni in held.keys() | new.keys() if held.get(vni) != new.get(vni)]
+
+
+__all__ = ["DnatRule", "NatConfig", "changed_vpcs", "NatSettings", "SnatRule", "StaticEip", "Timeouts", "VpcNat"]

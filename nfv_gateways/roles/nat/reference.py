@@ -49,7 +49,7 @@ from nfv_gateways.core.packet import (
 from nfv_gateways.core.reassembly import Reassembler
 from nfv_gateways.roles.nat.answers import IcmpAnswers
 from nfv_gateways.roles.nat.index import PolicyIndex
-from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, SnatRule, Timeouts, VpcNat
+from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, SnatRule, Timeouts, VpcNat, changed_vpcs
 from tianji.inet import checksum
 from tianji.ratelimit import TokenBucket
 
@@ -121,12 +121,7 @@ class NatTable(IcmpAnswers):
     def update_config(self, config: NatConfig) -> list[Mapping]:
         """A whole config: its settings, and the policies of the VPCs that differ (`update_vpc`)."""
         self.settings = config.settings()
-        new = {v.vni: v for v in config.vpcs}
-        gone: list[Mapping] = []
-        for vni in self.vpcs.keys() | new.keys():
-            if self.vpcs.get(vni) != new.get(vni):
-                gone += self.update_vpc(vni, new.get(vni))
-        return gone
+        return [m for vni, policy in changed_vpcs(self.vpcs, config) for m in self.update_vpc(vni, policy)]
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _timeout(self, m: Mapping) -> float:
