@@ -18,6 +18,7 @@ from controller.api import (
     nat,
     peerings,
     ports,
+    private_lines,
     security_groups,
     subnets,
     tenants,
@@ -67,7 +68,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.collector = Collector()
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
-    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, lb_health, gateways):
+    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, lb_health, gateways,
+              private_lines):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["ops"])

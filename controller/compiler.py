@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from controller.fragments import FRAGMENTS, cached, store
 from controller.lb_compiler import by_listener
+from controller.line_compiler import line_route_infos
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_ENDPOINTS,
@@ -31,6 +32,7 @@ from controller.reads import (
     Q_GROUP_RULES,
     Q_HOSTS,
     Q_LB_MEMBERS,
+    Q_LINE_ROUTES,
     Q_LOCAL,
     Q_NAT_GATEWAYS,
     Q_ROUTES,
@@ -65,12 +67,13 @@ class Topology(NamedTuple):
     vteps: tuple[Vtep, ...]
     instances: dict[str, str]  # NAT
     lb_instances: dict[str, str]
+    line_instances: dict[str, str]  # private line
 
 
 def hosts_fragment(rows: list) -> Topology:
     live = [(n, ip, role or "nat") for n, ip, k, st, role in rows if k == "gateway" and st == "up"]
     return Topology(tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _, _ in rows),
-                    {n: ip for n, ip, role in live if role == "nat"}, {n: ip for n, ip, role in live if role == "lb"})
+                    *({n: ip for n, ip, role in live if role == r} for r in ("nat", "lb", "private-line")))
 
 
 def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:
@@ -127,10 +130,11 @@ def _groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> di
             for vid, groups in built.items()}
 
 
-def _routes(v, vpc_rows: dict, peers, user_routes,
-            gateway_eips: dict[str, list[str]], instances: dict[str, str]) -> list[RouteInfo]:
+def _routes(v, vpc_rows: dict, peers, user_routes, gateway_eips: dict[str, list[str]], instances: dict[str, str],
+            line_routes=(), line_instances: dict[str, str] | None = None) -> list[RouteInfo]:
     """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
-    that is gone or not ready is a blackhole). `gateway_eips`: the VPC's NAT gateways, each with its EIPs."""
+    that is gone or not ready is a blackhole), then its private lines' (line_routes.line_route_infos).
+    `gateway_eips`: the VPC's NAT gateways, each with its EIPs."""
     routes = [RouteInfo(destination=v.cidr, target_type="local")]
     active = {}
     for pid, peer in sorted(peers):
@@ -150,6 +154,8 @@ def _routes(v, vpc_rows: dict, peers, user_routes,
         else:
             routes.append(RouteInfo(destination=r.destination, target_type="blackhole", target_id=r.target_id,
                                     origin="user"))
+    if line_routes:
+        routes += line_route_infos(line_routes, line_instances or {}, {r.destination for r in routes})
     return routes
 
 
@@ -260,22 +266,23 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     if stale_own:
         reads.add("routes", Q_ROUTES, vpcs=stale_own)
         reads.add("gateways", Q_NAT_GATEWAYS, vpcs=stale_own)
+        reads.add("line_routes", Q_LINE_ROUTES, vpcs=stale_own)
     rows = reads.run(s)
 
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances, lb_instances = hosts_frag
+    vteps, instances, lb_instances, line_instances = hosts_frag
     store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
     store(s, "endpoints", with_topology,
            endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
     store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
-    user_routes, gateway_eips = _route_rows(rows)
+    user_routes, gateway_eips, line_routes = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)
     for vid in stale_entries:
         routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
-                         instances) if vid in own else []
+                         instances, line_routes.get(vid, ()), line_instances) if vid in own else []
         entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []))
         FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
@@ -296,15 +303,19 @@ def _cached_entries(s: Session, own: frozenset[str], versions: dict[str, tuple])
     return entries, stale
 
 
-def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]]]:
-    """The user routes read, per VPC, and the EIPs of the NAT gateways read, per gateway."""
+def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list]]:
+    """The user routes read, per VPC, the EIPs of the NAT gateways read, per gateway, and the private lines'
+    routes read, per VPC."""
     user_routes: dict[str, list] = defaultdict(list)
     for r in rows["routes"]:
         user_routes[r.vpc_id].append(r)
     gateway_eips: dict[str, list[str]] = defaultdict(list)
     for gid, eid in rows["gateways"]:
         gateway_eips[gid] += [eid] if eid else []
-    return user_routes, gateway_eips
+    line_routes: dict[str, list] = defaultdict(list)
+    for r in rows["line_routes"]:
+        line_routes[r.vpc_id].append(r)
+    return user_routes, gateway_eips, line_routes
 
 
 def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo]) -> VpcInfo:

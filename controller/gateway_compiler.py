@@ -20,12 +20,14 @@ from sqlalchemy.orm import Session
 from controller.compiler import endpoints_fragments, hosts_fragment
 from controller.fragments import FRAGMENTS, cached, digest_of, store
 from controller.lb_compiler import lb_sections
+from controller.line_compiler import line_sections
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNAT,
     Q_ENDPOINTS,
     Q_HOSTS,
     Q_LB_MEMBERS,
+    Q_LINES,
     Q_NAT_GATEWAYS_SERVED,
     Q_SNAT,
     Q_STATIC,
@@ -89,8 +91,12 @@ class GatewayCompiled:
             vteps=list(self.vteps) if whole else None)
 
 
-def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
-    """Two round trips at most: the view (Q_GATEWAY_VIEW), then what the cache does not hold, read together."""
+LINE_ROLE = "private-line"
+
+
+def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> GatewayCompiled | None:
+    """Two round trips at most: the view (Q_GATEWAY_VIEW), then what the cache does not hold, read together.
+    `asn`: the cloud's side of private lines' sessions (a setting: fixed for the controller's life)."""
     rows = gateway_view(s, name)
     if not rows:
         return None
@@ -108,7 +114,7 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     # a VPC's endpoints are the same fragment the hosts' compiles use, at the same (revision, topology)
     endpoints, stale_endpoints = cached(s, "endpoints", {v: versions[v] for v in stale})
     if stale:
-        role_reads = (("lbs", Q_LB_MEMBERS),) if role == "lb" else (
+        role_reads = (("lbs", Q_LB_MEMBERS),) if role == "lb" else (("lines", Q_LINES),) if role == LINE_ROLE else (
             ("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT))
         for key, stmt in role_reads:
             reads.add(key, stmt, vpcs=stale)
@@ -118,18 +124,24 @@ def compile_gateway_sections(s: Session, name: str) -> GatewayCompiled | None:
     if hosts_frag is None:
         hosts_frag = hosts_fragment(got_rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances, lb_instances = hosts_frag
+    vteps, instances, lb_instances, line_instances = hosts_frag
     # no live instance: compile as if this one were
     if role == "lb":
         lb_instances = lb_instances or ({name: vtep_ip} if vtep_ip else {})
+    elif role == LINE_ROLE:
+        line_instances = line_instances or ({name: vtep_ip} if vtep_ip else {})
     else:
         instances = instances or ({name: vtep_ip} if vtep_ip else {})
     if stale:
         store(s, "endpoints", versions,
                endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints}), endpoints)
         stale_vpcs = {v: _Vpc(*vpcs[v]) for v in stale}
-        built = lb_sections(name, stale_vpcs, got_rows["lbs"], endpoints, lb_instances) if role == "lb" \
-            else _sections(name, stale_vpcs, got_rows, endpoints, instances)
+        if role == "lb":
+            built = lb_sections(name, stale_vpcs, got_rows["lbs"], endpoints, lb_instances)
+        elif role == LINE_ROLE:
+            built = line_sections(name, stale_vpcs, got_rows["lines"], endpoints, line_instances, asn)
+        else:
+            built = _sections(name, stale_vpcs, got_rows, endpoints, instances)
         for vid in stale:
             sections[vid] = built.get(vid)
             FRAGMENTS.put(s, ("gateway", name, vid), versions[vid], (sections[vid],))

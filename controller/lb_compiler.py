@@ -13,13 +13,8 @@ from typing import Any
 
 from controller.fragments import digest_of
 from controller.placement import home
-from tianji.southbound import (
-    GatewaySection,
-    GatewayVpc,
-    LbListenerServed,
-    LbMemberServed,
-    LbServed,
-)
+from tianji.served import LbListenerServed, LbMemberServed, LbServed
+from tianji.southbound import GatewaySection, GatewayVpc
 
 DOWN = "OFFLINE"
 

@@ -6,8 +6,7 @@ database constraints, so it holds across threads and across controller replicas.
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
@@ -19,19 +18,15 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-class Base(DeclarativeBase):
-    pass
+from controller.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
+    PrivateLine,
+    PrivateLineLearned,
+    PrivateLineSession,
+    PrivateLineStaticRoute,
+)
+from controller.table_base import Base, new_id, now
 
 
 class Counter(Base):
@@ -74,7 +69,7 @@ class HostToken(Base):
     kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
     # a gateway credential's role (nat, lb): its host registers with that role only; NULL (credentials made
     # before roles were bound): the role its host was first registered with
-    role: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    role: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
@@ -117,7 +112,7 @@ class Host(Base):
     vtep_ip: Mapped[str] = mapped_column(String(15), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="hypervisor")
     status: Mapped[str] = mapped_column(String(8), default="up")
-    role: Mapped[str | None] = mapped_column(String(8), nullable=True)  # a gateway's: nat (None: nat) or lb
+    role: Mapped[str | None] = mapped_column(String(16), nullable=True)  # a gateway's (None: nat): GATEWAY_ROLES
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     # Global revision of the last change to the set of ports bound here.
@@ -381,3 +376,5 @@ class LbHealthMonitor(Base):
     http_method: Mapped[str | None] = mapped_column(String(8), nullable=True)
     url_path: Mapped[str | None] = mapped_column(String(255), nullable=True)
     expected_codes: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+

@@ -43,3 +43,22 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
         if inst not in held and spare:
             owners[max(spare, key=lambda b: _weight(f"natgw:{gateway_id}:{b}", inst))] = inst
     return owners
+
+
+def line_sessions(line_id: str, pairs: list[tuple[str, str]], instances: dict[str, str] | list[str]) \
+        -> list[tuple[str | None, str, str]]:
+    """Where each BGP session of a private line runs, as (instance, local address, customer address): the first
+    pair on the live private-line instance that weighs highest for the line, the second (the redundant pair) on
+    the next one, so that losing one instance leaves a session up; with one instance live, both run on it. An
+    instance's loss moves only its sessions (rendezvous order)."""
+    ranked = sorted(instances, key=lambda i: _weight(f"line:{line_id}", i), reverse=True)
+    return [(ranked[k % len(ranked)] if ranked else None, local, customer) for k, (local, customer) in enumerate(pairs)]
+
+
+LINE_BUCKETS = 8  # like NAT_BUCKETS: a VM's source address picks the instance among those a route goes through
+
+
+def line_buckets(key: str, instances: list[str]) -> list[str]:
+    """The instance each source-address bucket of a private-line route goes to (rendezvous per bucket: one
+    instance's loss moves only its buckets)."""
+    return [home(f"{key}:{b}", instances) or "" for b in range(LINE_BUCKETS)] if instances else []

@@ -34,6 +34,8 @@ COUNTS: dict[str, Any] = {
     "peerings": select(func.count()).select_from(m.Peering)
     .where(m.Peering.requester_tenant_id == bindparam("tenant")),
     "tokens": select(func.count()).select_from(m.TenantToken).where(m.TenantToken.tenant_id == bindparam("tenant")),
+    "private_lines": select(func.count()).select_from(m.PrivateLine)
+    .where(m.PrivateLine.tenant_id == bindparam("tenant")),
 }
 RESOURCES = tuple(COUNTS)
 

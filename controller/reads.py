@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, literal, null, select, text, union_all
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -24,6 +24,8 @@ _SG, _RULES = m.SecurityGroup.__table__, m.SecurityGroupRule.__table__
 _SNAT, _SNAT_EIPS, _DNAT = m.SnatRule.__table__, m.SnatRuleEip.__table__, m.DnatRule.__table__
 _LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.LbPool.__table__
 _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
+_LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table__
+_LINE_LEARNED = m.PrivateLineLearned.__table__
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
@@ -73,6 +75,23 @@ Q_LB_MEMBERS = select(_LBS.c.id, _LBS.c.vpc_id, _LBS.c.vip_address, _VIP.c.mac.l
     .order_by(_LBS.c.id, _LISTENERS.c.protocol, _LISTENERS.c.port, _MEMBERS.c.id)
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
     .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
+# every private-line route of these VPCs: a static one (instance NULL) or one an instance learned, a row each
+Q_LINE_ROUTES = union_all(
+    select(_LINES.c.vpc_id, _LINES.c.id.label("line_id"), _LINE_STATIC.c.destination, literal("static").label("origin"),
+           null().label("instance"), _LINES.c.secondary_local_ip)
+    .join(_LINE_STATIC, _LINE_STATIC.c.line_id == _LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")),
+    select(_LINES.c.vpc_id, _LINES.c.id.label("line_id"), _LINE_LEARNED.c.prefix.label("destination"),
+           literal("bgp").label("origin"), _LINE_LEARNED.c.instance, _LINES.c.secondary_local_ip)
+    .join(_LINE_LEARNED, _LINE_LEARNED.c.line_id == _LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")),
+).order_by("line_id", "destination", "instance")
+# the private lines of these VPCs, a row per static route (NULL: none)
+Q_LINES = select(_LINES.c.vpc_id, _LINES.c.id, _LINES.c.vlan_id, _LINES.c.customer_asn, _LINES.c.customer_ip,
+                 _LINES.c.local_ip, _LINES.c.prefixlen, _LINES.c.secondary_customer_ip, _LINES.c.secondary_local_ip,
+                 _LINES.c.md5_password, _LINES.c.max_prefixes, _LINE_STATIC.c.destination,
+                 _VPCS.c.cidr.label("vpc_cidr")) \
+    .join(_VPCS, _VPCS.c.id == _LINES.c.vpc_id).outerjoin(_LINE_STATIC, _LINE_STATIC.c.line_id == _LINES.c.id) \
+    .where(in_ids(_LINES.c.vpc_id, "vpcs")) \
+    .order_by(_LINES.c.id, _LINE_STATIC.c.destination)
 Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
     .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
@@ -97,18 +116,20 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
 
 # --- a gateway instance's config ---
 # The instance, the topology stamp, and every VPC an instance of its role may serve (NAT: one with a NAT gateway or
-# a port with an EIP; LB: one with a load balancer), with its revision: what decides whether an instance's config
-# changed. One round trip.
+# a port with an EIP; LB: one with a load balancer; private line: one with a line), with its revision: what
+# decides whether an instance's config changed. One round trip.
 Q_GATEWAY_VIEW = text("""
     SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
            (SELECT value FROM counters WHERE name = 'revision') AS at, COALESCE(h.role, 'nat') AS role,
            v.id, v.revision, v.vni, v.router_mac, v.mtu
     FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac, mtu,
                                    CASE WHEN id IN (SELECT vpc_id FROM load_balancers) THEN 'lb' END AS lb,
+                                   CASE WHEN id IN (SELECT vpc_id FROM private_lines) THEN 'private-line' END
+                                        AS line,
                                    CASE WHEN id IN (SELECT vpc_id FROM nat_gateways)
                                           OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)
                                         THEN 'nat' END AS nat
-                            FROM vpcs) v ON COALESCE(h.role, 'nat') IN (v.lb, v.nat)
+                            FROM vpcs) v ON COALESCE(h.role, 'nat') IN (v.lb, v.nat, v.line)
     WHERE h.name = :name""")
 Q_NAT_GATEWAYS_SERVED = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip_id, _EIPS.c.address) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
@@ -136,11 +157,13 @@ Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs"))
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_LB = select(_LBS.c.id).where(in_ids(_LBS.c.vpc_id, "vpcs")).limit(1)
+Q_HAS_LINE = select(_LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")).limit(1)
 
 
 def may_serve(s: Session, vpcs: set[str]) -> bool:
     """Whether any of these VPCs (written to, outside the instances' view) now has something gateways serve."""
-    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT, Q_HAS_LB))
+    return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT, Q_HAS_LB,
+                                                                          Q_HAS_LINE))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ VNI_LIMIT = 16_777_215  # 24 bits
 
 DEFAULT_QUOTAS = {"vpcs": 50, "subnets": 500, "ports": 10_000, "security_groups": 500,
                   "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100,
-                  "load_balancers": 20, "tokens": 20}
+                  "load_balancers": 20, "tokens": 20, "private_lines": 10}
 
 
 def default_state_dir() -> Path:
@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     # cluster, where failover then costs about 0.6 s)
     gateway_down_after: float = Field(2.0, gt=0)
     max_watch_timeout: float = Field(60.0, gt=0)
+    # the cloud's side of every private line's BGP sessions (Direct Connect's default Amazon-side ASN)
+    private_line_asn: int = Field(64512, ge=1, le=4294967294)
+    # VLANs no private line may take on the handoff (1: the native VLAN of most switches, where untagged frames go)
+    private_line_reserved_vlans: list[int] = Field(default_factory=lambda: [1])
     # the underlay's MTU (every hypervisor's and gateway's underlay NIC): a VPC's MTU may be up to 50 bytes less
     underlay_mtu: int = Field(1500, ge=1330, le=9216)
     # during a burst of writes (Broadcaster.busy) a woken watch waits this long for more before compiling. Off by

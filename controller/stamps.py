@@ -115,11 +115,14 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.LbPool: lambda s, o, out, _: out.add([_lb_vpc(s, o.load_balancer_id)]),
     m.LbMember: lambda s, o, out, _: out.add([_pool_vpc(s, o.pool_id)]),
     m.LbHealthMonitor: lambda s, o, out, _: out.add([_pool_vpc(s, o.pool_id)]),
+    m.PrivateLine: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.PrivateLineStaticRoute: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
+    m.PrivateLineLearned: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.Host: _host,
 }
 # tables no config is compiled from: their rows stamp nothing
 UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,
-                                         m.AuditEntry, m.EipPool})
+                                         m.AuditEntry, m.EipPool, m.PrivateLineSession})
 # columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
 UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),
                                                  "hosts": frozenset({"last_seen"})}

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb).")
+gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb, private-line).")
 console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_STATE = Path("/run/tianji")
 
@@ -19,7 +19,11 @@ DEFAULT_STATE = Path("/run/tianji")
 @gateway_app.command("run")
 def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(""),
         token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
-        vtep_ip: str = typer.Option(...), external_if: str = typer.Option(...),
+        vtep_ip: str = typer.Option(...), external_if: str = typer.Option("", help="roles nat, lb: the external "
+                                                                                  "segment"),
+        handoff_if: str = typer.Option("", help="role private-line: where the customers' lines arrive, as "
+                                                "802.1Q VLANs"),
+        handoff_mtu: int = typer.Option(1500, help="role private-line: the handoff's MTU"),
         fastpath: str = typer.Option("auto", help="auto|dpdk|xdp|packet|python: auto takes the best that starts"),
         state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
         config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
@@ -43,6 +47,14 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         if slots < 16 or slots & (slots - 1):
             console.print(f"[red]error:[/red] {flag} {slots}: a power of two, at least 16")
             raise typer.Exit(2)
+    if role == "private-line":
+        if not handoff_if:
+            console.print("[red]error:[/red] --role private-line needs --handoff-if (the NIC the lines arrive on)")
+            raise typer.Exit(2)
+        external_if = handoff_if
+    elif not external_if:
+        console.print(f"[red]error:[/red] --role {role} needs --external-if (the external segment)")
+        raise typer.Exit(2)
     if config_file is None and not (controller and token):
         console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
@@ -52,7 +64,7 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
                                     state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
                                     beat_interval=beat_interval, nat_mappings=nat_mappings,
                                     lb_connections=lb_connections,
-                                    lb_new_per_s=lb_new_per_s), role).run()
+                                    lb_new_per_s=lb_new_per_s, handoff_mtu=handoff_mtu), role).run()
 
 
 @gateway_app.command("status")
@@ -80,3 +92,20 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
     for k, v in sorted(rows.items()):
         t.add_row(k, str(v))
     console.print(t)
+    for line in st.get("lines", []):
+        console.print(line_table(line))
+
+
+def line_table(line: dict) -> Table:
+    """A private line as its instance carries it: its sessions and what each learned."""
+    t = Table(title=f"private line {line['id']}: VLAN {line['vlan']} <-> VNI {line['vni']}, {line['routes']} "
+                    f"routes (static: {', '.join(line['static_routes']) or 'none'})", header_style="bold cyan")
+    for c in ("session", "BGP", "BFD", "received", "accepted", "advertised", "learned", "last error"):
+        t.add_column(c, overflow="fold")
+    for s in line["sessions"]:
+        learned = s.get("learned", [])
+        t.add_row(f"{s['local_ip']} -> {s['customer_ip']}", s.get("bgp_state", "Idle"), s.get("bfd_state", "down"),
+                  str(s.get("received", 0)), str(s.get("accepted", 0)), str(s.get("advertised", 0)),
+                  ", ".join(learned[:8]) + (f" (+{len(learned) - 8})" if len(learned) > 8 else ""),
+                  s.get("last_error") or "")
+    return t

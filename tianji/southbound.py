@@ -8,41 +8,40 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StringConstraints
 
 from tianji.memo import Memo
+from tianji.served import LbServed, PrivateLineServed
+from tianji.wire import OVERLAY_MTU, Wire
 
-OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet: a VPC's MTU unless it says
 VXLAN_OVERHEAD = 50
+GatewayRole = Literal["nat", "lb", "private-line"]  # what a gateway instance serves (its host's role)
+GATEWAY_ROLES: tuple[str, ...] = get_args(GatewayRole)
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class SubnetInfo(_Wire):
+class SubnetInfo(Wire):
     id: str
     cidr: str
     gateway_ip: str
 
 
-class RouteInfo(_Wire):
+class RouteInfo(Wire):
     """One effective route of a VPC. `local` routes stay in the VPC; `peering` routes switch the packet
     to the peer VPC (its VNI) and deliver it directly to the destination host."""
 
     destination: str
-    target_type: Literal["local", "peering", "nat-gateway", "blackhole"]
+    target_type: Literal["local", "peering", "nat-gateway", "private-line", "blackhole"]
     target_id: str | None = None
     peer_vpc_id: str | None = None  # for peering targets: the VPC the packet enters
     gateway_vteps: list[str] = Field(default_factory=list)  # for gateway targets: the instances serving it
     # for gateway targets: the instance (VTEP) serving each source-address bucket, bucket = source IP & (len - 1)
     gateway_buckets: list[str] = Field(default_factory=list)
-    origin: Literal["implicit", "user"] = "implicit"
+    origin: Literal["implicit", "user", "static", "bgp"] = "implicit"  # static, bgp: a private line's
 
 
-class LbBackendInfo(_Wire):
+class LbBackendInfo(Wire):
     """A member as the vSwitch next to it translates to it: VIP:listener port -> ip:port (port: its MAC picks it),
     and probes it (from its subnet's gateway address)."""
 
@@ -54,7 +53,7 @@ class LbBackendInfo(_Wire):
     gateway_ip: str = ""
 
 
-class LbMonitorInfo(_Wire):
+class LbMonitorInfo(Wire):
     type: Literal["tcp", "http", "udp-connect"]
     interval_s: float
     timeout_s: float
@@ -65,14 +64,14 @@ class LbMonitorInfo(_Wire):
     expected_codes: str | None = None
 
 
-class LbListenerInfo(_Wire):
+class LbListenerInfo(Wire):
     protocol: Literal["tcp", "udp"]
     port: int
     backends: list[LbBackendInfo] = Field(default_factory=list)
     monitor: LbMonitorInfo | None = None  # the pool's health monitor: the members' hosts probe them
 
 
-class LbVipInfo(_Wire):
+class LbVipInfo(Wire):
     """A load balancer as vSwitches see it: its VIP (answered ARP for), the instances a flow to it is hashed over,
     and per listener the members, which the hosts holding them DNAT to."""
 
@@ -84,7 +83,7 @@ class LbVipInfo(_Wire):
     eip_home_vtep: str | None = None  # replies to the internet go to the instance homing the VIP's EIP
 
 
-class VpcInfo(_Wire):
+class VpcInfo(Wire):
     id: str
     tenant_id: str
     vni: int
@@ -96,7 +95,7 @@ class VpcInfo(_Wire):
     load_balancers: list[LbVipInfo] = Field(default_factory=list)
 
 
-class PortInfo(_Wire):
+class PortInfo(Wire):
     """A port bound to this host."""
 
     id: str
@@ -108,7 +107,7 @@ class PortInfo(_Wire):
     eip_home_vtep: str | None = None  # a port with its own EIP sends off-VPC traffic to the instance homing it
 
 
-class Endpoint(_Wire):
+class Endpoint(Wire):
     """Any port this host's ports may reach (same VPC or a peered VPC), local or remote."""
 
     port_id: str
@@ -120,7 +119,7 @@ class Endpoint(_Wire):
     vtep_ip: str
 
 
-class SecurityGroupRuleInfo(_Wire):
+class SecurityGroupRuleInfo(Wire):
     id: int
     direction: Literal["ingress", "egress"]
     protocol: Literal["tcp", "udp", "icmp", "any"]
@@ -130,19 +129,19 @@ class SecurityGroupRuleInfo(_Wire):
     remote_cidrs: list[str] = Field(default_factory=list)
 
 
-class SecurityGroupInfo(_Wire):
+class SecurityGroupInfo(Wire):
     id: str
     vpc_id: str
     rules: list[SecurityGroupRuleInfo] = Field(default_factory=list)
 
 
-class Vtep(_Wire):
+class Vtep(Wire):
     host: str
     ip: str
     kind: str = "hypervisor"
 
 
-class HostConfig(_Wire):
+class HostConfig(Wire):
     host: str
     revision: int
     vtep_ip: str | None = None
@@ -165,7 +164,7 @@ class HostConfig(_Wire):
         return self._by_vpc.value
 
 
-class HostConfigDelta(_Wire):
+class HostConfigDelta(Wire):
     """The watch's incremental form (`GET /v1/hosts/{name}/config/delta?after=REV`): what changed in a host's
     config since the revision `base` the agent holds, so that a port created in one VPC sends that VPC's
     endpoints, not the host's whole config. `base` = -1: a whole config (the agent replaces what it has).
@@ -251,12 +250,12 @@ class PortStatusReport(BaseModel):
     revision_applied: Annotated[StrictInt, Field(ge=-1, le=2**63 - 1)] | None = None  # `false` is not a revision
 
 
-class SnatInfo(_Wire):
+class SnatInfo(Wire):
     cidr: str
     eips: list[str]
 
 
-class GatewayVpc(_Wire):
+class GatewayVpc(Wire):
     id: str
     vni: int
     router_mac: str
@@ -264,13 +263,13 @@ class GatewayVpc(_Wire):
     snat: list[SnatInfo] = Field(default_factory=list)
 
 
-class StaticEip(_Wire):
+class StaticEip(Wire):
     vni: int
     ip: str
     eip: str
 
 
-class DnatInfo(_Wire):
+class DnatInfo(Wire):
     eip: str
     protocol: Literal["tcp", "udp"]
     external_port: int
@@ -279,37 +278,7 @@ class DnatInfo(_Wire):
     internal_port: int
 
 
-class LbMemberServed(_Wire):
-    """A member as an LB instance picks it: `id` keys its Maglev permutation (stable across instances); weight 0
-    drains it (no new connections) until `drain_until` (epoch seconds), when its connections end."""
-
-    id: str
-    ip: str
-    weight: int
-    drain_until: float | None = None
-
-
-class LbListenerServed(_Wire):
-    protocol: Literal["tcp", "udp"]
-    port: int
-    idle_timeout_s: float
-    algorithm: Literal["maglev", "source_ip"] = "maglev"
-    table_size: int = 65537
-    members: list[LbMemberServed] = Field(default_factory=list)  # those the pool sends to (health applied)
-
-
-class LbServed(_Wire):
-    """A load balancer an LB instance serves: its VIP in its VPC's VNI, its EIP (if this instance homes it), and
-    per listener the pool's members."""
-
-    id: str
-    vni: int
-    vip: str
-    eip: str | None = None
-    listeners: list[LbListenerServed] = Field(default_factory=list)
-
-
-class GatewayConfig(_Wire):
+class GatewayConfig(Wire):
     """What a NAT gateway instance serves: per VNI its SNAT rules, the 1:1 EIPs, DNAT rules, and where every
     port of those VPCs lives (to send replies back in VXLAN)."""
 
@@ -323,9 +292,10 @@ class GatewayConfig(_Wire):
     eips: list[str] = Field(default_factory=list)  # addresses this instance answers ARP for
     vteps: list[Vtep] = Field(default_factory=list)
     lbs: list[LbServed] = Field(default_factory=list)
+    lines: list[PrivateLineServed] = Field(default_factory=list)
 
 
-class GatewaySection(_Wire):
+class GatewaySection(Wire):
     """One VPC's part of a gateway instance's config: the VPC with the SNAT rules it serves here, its 1:1 EIPs and
     DNAT rules, where each of its ports lives, and the EIPs of this VPC this instance answers ARP for."""
 
@@ -335,9 +305,10 @@ class GatewaySection(_Wire):
     endpoints: list[Endpoint] = Field(default_factory=list)
     eips: list[str] = Field(default_factory=list)
     lbs: list[LbServed] = Field(default_factory=list)
+    lines: list[PrivateLineServed] = Field(default_factory=list)
 
 
-class GatewayConfigDelta(_Wire):
+class GatewayConfigDelta(Wire):
     """The gateway watch's incremental form (`GET /v1/gateways/{name}/config/delta?after=REV`): the sections of the
     VPCs that changed after `base`, which the instance holds; `base` -1: every section (replace what is held).
     `vpc_ids` lists every section the config has now (the instance drops the others); `vteps` is None when
@@ -359,7 +330,7 @@ def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: l
         name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
         static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
         endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),
-        vteps=vteps, lbs=[b for x in sections for b in x.lbs])
+        vteps=vteps, lbs=[b for x in sections for b in x.lbs], lines=[x for sec in sections for x in sec.lines])
 
 
 @dataclass

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from tianji.southbound import GATEWAY_ROLES
 from tianjictl.client import ApiFailure, Client
 from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
@@ -97,9 +98,10 @@ class Cluster:
                     c.start_gateway(n)
                 c.wait_gateways(timeout=30)
                 by_role = {r: [n for n in gateways if st.nodes[n].get("gateway_role", "nat") == r]
-                           for r in ("nat", "lb")}
+                           for r in GATEWAY_ROLES}
                 progress(f"gateway instances up: NAT {', '.join(by_role['nat']) or '-'}, load balancer "
-                         f"{', '.join(by_role['lb']) or '-'}; EIP pool {EIP_POOL}")
+                         f"{', '.join(by_role['lb']) or '-'}, private line {', '.join(by_role['private-line']) or '-'}"
+                         f"; EIP pool {EIP_POOL}")
             st.up_seconds = round(time.monotonic() - t0, 2)
             st.save()
             progress(f"cluster {name!r} up in {st.up_seconds} s")

@@ -142,7 +142,8 @@ class Hypervisor:
 @dataclass
 class GatewayHost:
     """A gateway host: namespace `ns` with the underlay on ul0 (its VTEP `vtep`, with prefix) and the external
-    segment on ext0; it runs one gateway instance of a role (`tianji gateway run --role`)."""
+    segment on ext0 (role private-line: the customers' handoff on ho0); it runs one gateway instance of a role
+    (`tianji gateway run --role`)."""
 
     name: str
     ns: str
@@ -152,8 +153,10 @@ class GatewayHost:
     def command(self, tianji: str, source: list[str], state_dir: Path, *extra: str) -> list[str]:
         """The instance's command line; `source`: where its config comes from (--controller URL --token T, or
         --config-file F)."""
+        side = ["--handoff-if", "ho0", "--fastpath", "python"] if self.role == "private-line" else \
+            ["--external-if", "ext0"]
         return [tianji, "gateway", "run", "--role", self.role, "--name", self.name, "--underlay-if", "ul0",
-                "--vtep-ip", self.vtep, "--external-if", "ext0", *source, "--state-dir", str(state_dir), *extra]
+                "--vtep-ip", self.vtep, *side, *source, "--state-dir", str(state_dir), *extra]
 
     def start(self, tianji: str, source: list[str], state_dir: Path, log: Path, *extra: str) -> int:
         return spawn(self.ns, self.command(tianji, source, state_dir, *extra), log)

@@ -36,7 +36,8 @@ def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
     net = Mininet(topo=None, build=False, controller=None, switch=Segment, cleanup=False, autoSetMacs=False,
                   link=Link)
     name = st.name
-    segments = {k: net.addSwitch(f"{name}-{k}", cls=Segment) for k in ("ul", "mg", "ex")}
+    # ho: the private lines' handoff, where the sites' tagged links meet the private-line instances
+    segments = {k: net.addSwitch(f"{name}-{k}", cls=Segment) for k in ("ul", "mg", "ex", "ho")}
     st.links += [sw.name for sw in segments.values()]
     st.save()
     underlay = ipaddress.IPv4Network(st.topology.get("underlay", "172.31.0.0/24"))
@@ -83,8 +84,8 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
     from topologies.nodes import ExternalNode, GatewayNode, OnPremNode
 
     topo = st.topology
-    lbs = topo.get("lb_gateways", [])
-    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", []) + lbs),
+    lbs, lines = topo.get("lb_gateways", []), topo.get("line_gateways", [])
+    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", []) + lbs + lines),
                               ("external", ExternalNode, topo.get("external", [])),
                               ("onprem", OnPremNode, topo.get("onprem", []))):
         for j, n in enumerate(names, start=1):
@@ -93,9 +94,12 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
             node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
             info: dict = {"ns": ns, "role": role}
             if role == "gateway":
-                info["gateway_role"] = "lb" if n in lbs else "nat"
+                info["gateway_role"] = "lb" if n in lbs else "private-line" if n in lines else "nat"
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
-                net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
+                if n in lines:
+                    net.addLink(node, seg["ho"], intfName1="ho0", intfName2=f"{st.name}{n}h"[:15])
+                else:
+                    net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
                 net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
                 addr = f"{underlay.network_address + 100 + j}/{underlay.prefixlen}"
                 node.run("ip", "addr", "add", addr, "dev", "ul0")
@@ -105,9 +109,8 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 # packet socket) cannot complete a veth's offloaded partial checksum
                 node.run("ethtool", "-K", "ul0", "tx", "off")
                 info["underlay_ip"] = addr
-            elif role == "onprem" and topo.get("gateways"):
-                gw = net.get(topo["gateways"][0])  # the private line ends on the first gateway host
-                net.addLink(node, gw, intfName1="pl0", intfName2=f"pl-{n}"[:15])
+            elif role == "onprem":  # the site's router's trunk to the handoff (topologies/site.py tags it)
+                net.addLink(node, seg["ho"], intfName1="ho0", intfName2=f"{st.name}{n}h"[:15])
             elif role == "external":
                 net.addLink(node, seg["ex"], intfName1="eth0", intfName2=f"{st.name}{n}x"[:15])
                 node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")

@@ -58,7 +58,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
 
     def compile_now() -> GatewayCompiled | None:
         with db.snapshot() as s:
-            return compile_gateway_sections(s, name)
+            return compile_gateway_sections(s, name, settings.private_line_asn)
 
     def concerns(vpcs: set[str]) -> bool:
         with db.snapshot() as s:

@@ -20,6 +20,7 @@ from pydantic import (
 
 from controller.ipam import IpamError, parse_cidr
 from controller.settings import DEFAULT_QUOTAS
+from tianji.southbound import GatewayRole
 
 NAME = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ID = Annotated[str, StringConstraints(min_length=1, max_length=64)]  # a resource's id, as a reference
@@ -108,7 +109,7 @@ class TenantCreated(TenantOut):
 class HostTokenCreate(Req):
     host: str = NAME
     kind: Literal["hypervisor", "gateway"] = "hypervisor"
-    role: Literal["nat", "lb"] | None = Field(None, description="a gateway credential's role: its host registers "
+    role: GatewayRole | None = Field(None, description="a gateway credential's role: its host registers "
                                                                 "with that role only (default: the role the host "
                                                                 "is first registered with, and no other)")
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
@@ -266,7 +267,8 @@ class HostRegister(Req):
     name: str = NAME
     vtep_ip: str
     kind: Literal["hypervisor", "gateway"] = "hypervisor"
-    role: Literal["nat", "lb"] | None = Field(None, description="a gateway's role (default nat); none for hypervisors")
+    role: GatewayRole | None = Field(None, description="a gateway's role (default nat): nat, lb or "
+                                                     "private-line; none for hypervisors")
 
     @field_validator("vtep_ip")
     @classmethod
@@ -276,7 +278,7 @@ class HostRegister(Req):
 
 class HostUpdate(Req):
     vtep_ip: str | None = None
-    role: Literal["nat", "lb"] | None = Field(None, description="a gateway's role: the operator's to change")
+    role: GatewayRole | None = Field(None, description="a gateway's role: the operator's to change")
 
     @field_validator("vtep_ip")
     @classmethod
@@ -322,7 +324,7 @@ class RouteOut(BaseModel):
     id: str | None
     destination: str
     target: str
-    origin: Literal["implicit", "user"]
+    origin: Literal["implicit", "user", "static", "bgp"]  # static, bgp: over a private line
     state: Literal["active", "blackhole"] = "active"
 
 

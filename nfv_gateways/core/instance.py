@@ -77,7 +77,8 @@ class Instance:
                                for i in (o.underlay_if, o.external_if))
         self.mac = {UL: mac_bytes(macs[0]), EXT: mac_bytes(macs[1])}
         self.role: Role = role_class(role)(o, self.counters) if isinstance(role, str) else role
-        self.dp = dataplane if dataplane is not None else self._native_dataplane()
+        self.dp = dataplane if dataplane is not None else self._native_dataplane() \
+            if getattr(self.role, "native", True) else self._python_only()
         self.stage: PacketStage = self.role.attach(self.dp)
         if self.dp is None:
             self.fastpath = "python"
@@ -105,6 +106,13 @@ class Instance:
                 log.warning("fast path %s unavailable: %s", backend, e)
         if fp == "auto":
             log.warning("no native data plane started: using the Python path")
+        return None
+
+    def _python_only(self) -> None:
+        """A role without a C stage: its packets move through the socket path, whatever --fastpath says."""
+        if self.o.fastpath not in ("auto", "python"):
+            raise SystemExit(f"--role {self.role.name} has no native stage yet: run it with --fastpath python "
+                             f"(not {self.o.fastpath})")
         return None
 
     # --- the config --------------------------------------------------------------------------------------------
@@ -267,11 +275,14 @@ class Instance:
         return metrics.exposition(self)
 
     def run(self) -> None:
+        owns = getattr(self.role, "owns_external", False)
         if self.dp is None:
-            self.packets.open_sockets(self.o.external_if)
+            self.packets.open_sockets(None if owns else self.o.external_if)
         log.info("gateway %s (%s): VTEP %s on %s, external %s, fast path: %s", self.o.name, self.role.name,
                  self.vtep, self.o.underlay_if, self.o.external_if, self.fastpath)
         io = (self.packets.punt_loop,) if self.dp is not None else (self.packets.vxlan_loop, self.packets.ext_loop)
+        if owns:
+            io = (*io[:1], *self.role.loops(self))  # type: ignore[attr-defined]
         if self.dp is not None:
             self.dp.start(own_core=True)
         control: tuple = (self.heartbeat_loop, self.watch_loop)
@@ -288,6 +299,8 @@ class Instance:
         finally:  # detach XDP programs and nftables rules: left behind, they would eat the next instance's traffic
             if self.dp is not None:
                 self.dp.close()
+            if hasattr(self.role, "close"):
+                self.role.close()
             log.info("gateway %s stopped", self.o.name)
 
 

@@ -29,6 +29,7 @@ class GatewayOptions:
     # new entries it takes (a token bucket holding a tenth of a second's worth): above it, Maglev alone decides
     lb_connections: int = 1 << 20
     lb_new_per_s: float = 100_000.0
+    handoff_mtu: int = 1500  # role private-line: the customers' side (bigger: fragmented, or refused with DF)
 
 
 __all__ = ["FASTPATHS", "GatewayOptions"]

@@ -34,12 +34,14 @@ class PacketPath:
         self.ext: socket.socket | None = None
 
     # --- moving packets --------------------------------------------------------------------------------------
-    def open_sockets(self, external_if: str) -> None:
+    def open_sockets(self, external_if: str | None) -> None:
         """The socket path (no native data plane): VXLAN on a UDP socket at the VTEP (the kernel decapsulates),
-        the external side on an AF_PACKET socket."""
+        the external side on an AF_PACKET socket (None: the role serves it)."""
         self.vx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.vx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.vx.bind((self.vtep, VXLAN_PORT))
+        if external_if is None:
+            return
         self.ext = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.ext.bind((external_if, 0))
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from nfv_gateways.native.dataplane import NativeDataPlane
 
 # role -> the class that implements it (imported when run)
-ROLES = {"nat": "nfv_gateways.roles.nat.role:NatRole", "lb": "nfv_gateways.roles.lb.role:LbRole"}
+ROLES = {"nat": "nfv_gateways.roles.nat.role:NatRole", "lb": "nfv_gateways.roles.lb.role:LbRole",
+         "private-line": "nfv_gateways.roles.line.role:LineRole"}
 
 
 class PacketStage(Protocol):
@@ -36,6 +37,10 @@ class PacketStage(Protocol):
 
 
 class Role(Protocol):
+    """A role may also say `native = False` (no C stage: the instance moves its packets in Python) and
+    `owns_external = True` with `loops(instance)` (threads of its own serving the external side, e.g. the
+    private line's tagged handoff) and `close()` (what it started, stopped with the instance)."""
+
     name: ClassVar[str]  # as registered and reported
     expiry_interval: ClassVar[float]  # seconds between the instance's expiry passes
 

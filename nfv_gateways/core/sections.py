@@ -46,9 +46,11 @@ def wire_parts(vpc: GatewayVpc, endpoints: list[Endpoint], policy: Hashable) -> 
 
 def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
     """A whole config cut into its VPCs' sections (a VNI names one VPC)."""
-    static, dnat, eps, lbs = defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list)
+    static, dnat, eps, lbs, lines = (defaultdict(list) for _ in range(5))
     for b in cfg.lbs:
         lbs[b.vni].append(b)
+    for x in cfg.lines:
+        lines[x.vni].append(x)
     for x in cfg.static:
         static[x.vni].append(x)
     for d in cfg.dnat:
@@ -56,7 +58,8 @@ def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
     for e in cfg.endpoints:
         eps[e.vni].append(e)
     return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
-                                                 endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni])
+                                                 endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni],
+                                                 lines=lines[v.vni])
             for v in cfg.vpcs}
 
 

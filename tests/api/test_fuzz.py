@@ -72,6 +72,9 @@ class World:
                                {"protocol": "tcp", "port": 80, "default_pool_id": self.pool["id"]})
         self.member = a.post(f"/v1/pools/{self.pool['id']}/members",
                              {"port_id": self.port["id"], "protocol_port": 8080})
+        self.line = a.post("/v1/private-lines", {"name": "dc", "vpc_id": self.vpc["id"], "vlan_id": 4000,
+                                                 "customer_asn": 65001, "customer_ip": "169.254.0.2/30",
+                                                 "local_ip": "169.254.0.1/30"})
         self.token = a.post(f"/v1/tenants/{self.spare_tenant}/tokens", {"name": "extra"})
         self.host_token = a.post("/v1/host-tokens", {"host": "hv1", "name": "hv1-fuzz"})
         self.path_values = {
@@ -79,7 +82,8 @@ class World:
             "port_id": self.port2["id"], "peering_id": self.peering["id"], "sg_id": self.sg["id"],
             "rule_id": None, "route_id": self.route["id"], "name": "hv1", "eip_id": self.eips[2]["id"],
             "gw_id": self.natgw["id"], "lb_id": self.lb["id"], "listener_id": self.listener["id"],
-            "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"]}
+            "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"],
+            "line_id": self.line["id"]}
 
     def baseline(self, method: str, path: str, seq: int) -> dict[str, Any] | None:
         """A valid body for the operation (None: it takes none). Names are fresh each time, so a request that is
@@ -133,6 +137,15 @@ class World:
             ("PUT", "/v1/pools/{pool_id}/health-monitor"): {"type": "tcp", "interval_s": 5, "timeout_s": 2,
                                                             "rise": 2, "fall": 2},
             ("POST", "/v1/hosts/{name}/lb-health"): {"members": {self.member["id"]: "ONLINE"}},
+            ("POST", "/v1/private-lines"): {"name": n, "vpc_id": v, "vlan_id": 100 + seq % 3800, "customer_asn": 65001,
+                                            "customer_ip": "169.254.1.2/30", "local_ip": "169.254.1.1/30",
+                                            "secondary": None, "md5_password": "pw", "max_prefixes": 100,
+                                            "static_routes": ["192.168.0.0/24"]},
+            ("PATCH", "/v1/private-lines/{line_id}"): {"md5_password": "x", "max_prefixes": 10,
+                                                      "static_routes": ["192.168.1.0/24"]},
+            ("PUT", "/v1/gateways/{name}/private-lines/{line_id}"): {"sessions": [{
+                "local_ip": "169.254.0.1", "bgp_state": "Established", "bfd_state": "up", "received": 1,
+                "accepted": 1, "advertised": 1, "last_error": None, "prefixes": ["192.168.5.0/24"]}]},
         }
         return bodies.get((method, path))
 

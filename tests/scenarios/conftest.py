@@ -100,6 +100,8 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
         for vm in n.vms:
             if vm in cluster.state.vms:
                 cluster.vm_remove(vm)
+        for pl in n.client.get("/v1/private-lines"):
+            n.client.delete(f"/v1/private-lines/{pl['id']}")
         for lb in n.client.get("/v1/load-balancers"):
             n.client.delete(f"/v1/load-balancers/{lb['id']}")
         for gw in n.client.get("/v1/nat-gateways"):

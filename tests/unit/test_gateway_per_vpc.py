@@ -18,15 +18,13 @@ from nfv_gateways.native.dataplane import NativeDataPlane
 from nfv_gateways.roles.nat.native import FastNat
 from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, VpcNat
 from tests.support.frames import lab_options
+from tianji.served import LbListenerServed, LbMemberServed, LbServed
 from tianji.southbound import (
     Endpoint,
     GatewayConfigDelta,
     GatewayHeld,
     GatewaySection,
     GatewayVpc,
-    LbListenerServed,
-    LbMemberServed,
-    LbServed,
     SnatInfo,
     Vtep,
     apply_gateway_delta,

@@ -17,15 +17,8 @@ from nfv_gateways.core.packet import ip2int
 from nfv_gateways.native.dataplane import NativeDataPlane
 from tests.unit.test_gateway_apply import Wire, arps_for
 from tianji.inet import checksum
-from tianji.southbound import (
-    Endpoint,
-    GatewayConfig,
-    GatewayVpc,
-    LbListenerServed,
-    LbMemberServed,
-    LbServed,
-    Vtep,
-)
+from tianji.served import LbListenerServed, LbMemberServed, LbServed
+from tianji.southbound import Endpoint, GatewayConfig, GatewayVpc, Vtep
 
 VIP, EIP = "10.1.0.100", "203.0.113.9"
 

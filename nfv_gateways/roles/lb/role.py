@@ -22,7 +22,8 @@ from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.lb import maglev
 from nfv_gateways.roles.lb.reference import LbTable
 from nfv_gateways.roles.lb.stage import LbStage, PoolSpec, VpcLb
-from tianji.southbound import GatewaySection, LbListenerServed, LbServed
+from tianji.served import LbListenerServed, LbServed
+from tianji.southbound import GatewaySection
 
 if TYPE_CHECKING:
     from nfv_gateways.native.dataplane import NativeDataPlane

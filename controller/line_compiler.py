@@ -1,0 +1,82 @@
+"""Private lines in compiled configs: the vSwitches' routes to the lines' prefixes (through the private-line
+instances that learned them, or carry the line's sessions for its static routes), and a private-line instance's
+sections (the lines whose sessions are placed on it)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from controller.fragments import digest_of
+from controller.placement import line_buckets, line_sessions
+from tianji.served import LineSessionServed, PrivateLineServed
+from tianji.southbound import GatewaySection, GatewayVpc, RouteInfo
+
+
+def _session_instances(line_id: str, secondary: str | None, live: dict[str, str]) -> list[str]:
+    pairs = [("", "")] * (2 if secondary else 1)
+    return sorted({i for i, _, _ in line_sessions(line_id, pairs, live) if i})
+
+
+def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[RouteInfo]:
+    """An own VPC's routes over its private lines (Q_LINE_ROUTES' rows): each destination through the live
+    instances that learned it (origin bgp) or that carry the line's sessions (origin static, a blackhole when
+    none is live: the customer said the prefix is over there). A destination the VPC routes already (`taken`: its
+    own CIDR, peers, the user's routes) keeps that route; of two lines with one prefix, the first line's wins.
+    With several instances, the VM's source address picks one (the NAT gateways' buckets)."""
+    through: dict[tuple[str, str], tuple[str, set[str]]] = {}  # (destination, line) -> (origin, instances)
+    for r in rows:
+        key = (r.destination, r.line_id)
+        if r.origin == "static":
+            through[key] = ("static", set(_session_instances(r.line_id, r.secondary_local_ip, live)))
+        elif r.instance in live and through.get(key, ("bgp",))[0] == "bgp":
+            through.setdefault(key, ("bgp", set()))[1].add(r.instance)
+    out: list[RouteInfo] = []
+    seen = set(taken)
+    for (dest, line_id), (origin, insts) in sorted(through.items()):
+        if dest in seen or (origin == "bgp" and not insts):
+            continue
+        seen.add(dest)
+        if not insts:
+            out.append(RouteInfo(destination=dest, target_type="blackhole", target_id=line_id, origin=origin))
+            continue
+        buckets = [live[i] for i in line_buckets(f"line:{line_id}:{dest}", sorted(insts))]
+        out.append(RouteInfo(destination=dest, target_type="private-line", target_id=line_id, origin=origin,
+                             gateway_vteps=sorted({live[i] for i in insts}), gateway_buckets=buckets))
+    return out
+
+
+def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str, tuple],
+                  live: dict[str, str], asn: int) -> dict[str, tuple[GatewaySection, str]]:
+    """The sections of these VPCs for private-line instance `name`: each line with its sessions placed here (a
+    line whose sessions are all elsewhere has nothing to do here), with the VPC's endpoints to deliver to."""
+    lines: dict[str, list] = defaultdict(list)
+    statics: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        if not lines[r.id]:
+            lines[r.id].append(r)
+        if r.destination is not None:
+            statics[r.id].append(r.destination)
+    by_vpc: dict[str, list[PrivateLineServed]] = defaultdict(list)
+    for line_id, (r,) in lines.items():
+        pl = f"/{r.prefixlen}"
+        pairs = [(r.local_ip + pl, r.customer_ip + pl)]
+        if r.secondary_local_ip:
+            pairs.append((r.secondary_local_ip + pl, r.secondary_customer_ip + pl))
+        here = [LineSessionServed.model_construct(local_ip=lo, customer_ip=cu, prefixlen=r.prefixlen)
+                for inst, lo, cu in line_sessions(line_id, pairs, live) if inst == name]
+        if not here:
+            continue
+        v = vpcs[r.vpc_id]
+        by_vpc[r.vpc_id].append(PrivateLineServed.model_construct(
+            id=line_id, vni=v.vni, vlan_id=r.vlan_id, local_asn=asn, customer_asn=r.customer_asn,
+            md5_password=r.md5_password, max_prefixes=r.max_prefixes, vpc_cidr=r.vpc_cidr, mtu=v.mtu,
+            sessions=here, static_routes=statics[line_id]))
+    out = {}
+    for vid, served in by_vpc.items():
+        v = vpcs[vid]
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+            static=[], dnat=[], endpoints=list(endpoints[vid]), eips=[], lbs=[], lines=served)
+        out[vid] = (sec, digest_of(sec.model_dump_json()))
+    return out

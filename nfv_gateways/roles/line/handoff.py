@@ -1,0 +1,98 @@
+"""The handoff: the NIC where customers' lines arrive as 802.1Q VLANs, tags pushed and popped here (this kernel has
+no 8021q module, and the gateway must not depend on one).
+
+A veth carries tagged frames intact, but the receiving kernel moves the tag into the packet's metadata: an
+AF_PACKET socket reads the frame untagged and learns the tag from the PACKET_AUXDATA control message
+(`tp_status & TP_STATUS_VLAN_VALID`, `tp_vlan_tci`), which is read here with every frame. A frame sent with its tag
+in the bytes leaves tagged.
+
+The customers' routers are neighbours per VLAN (two tenants' routers may have the same address on their own
+VLANs): learned from their ARP and from their packets, asked for with ARP from the line's address."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+from collections import Counter
+
+from nfv_gateways.core.underlay import ETH_ARP, ETH_P_ALL, PACKET_OUTGOING
+
+SOL_PACKET, PACKET_AUXDATA = 263, 8
+TP_STATUS_VLAN_VALID = 0x10
+AUXDATA = struct.Struct("=IIIHHHH")  # tpacket_auxdata: status, len, snaplen, mac, net, vlan_tci, vlan_tpid
+ETH_8021Q = 0x8100
+BROADCAST = b"\xff" * 6
+
+
+def untag(frame: bytes, ancdata: list) -> tuple[int | None, bytes]:
+    """(VLAN, the frame without its tag) of a received frame: the tag from the auxiliary data, or still in the
+    frame (a kernel that leaves it there); None: untagged."""
+    for level, kind, data in ancdata:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= AUXDATA.size:
+            status, _, _, _, _, tci, _ = AUXDATA.unpack_from(data)
+            if status & TP_STATUS_VLAN_VALID:
+                return tci & 0xFFF, frame
+    if len(frame) >= 18 and struct.unpack_from("!H", frame, 12)[0] == ETH_8021Q:
+        return struct.unpack_from("!H", frame, 14)[0] & 0xFFF, frame[:12] + frame[16:]
+    return None, frame
+
+
+def tagged(vlan: int, dst: bytes, src: bytes, ethertype: int, payload: bytes) -> bytes:
+    return dst + src + struct.pack("!HHH", ETH_8021Q, vlan & 0xFFF, ethertype) + payload
+
+
+def arp_frame(op: int, sha: bytes, spa: int, tha: bytes, tpa: int) -> bytes:
+    """An ARP packet (without its Ethernet header)."""
+    return struct.pack("!HHBBH6sI6sI", 1, 0x0800, 6, 4, op, sha, spa, tha, tpa)
+
+
+class Handoff:
+    def __init__(self, ifname: str, mac: bytes, counters: Counter[str]) -> None:
+        self.ifname, self.mac, self.counters = ifname, mac, counters
+        self.neighbours: dict[tuple[int, int], bytes] = {}  # (VLAN, address) -> MAC
+        self.sock: socket.socket | None = None
+
+    def open(self) -> None:
+        # a NIC that strips tags in hardware would hide them from raw sockets too; veths obey this (best effort)
+        subprocess.run(["ethtool", "-K", self.ifname, "rxvlan", "off"], capture_output=True, check=False)
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.bind((self.ifname, 0))
+        self.sock = s
+
+    def receive(self) -> tuple[int | None, bytes] | None:
+        """The next frame from the wire as (VLAN, untagged frame); None for our own transmissions."""
+        assert self.sock is not None
+        frame, anc, _, addr = self.sock.recvmsg(65535, socket.CMSG_SPACE(AUXDATA.size))
+        if addr[2] == PACKET_OUTGOING:
+            return None
+        return untag(frame, anc)
+
+    def send(self, vlan: int, dst: bytes, ethertype: int, payload: bytes) -> None:
+        assert self.sock is not None
+        self.sock.send(tagged(vlan, dst, self.mac, ethertype, payload))
+        self.counters["tx_handoff"] += 1
+
+    def learn(self, vlan: int, frame: bytes) -> None:
+        """A customer router's MAC, from its ARP (sender) or from an IPv4 packet it sent."""
+        etype = struct.unpack_from("!H", frame, 12)[0]
+        if etype == ETH_ARP and len(frame) >= 42:
+            spa = struct.unpack_from("!I", frame, 28)[0]
+            self.neighbours[(vlan, spa)] = frame[22:28]
+        elif etype == 0x0800 and len(frame) >= 34:
+            self.neighbours[(vlan, struct.unpack_from("!I", frame, 26)[0])] = frame[6:12]
+
+    def send_ip(self, vlan: int, nexthop: int, src: int, pkt: bytes) -> bool:
+        """An IPv4 packet to `nexthop` on `vlan`; False (and an ARP request from `src`) while its MAC is unknown."""
+        mac = self.neighbours.get((vlan, nexthop))
+        if mac is None:
+            self.counters["drop_unresolved"] += 1
+            self.send(vlan, BROADCAST, ETH_ARP, arp_frame(1, self.mac, src, b"\0" * 6, nexthop))
+            return False
+        self.send(vlan, mac, 0x0800, pkt)
+        return True
+
+
+__all__ = ["ETH_8021Q", "Handoff", "arp_frame", "tagged", "untag"]

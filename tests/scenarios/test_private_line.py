@@ -1,0 +1,173 @@
+"""Private lines on the emulated cluster: the on-premise site `site1` runs FRR as the customer's edge router on a
+VLAN of its trunk to the handoff, where the private-line instances pl1 and pl2 carry the line's two BGP sessions.
+
+1. A VM and a host on the site's LAN reach each other (ping, TCP); the handoff carries the line's VLAN tag, the
+   underlay the VPC's VNI.
+2. BGP: the site's prefixes become the VPC's routes (origin bgp) and the vSwitch's flows; withdrawn, they go; the
+   site learns the VPC's CIDR and not a peered VPC's.
+3. Two tenants on two VLANs of the same handoff, with the same CIDRs on both sides, stay apart.
+5. Bad routes: over max_prefixes (session down, the status says so), a prefix inside the VPC (refused, reported),
+   an MD5 mismatch (no session, the status says so).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.scenarios.conftest import Capture, Net, ex, ping, wait_for
+from topologies.site import Neighbor, SiteRouter
+
+CLOUD_ASN = 64512
+LAN_HOST = "192.168.10.10"
+
+
+@pytest.fixture(scope="module")
+def site(cluster) -> SiteRouter:
+    return SiteRouter(cluster.state, "site1").start()
+
+
+def line_vpc(tenants, vlan: int, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24", secondary: bool = True,
+             **line_kw) -> tuple[Net, dict, dict, dict]:
+    """A tenant's VPC with a VM on hv1 that the site's LAN may reach, and a private line on `vlan` (its primary
+    pair 169.254.V.0/30, the secondary 169.254.V+1.0/30, V = vlan % 250)."""
+    n = tenants()
+    vpc = n.vpc("prod", cidr, {"s": subnet})
+    sg = vpc["default_security_group_id"]
+    n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "any",
+                                                      "remote_cidr": "192.168.0.0/16"})
+    vm = n.vm("s", "hv1")
+    v = vlan % 250
+    body = {"name": "dc1", "vpc_id": vpc["id"], "vlan_id": vlan, "customer_asn": 65010,
+            "customer_ip": f"169.254.{v}.2/30", "local_ip": f"169.254.{v}.1/30"} | line_kw
+    if secondary:
+        body["secondary"] = {"customer_ip": f"169.254.{v + 1}.2/30", "local_ip": f"169.254.{v + 1}.1/30"}
+    line = n.client.post("/v1/private-lines", body)
+    return n, vpc, vm, line
+
+
+def site_for(site: SiteRouter, line: dict, password: str | None = None, networks: list[str] | None = None,
+             extra: list[str] = ()) -> None:
+    """The site's end of every session of the line, and its BGP to them."""
+    pairs = [(line["customer_ip"], line["local_ip"])]
+    if line["secondary"]:
+        pairs.append((line["secondary"]["customer_ip"], line["secondary"]["local_ip"]))
+    site.add_vlan(line["vlan_id"], pairs[0][0])
+    for cust, _ in pairs[1:]:
+        subprocess.run(["ip", "-n", site.ns, "addr", "add", cust, "dev", f"v{line['vlan_id']}"], check=True)
+    site.bgp([Neighbor(local.split("/")[0], CLOUD_ASN, password) for _, local in pairs], networks, extra)
+
+
+def sessions(n: Net, line: dict) -> list[dict]:
+    return n.client.get(f"/v1/private-lines/{line['id']}")["sessions"]
+
+
+def established(n: Net, line: dict, count: int = 2, timeout: float = 40) -> None:
+    try:
+        wait_for(lambda: sum(s["bgp_state"] == "Established" for s in sessions(n, line)) >= count, timeout,
+                 f"{count} BGP sessions of line {line['id']} established", interval=0.5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {json.dumps(sessions(n, line), indent=1)}") from None
+
+
+def bgp_routes(n: Net, vpc: dict) -> dict[str, dict]:
+    return {r["destination"]: r for r in n.client.get(f"/v1/vpcs/{vpc['id']}/routes") if r["origin"] == "bgp"}
+
+
+def test_pl_1_a_vm_and_the_site_reach_each_other_tagged_on_the_handoff(cluster, tenants, site) -> None:
+    n, vpc, vm, line = line_vpc(tenants, 100)
+    assert {s["instance"] for s in line["sessions"]} == {"pl1", "pl2"}
+    site_for(site, line)
+    established(n, line)
+    wait_for(lambda: "192.168.10.0/24" in bgp_routes(n, vpc), 10, "the site's LAN in the VPC's routes")
+    cluster.wait_converged()
+    st = cluster.state
+    handoff = [Capture(None, f"{st.name}{g}h"[:15], "vlan 100 and icmp") for g in ("pl1", "pl2")]
+    underlay = [Capture(None, _ul_end(cluster, g), "udp port 4789")
+                for g in ("pl1", "pl2")]
+    assert wait_for(lambda: ping(cluster, vm, LAN_HOST, count=1), 10, "the VM pinging the site's LAN host") < 10
+    r = site.lan_exec("ping", "-c", "3", "-i", "0.2", "-W", "1", vm["ip"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    ex(cluster, vm, "sh", "-c", "(echo hello-from-vm | nc -l -p 7000 -q 1 &) ; sleep 0.1")
+    got = site.lan_exec("sh", "-c", f"nc -w 3 {vm['ip']} 7000 </dev/null")
+    assert "hello-from-vm" in got.stdout, got
+    from scapy.all import ICMP, UDP, VXLAN, Dot1Q
+
+    tagged = [p for c in handoff for p in c.stop() if p.haslayer(Dot1Q) and p.haslayer(ICMP)]
+    assert tagged and all(p[Dot1Q].vlan == 100 for p in tagged)
+    vx = [p for c in underlay for p in c.stop() if p.haslayer(VXLAN) and p.haslayer(UDP)]
+    assert vx and {p[VXLAN].vni for p in vx} == {vpc["vni"]}
+
+
+def _ul_end(cluster, node: str) -> str:
+    from topologies.wiring import underlay_end
+
+    return underlay_end(cluster.state.name, node)
+
+
+def test_pl_2_learned_routes_follow_the_site_and_peering_is_not_transitive(cluster, tenants, site) -> None:
+    n, vpc, vm, line = line_vpc(tenants, 110)
+    other = n.vpc("peer", "10.5.0.0/16", {"p": "10.5.1.0/24"})
+    pc = n.client.post("/v1/peerings", {"requester_vpc_id": vpc["id"], "accepter_vpc_id": other["id"]})
+    assert pc["status"] == "active"
+    site_for(site, line, networks=["192.168.10.0/24", "192.168.20.0/24"])
+    established(n, line)
+    t0 = time.monotonic()
+    wait_for(lambda: {"192.168.10.0/24", "192.168.20.0/24"} <= bgp_routes(n, vpc).keys(), 15,
+             "both site prefixes in the VPC's routes")
+    hv1 = cluster.hypervisor("hv1")
+    wait_for(lambda: "192.168.20.0/24" in hv1.ofctl("dump-flows", "br-int", "table=40"), 10,
+             "the vSwitch routing 192.168.20.0/24")
+    learned_s = time.monotonic() - t0
+    got = json.loads(site.vtysh("show ip bgp json"))["routes"]
+    assert "10.0.0.0/16" in got and "10.5.0.0/16" not in got  # the VPC, not its peer
+    site.bgp([Neighbor(s["local_ip"].split("/")[0], CLOUD_ASN) for s in sessions(n, line)], ["192.168.10.0/24"])
+    wait_for(lambda: "192.168.20.0/24" not in bgp_routes(n, vpc), 20, "the withdrawn prefix gone")
+    wait_for(lambda: "192.168.20.0/24" not in hv1.ofctl("dump-flows", "br-int", "table=40"), 10,
+             "the vSwitch's route withdrawn")
+    print(f"learned -> in the vSwitch: {learned_s:.2f} s")
+
+
+def test_pl_3_two_tenants_same_cidrs_two_vlans_stay_apart(cluster, tenants, site) -> None:
+    a, va, vm_a, la = line_vpc(tenants, 120, secondary=False)
+    b, vb, vm_b, lb = line_vpc(tenants, 121, secondary=False)
+    assert vm_a["ip"] == vm_b["ip"]  # the same addresses in both VPCs
+    # the site answers both lines from one router: tenant A's prefix and tenant B's are the same LAN
+    site.add_vlan(120, la["customer_ip"])
+    site.add_vlan(121, lb["customer_ip"])
+    site.bgp([Neighbor(la["local_ip"].split("/")[0], CLOUD_ASN), Neighbor(lb["local_ip"].split("/")[0], CLOUD_ASN)])
+    established(a, la, 1)
+    established(b, lb, 1)
+    wait_for(lambda: "192.168.10.0/24" in bgp_routes(b, vb), 10, "tenant B's route")
+    cluster.wait_converged()
+    assert wait_for(lambda: ping(cluster, vm_a, LAN_HOST, count=1), 10, "A reaching the site") < 10
+    assert wait_for(lambda: ping(cluster, vm_b, LAN_HOST, count=1), 10, "B reaching the site") < 10
+    # A's VM cannot reach B's VM through the lines (nor the reverse): each VLAN enters its own VNI only
+    cap = Capture(cluster.hypervisor("hv1").ns, "ul0", "udp port 4789")
+    assert not ping(cluster, vm_a, "169.254.121.1", count=2)  # B's line address, from A
+    from scapy.all import VXLAN
+
+    assert {p[VXLAN].vni for p in cap.stop() if p.haslayer(VXLAN)} <= {va["vni"]}
+
+
+def test_pl_5_bad_routes_are_refused_and_said(cluster, tenants, site) -> None:
+    n, vpc, vm, line = line_vpc(tenants, 130, secondary=False, max_prefixes=3, md5_password="right-key")
+    # an MD5 mismatch: no session, and the status says why
+    site_for(site, line, password="wrong-key")
+    wait_for(lambda: any("MD5" in (s["last_error"] or "") for s in sessions(n, line)), 30, "MD5 mismatch reported",
+             interval=0.5)
+    assert all(s["bgp_state"] != "Established" for s in sessions(n, line))
+    # the right key, a prefix inside the VPC: refused, reported, not routed
+    site_for(site, line, password="right-key", networks=["192.168.10.0/24", "10.0.9.0/24"])
+    established(n, line, 1)
+    wait_for(lambda: any(r["prefix"] == "10.0.9.0/24" for s in sessions(n, line) for r in s["refused"]), 10,
+             "the overlapping prefix refused")
+    assert "10.0.9.0/24" not in bgp_routes(n, vpc) and "192.168.10.0/24" in bgp_routes(n, vpc)
+    # more than max_prefixes: the session is torn down, and the status says so
+    site_for(site, line, password="right-key", networks=[f"192.168.{i}.0/24" for i in range(30, 35)])
+    wait_for(lambda: any("max-prefix" in (s["last_error"] or "") for s in sessions(n, line)), 30,
+             "max-prefix reported", interval=0.5)
+    assert not bgp_routes(n, vpc)
