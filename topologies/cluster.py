@@ -349,7 +349,10 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        for ns in reversed(st.netns):
+        # the private-line instances' session namespaces (one directory each), should an instance have been
+        # killed before it removed them
+        lines = Path(st.dir) / "gateways" / "lines"
+        for ns in [*reversed(st.netns), *(p.name for p in lines.glob("tjl-*"))]:
             _sh("ip", "netns", "del", ns, check=False)
         for link in st.links:
             _sh("ip", "link", "del", link, check=False)

@@ -90,7 +90,7 @@ class SiteRouter:
                 raise RuntimeError(f"{self.site}: OVS did not make {port}")
             time.sleep(0.05)
         netns.sh("ip", "link", "set", port, "mtu", "1500", ns=self.ns)
-        netns.address(self.ns, port, address)
+        netns.sh("ip", "addr", "replace", address, "dev", port, ns=self.ns)  # again: the same line, reconfigured
         netns.up(self.ns, port)
         self.vlans[vlan] = address
 

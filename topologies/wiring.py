@@ -20,6 +20,14 @@ def underlay_mtu(topology: dict) -> int:
     return int(topology.get("underlay_mtu", 1500))
 
 
+def _handoff_end(st: State, node: str) -> str:
+    """A node's link to the handoff, by its end on the segment: removed by name at teardown (a BGP socket left
+    retransmitting its FIN keeps a deleted namespace, and its end of the veth, alive for minutes)."""
+    end = f"{st.name}{node}h"[:15]
+    st.links.append(end)
+    return end
+
+
 def underlay_end(cluster: str, node: str) -> str:
     """The underlay segment's end of a node's ul0 link (in the root namespace, on the underlay bridge): where to
     watch a node's underlay traffic (an AF_XDP port's own end hides it from packet taps)."""
@@ -97,7 +105,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 info["gateway_role"] = "lb" if n in lbs else "private-line" if n in lines else "nat"
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 if n in lines:
-                    net.addLink(node, seg["ho"], intfName1="ho0", intfName2=f"{st.name}{n}h"[:15])
+                    net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
                 else:
                     net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
                 net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
@@ -110,7 +118,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 node.run("ethtool", "-K", "ul0", "tx", "off")
                 info["underlay_ip"] = addr
             elif role == "onprem":  # the site's router's trunk to the handoff (topologies/site.py tags it)
-                net.addLink(node, seg["ho"], intfName1="ho0", intfName2=f"{st.name}{n}h"[:15])
+                net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
             elif role == "external":
                 net.addLink(node, seg["ex"], intfName1="eth0", intfName2=f"{st.name}{n}x"[:15])
                 node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")

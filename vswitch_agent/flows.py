@@ -160,10 +160,11 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
             peer = peers[r.peer_vpc_id]
             out.append(flow(P.ROUTING, prio, match, [DecTtl(), SetField("eth_src", peer.router_mac),
                                                      SetField("metadata", peer.vni), goto(P.FORWARD)], "route", obj))
-        elif r.target_type == "nat-gateway" and r.gateway_vteps and tunnel_ofport is not None:
-            # straight to a NAT instance, in the VPC's own VNI (the gateway tells tenants apart by VNI). With
-            # several instances, the VM's source address picks one (its low bits: the bucket), so every flow
-            # of a VM meets the same instance and keeps its EIP; a select group would scatter a VM's flows.
+        elif r.target_type in ("nat-gateway", "private-line") and r.gateway_vteps and tunnel_ofport is not None:
+            # straight to a NAT (or private-line) instance, in the VPC's own VNI (the gateway tells tenants apart
+            # by VNI). With several instances, the VM's source address picks one (its low bits: the bucket), so
+            # every flow of a VM meets the same instance and keeps its EIP; a select group would scatter a VM's
+            # flows.
             buckets = r.gateway_buckets or r.gateway_vteps[:1]
             if len(set(buckets)) == 1:
                 splits = [(match, buckets[0])]

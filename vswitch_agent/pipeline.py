@@ -160,7 +160,7 @@ LB_UNNAT = Table(35, "lb_unnat", "metadata, ipv4_src + ip_proto + tcp_src/udp_sr
 ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest prefix first); for NAT "
                 "gateways with several instances also ipv4_src & 7 (the VM's bucket); a port's own EIP: ipv4_src",
                 "local: TTL-1 (TTL run out: to the agent, which answers time exceeded from the subnet gateway), "
-                "eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway: TTL-1, "
+                "eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway, private-line: TTL-1, "
                 "tunnel to the instance serving the bucket (or homing the port's EIP), in the VPC's VNI. "
                 "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.",
               may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src"),

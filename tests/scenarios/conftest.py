@@ -28,10 +28,12 @@ STATE = Path("/run/tianji-cluster")
 
 
 def require_prerequisites() -> None:
-    missing = [t for t in ("ovs-vswitchd", "tcpdump", "dhclient", "iperf3", "mnexec") if shutil.which(t) is None]
+    tools = ("ovs-vswitchd", "tcpdump", "dhclient", "iperf3", "mnexec", "vtysh")
+    missing = [t for t in tools if shutil.which(t) is None]
     if os.geteuid() != 0 or missing:
         pytest.fail("the scenario suite needs root and " + (", ".join(missing) or "nothing else") +
-                    ": run `make setup` (apt-get install openvswitch-switch mininet tcpdump isc-dhcp-client iperf3)")
+                    ": run `make setup` (apt-get install openvswitch-switch mininet tcpdump isc-dhcp-client iperf3 "
+                    "frr)")
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 
 import pytest
 
-from tests.scenarios.conftest import Capture, Net, ex, ping, wait_for
+from tests.scenarios.conftest import WEB, Capture, Net, ex, ping, wait_for
 from topologies.site import Neighbor, SiteRouter
 
 CLOUD_ASN = 64512
@@ -57,7 +58,7 @@ def site_for(site: SiteRouter, line: dict, password: str | None = None, networks
         pairs.append((line["secondary"]["customer_ip"], line["secondary"]["local_ip"]))
     site.add_vlan(line["vlan_id"], pairs[0][0])
     for cust, _ in pairs[1:]:
-        subprocess.run(["ip", "-n", site.ns, "addr", "add", cust, "dev", f"v{line['vlan_id']}"], check=True)
+        subprocess.run(["ip", "-n", site.ns, "addr", "replace", cust, "dev", f"v{line['vlan_id']}"], check=True)
     site.bgp([Neighbor(local.split("/")[0], CLOUD_ASN, password) for _, local in pairs], networks, extra)
 
 
@@ -91,9 +92,14 @@ def test_pl_1_a_vm_and_the_site_reach_each_other_tagged_on_the_handoff(cluster, 
     assert wait_for(lambda: ping(cluster, vm, LAN_HOST, count=1), 10, "the VM pinging the site's LAN host") < 10
     r = site.lan_exec("ping", "-c", "3", "-i", "0.2", "-W", "1", vm["ip"])
     assert r.returncode == 0, r.stdout + r.stderr
-    ex(cluster, vm, "sh", "-c", "(echo hello-from-vm | nc -l -p 7000 -q 1 &) ; sleep 0.1")
-    got = site.lan_exec("sh", "-c", f"nc -w 3 {vm['ip']} 7000 </dev/null")
-    assert "hello-from-vm" in got.stdout, got
+    web = subprocess.Popen(["ip", "netns", "exec", vm["ns"], sys.executable, "-c", WEB % 8080],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # TCP from the site to the VM: the VM sees the on-premise address itself (no NAT on a private line)
+        got = wait_for(lambda: site.lan_exec("curl", "-s", "-m", "2", f"http://{vm['ip']}:8080/").stdout == LAN_HOST,
+                       10, "TCP from the site's LAN host to the VM")
+        assert got < 10
+    finally:
+        web.kill()
     from scapy.all import ICMP, UDP, VXLAN, Dot1Q
 
     tagged = [p for c in handoff for p in c.stop() if p.haslayer(Dot1Q) and p.haslayer(ICMP)]
@@ -131,26 +137,47 @@ def test_pl_2_learned_routes_follow_the_site_and_peering_is_not_transitive(clust
     print(f"learned -> in the vSwitch: {learned_s:.2f} s")
 
 
+def serve_name(ns: str, name: str, port: int = 8080) -> subprocess.Popen:
+    """An HTTP server in namespace `ns` answering its own `name`: who answered, seen from the client."""
+    code = ("import http.server, socketserver\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            f"    def do_GET(self):\n        b = {name!r}.encode()\n"
+            "        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers()\n"
+            "        self.wfile.write(b)\n    def log_message(self, *a): pass\n"
+            f"socketserver.TCPServer.allow_reuse_address = True\nsocketserver.TCPServer(('0.0.0.0', {port}), H)"
+            ".serve_forever()\n")
+    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 def test_pl_3_two_tenants_same_cidrs_two_vlans_stay_apart(cluster, tenants, site) -> None:
+    """Two customers (site1, site2) with the same LAN, into two tenants' VPCs with the same CIDR, on two VLANs of
+    the one handoff: each VM reaches its own site's host and that host only, and the reverse."""
+    site2 = SiteRouter(cluster.state, "site2").start()
     a, va, vm_a, la = line_vpc(tenants, 120, secondary=False)
     b, vb, vm_b, lb = line_vpc(tenants, 121, secondary=False)
-    assert vm_a["ip"] == vm_b["ip"]  # the same addresses in both VPCs
-    # the site answers both lines from one router: tenant A's prefix and tenant B's are the same LAN
-    site.add_vlan(120, la["customer_ip"])
-    site.add_vlan(121, lb["customer_ip"])
-    site.bgp([Neighbor(la["local_ip"].split("/")[0], CLOUD_ASN), Neighbor(lb["local_ip"].split("/")[0], CLOUD_ASN)])
+    assert vm_a["ip"] == vm_b["ip"] and va["cidr"] == vb["cidr"]
+    site_for(site, la)
+    site_for(site2, lb)
     established(a, la, 1)
     established(b, lb, 1)
-    wait_for(lambda: "192.168.10.0/24" in bgp_routes(b, vb), 10, "tenant B's route")
+    for n, vpc in ((a, va), (b, vb)):
+        wait_for(lambda n=n, vpc=vpc: "192.168.10.0/24" in bgp_routes(n, vpc), 10, "the site's route")
     cluster.wait_converged()
-    assert wait_for(lambda: ping(cluster, vm_a, LAN_HOST, count=1), 10, "A reaching the site") < 10
-    assert wait_for(lambda: ping(cluster, vm_b, LAN_HOST, count=1), 10, "B reaching the site") < 10
-    # A's VM cannot reach B's VM through the lines (nor the reverse): each VLAN enters its own VNI only
-    cap = Capture(cluster.hypervisor("hv1").ns, "ul0", "udp port 4789")
-    assert not ping(cluster, vm_a, "169.254.121.1", count=2)  # B's line address, from A
-    from scapy.all import VXLAN
-
-    assert {p[VXLAN].vni for p in cap.stop() if p.haslayer(VXLAN)} <= {va["vni"]}
+    servers = [serve_name(site.lan_ns, "site1"), serve_name(site2.lan_ns, "site2"),
+               serve_name(vm_a["ns"], "vm-a"), serve_name(vm_b["ns"], "vm-b")]
+    try:
+        for vm, want in ((vm_a, "site1"), (vm_b, "site2")):
+            wait_for(lambda vm=vm, want=want: ex(cluster, vm, "curl", "-s", "-m", "2",
+                                                 f"http://{LAN_HOST}:8080/").stdout == want, 15,
+                     f"{vm['name']} reaching {want}'s host only")
+        for s_, want in ((site, "vm-a"), (site2, "vm-b")):
+            wait_for(lambda s_=s_, want=want: s_.lan_exec("curl", "-s", "-m", "2",
+                                                        f"http://{vm_a['ip']}:8080/").stdout == want, 15,
+                     f"{s_.site} reaching {want} only")
+    finally:
+        for p in servers:
+            p.kill()
 
 
 def test_pl_5_bad_routes_are_refused_and_said(cluster, tenants, site) -> None:
@@ -171,3 +198,32 @@ def test_pl_5_bad_routes_are_refused_and_said(cluster, tenants, site) -> None:
     wait_for(lambda: any("max-prefix" in (s["last_error"] or "") for s in sessions(n, line)), 30,
              "max-prefix reported", interval=0.5)
     assert not bgp_routes(n, vpc)
+
+
+def test_pl_4_failover_an_instance_killed_under_a_20ms_ping(cluster, tenants, site) -> None:
+    """Kill the instance carrying the VM's way out while it pings the site every 20 ms: the vSwitch moves to the
+    other instance once the controller sees it silent, the site once BFD does (0.9 s); the loss is measured."""
+    n, vpc, vm, line = line_vpc(tenants, 140)
+    site_for(site, line)
+    established(n, line)
+    wait_for(lambda: "192.168.10.0/24" in bgp_routes(n, vpc), 10, "the site's route")
+    cluster.wait_converged()
+    assert wait_for(lambda: ping(cluster, vm, LAN_HOST, count=1), 10, "the VM reaching the site") < 10
+    before = {g: cluster.gateway_status(g)["counters"].get("line_out", 0) for g in ("pl1", "pl2")}
+    ping(cluster, vm, LAN_HOST, count=5)
+    victim = max(before, key=lambda g: cluster.gateway_status(g)["counters"].get("line_out", 0) - before[g])
+    proc = subprocess.Popen(["ip", "netns", "exec", vm["ns"], "ping", "-i", "0.02", "-c", "400", "-W", "1",
+                             LAN_HOST], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        cluster.kill_gateway(victim)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        cluster.start_gateway(victim)
+    summary = next(x for x in out.splitlines() if "transmitted" in x).split(",")  # "N transmitted, M received"
+    sent, got = int(summary[0].split()[0]), int(summary[1].split()[0])
+    lost_ms = (sent - got) * 20
+    print(f"failover of {victim}: {sent - got} of {sent} pings lost at 20 ms: {lost_ms} ms")
+    cluster.wait_gateways(timeout=30)
+    established(n, line, timeout=60)
+    assert lost_ms < 1000, f"{sent - got} pings lost ({lost_ms} ms) when {victim} died"

@@ -32,6 +32,7 @@ FRR = Path("/usr/lib/frr")
 DAEMONS = ("zebra", "bfdd", "bgpd")  # in this order: zebra first (the others connect to it)
 TUNSETIFF, IFF_TAP, IFF_NO_PI = 0x400454CA, 0x0002, 0x1000
 BFD_MS, BFD_MULT = 300, 3  # Direct Connect's: a dead line is seen in 0.9 s
+MD5_RECENT_S = 10.0  # a signature failure this recent is why a session is down (the customer retries every second)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ def bgpd_conf(spec: SessionSpec, ns: str) -> str:
     if spec.md5:
         lines.append(f" neighbor {c} password {spec.md5}")
     lines += [" address-family ipv4 unicast", f"  network {spec.advertise}",
-              f"  neighbor {c} maximum-prefix {spec.max_prefixes}", " exit-address-family", "!"]
+              f"  neighbor {c} prefix-list tj-vpc out",  # the VPC's CIDR only: never a learned route back
+              f"  neighbor {c} maximum-prefix {spec.max_prefixes}", " exit-address-family", "!",
+              f"ip prefix-list tj-vpc seq 5 permit {spec.advertise}", "!"]
     return "\n".join(lines) + "\n"
 
 
@@ -90,6 +93,7 @@ class SessionDaemons:
         self.dir = workdir / self.ns
         self.fd: int | None = None
         self.procs: list[subprocess.Popen] = []
+        self.md5_seen, self.md5_until = 0, 0.0  # MD5 failures counted so far; reported as the cause until then
 
     def _ip(self, *args: str, ns: bool = True) -> None:
         subprocess.run(["ip", *(("-n", self.ns) if ns else ()), *args], check=True, capture_output=True)
@@ -171,9 +175,12 @@ class SessionDaemons:
         af = nb.get("addressFamilyInfo", {}).get("ipv4Unicast", {})
         st.update(bgp_state=nb.get("bgpState", "Idle"), received=af.get("acceptedPrefixCounter", 0),
                   accepted=af.get("acceptedPrefixCounter", 0), advertised=af.get("sentPrefixCounter", 0))
-        reason = nb.get("lastResetDueTo") or nb.get("lastNotificationReason")
+        reason = nb.get("lastNotificationReason") or nb.get("lastResetDueTo")  # the NOTIFICATION says why
+        md5 = self._md5_failures()
+        if md5 > self.md5_seen:  # segments dropped for their signature since the last look
+            self.md5_seen, self.md5_until = md5, time.monotonic() + MD5_RECENT_S
         if st["bgp_state"] != "Established":
-            if self._md5_failures():
+            if time.monotonic() < self.md5_until:
                 st["last_error"] = "MD5 mismatch: the customer's router signs with another password (or none)"
             elif reason:
                 st["last_error"] = _error_of(reason)
@@ -215,7 +222,7 @@ def _wait_for(path: Path, timeout: float) -> None:
 def _error_of(reason: str) -> str:
     """bgpd's words for why the session is down, in the API's (max-prefix exceeded, MD5 mismatch)."""
     low = reason.lower()
-    if "prefix" in low and ("max" in low or "overflow" in low or "limit" in low):
+    if "maximum number of prefixes" in low or "prefix" in low and ("max" in low or "limit" in low):
         return f"max-prefix exceeded ({reason})"
     return reason
 

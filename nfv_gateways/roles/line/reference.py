@@ -70,7 +70,7 @@ class LineTable:
     by_vlan: dict[int, Line] = field(default_factory=dict)
     learned: dict[tuple[str, int], frozenset[Prefix]] = field(default_factory=dict)  # (line, session) -> prefixes
     routes: dict[int, list[tuple[int, int, int, Line, int]]] = field(default_factory=dict)  # VNI -> LPM order
-    icmp_limit: TokenBucket = field(default_factory=lambda: TokenBucket(100.0, 100))
+    icmp_limit: TokenBucket = field(default_factory=lambda: TokenBucket(100.0, 100, 0.0))
 
     # --- policy ---------------------------------------------------------------------------------------------
     def set_line(self, line: Line) -> None:
