@@ -137,6 +137,7 @@ def _register_components() -> None:
     """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet)."""
     import tianjictl.admin
     import tianjictl.lb
+    import tianjictl.lines
     import tianjictl.network  # noqa: F401 - their commands register on `app` as they are imported
 
     try:

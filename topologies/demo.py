@@ -20,6 +20,7 @@ from rich.table import Table
 
 from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
+from topologies.site import Neighbor, SiteRouter
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 NAME = "demo"
@@ -60,6 +61,41 @@ def load_balancer(ea: dict, vpc: dict, subnet: dict, vms: dict) -> list[subproce
     tj(ea, "lb", "list")
     tj(ea, "lb", "members", pool["id"])
     return backends
+
+
+def private_line(c: Cluster, ea: dict, vpc: dict, vms: dict, results: Table) -> int:
+    """site1's router (FRR, its trunk tagged by OVS) peers with the line's two sessions; the VPC learns its LAN by
+    BGP; a VM and the site's LAN host reach each other. Returns the failed checks."""
+    site = SiteRouter(c.state, "site1").start()
+    line = tj(ea, "private-line", "create", "dc1", "--vpc", vpc["id"], "--vlan", "100", "--customer-asn", "65010",
+              "--customer-ip", "169.254.100.2/30", "--local-ip", "169.254.100.1/30", "--secondary-customer-ip",
+              "169.254.101.2/30", "--secondary-local-ip", "169.254.101.1/30", show=False)
+    tj(ea, "sg", "rule-add", vpc["default_security_group_id"], "--direction", "ingress", "--remote-cidr",
+       site.lan, show=False)
+    site.add_vlan(100, "169.254.100.2/30")
+    subprocess.run(["ip", "-n", site.ns, "addr", "replace", "169.254.101.2/30", "dev", "v100"], check=True)
+    site.bgp([Neighbor("169.254.100.1", 64512), Neighbor("169.254.101.1", 64512)])
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        got = tj(ea, "private-line", "show", line["id"], show=False)
+        if sum(s["bgp_state"] == "Established" for s in got["sessions"]) == 2 and got["learned_routes"]:
+            break
+        time.sleep(0.5)
+    console.print(f"  both sessions established and {site.lan} learned in {time.monotonic() - t0:.1f} s")
+    tj(ea, "private-line", "show", line["id"])
+    tj(ea, "route", "list", "--vpc", vpc["id"])
+    c.wait_converged()
+    failures = 0
+    for check, ok in (("private line: VM -> on-premise host", any(
+            c.vm_exec(vms["acme/web1"]["name"], "ping", "-c", "1", "-W", "1", site.lan_host).returncode == 0
+            for _ in range(5))),
+            ("private line: on-premise host -> VM", site.lan_exec(
+                "ping", "-c", "3", "-i", "0.2", "-W", "1", vms["acme/web1"]["ip"]).returncode == 0)):
+        failures += not ok
+        results.add_row(check, "acme/web1" if "VM ->" in check else "site1 LAN",
+                        site.lan_host if "VM ->" in check else vms["acme/web1"]["ip"], "reach",
+                        "[green]ok" if ok else "[red]FAIL", "-", "-")
+    return failures
 
 
 def step(title: str) -> None:
@@ -227,6 +263,8 @@ def main() -> None:
         results.add_row("load balancer: VIP 10.0.1.100:80", "acme/app1", "web1, web2 :8080", "both answer",
                         "[green]ok" if good else f"[red]FAIL ({sorted(set(answers))})",
                         f"{answers.count('web1')} / {answers.count('web2')} of 20", "-")
+        step("4b. a private line: acme's data center (site1) on VLAN 100, BGP and BFD to both private-line instances")
+        failures += private_line(c, ea, avpc, vms, results)
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()
         row("peering deleted", "acme/web1", "acme/db1", False)

@@ -63,3 +63,26 @@ def test_a_tenant_puts_a_load_balancer_in_front_of_vms_with_the_cli(controller: 
     assert code != 0 and "table_size" in out and "prime" in out, out
     code, out = tianji(controller, token, "lb", "list")
     assert code == 0 and "web" in out and lb["vip_address"] in out, out
+
+
+def test_a_tenant_orders_a_private_line_with_the_cli(controller: Controller) -> None:
+    t = controller.tenant()
+    token = t.http.headers["Authorization"].split()[1]
+    vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.8.0.0/16"})
+    code, out = tianji(controller, token, "--json", "private-line", "create", "dc1", "--vpc", vpc["id"], "--vlan",
+                       "300", "--customer-asn", "65010", "--customer-ip", "169.254.30.2/30", "--local-ip",
+                       "169.254.30.1/30", "--md5-password", "k3y", "--static-route", "192.168.40.0/24")
+    assert code == 0, out
+    line = json.loads(out)
+    assert line["md5"] is True and line["static_routes"] == ["192.168.40.0/24"]
+    code, out = tianji(controller, token, "private-line", "show", line["id"])
+    assert code == 0 and "sessions" in out and "Idle" in out and "10.8.0.0/16" in out, out
+    code, out = tianji(controller, token, "private-line", "create", "dc2", "--vpc", vpc["id"], "--vlan", "300",
+                       "--customer-asn", "65010", "--customer-ip", "169.254.31.2/30", "--local-ip",
+                       "169.254.31.1/30")
+    assert code != 0 and "vlan_id" in out and "already used" in out, out
+    code, out = tianji(controller, token, "private-line", "create", "dc3", "--vpc", vpc["id"], "--vlan", "301",
+                       "--customer-asn", "23456", "--customer-ip", "169.254.32.2/30", "--local-ip",
+                       "169.254.32.1/30")
+    assert code != 0 and "customer_asn" in out and "AS_TRANS" in out, out
+    assert tianji(controller, token, "private-line", "delete", line["id"])[0] == 0

@@ -29,7 +29,7 @@ from tianji.southbound import (
 )
 
 HOSTS = ["hv1", "hv2", "hv3"]
-GATEWAYS = {"gw-nat": "nat", "gw-lb": "lb"}
+GATEWAYS = {"gw-nat": "nat", "gw-lb": "lb", "gw-pl": "private-line"}
 
 
 def _diff(a: dict, b: dict) -> str:
@@ -119,7 +119,8 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
     osub = t2.post("/v1/subnets", {"vpc_id": other["id"], "name": "s0", "cidr": "10.9.0.0/24"})
     fleet.sync("setup")
     objs: dict[str, list] = {k: [] for k in ("ports", "groups", "rules", "routes", "peerings", "eips", "natgws",
-                                             "snat", "dnat", "lbs", "listeners", "pools", "members", "monitors")}
+                                             "snat", "dnat", "lbs", "listeners", "pools", "members", "monitors",
+                                             "lines")}
     n = 0
 
     def vpc() -> dict:
@@ -316,6 +317,30 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
         mark_silent_hosts_down(controller.db, 60)
         controller.raw(controller.admin_token).post(f"/v1/hosts/{h}/status", json={"ports": {}})
 
+    def line() -> None:
+        v = vpc()
+        vlan = 100 + n
+        objs["lines"].append(t.post("/v1/private-lines", {
+            "name": f"l{n}", "vpc_id": v["id"], "vlan_id": vlan, "customer_asn": 65010,
+            "customer_ip": f"169.254.{vlan % 250}.2/30", "local_ip": f"169.254.{vlan % 250}.1/30",
+            "static_routes": [f"192.168.{n % 250}.0/24"]}))
+
+    def line_update() -> None:
+        if x := pick("lines"):
+            t.patch(f"/v1/private-lines/{x['id']}", {"static_routes": [f"172.20.{n % 250}.0/24"],
+                                                     "max_prefixes": rng.randrange(1, 5)})
+
+    def line_learns() -> None:  # the instance's session reports what BGP brought, or lost
+        if x := pick("lines"):
+            prefixes = [f"172.{16 + rng.randrange(4)}.{i}.0/24" for i in range(rng.randrange(4))]
+            adm.put(f"/v1/gateways/gw-pl/private-lines/{x['id']}", {"sessions": [{
+                "local_ip": x["local_ip"], "bgp_state": rng.choice(["Established", "Established", "Active"]),
+                "prefixes": prefixes}]})
+
+    def line_delete() -> None:
+        if x := take("lines"):
+            t.delete(f"/v1/private-lines/{x['id']}")
+
     def other_tenant() -> None:  # writes elsewhere: nobody's config here changes, nothing may go stale
         orch.post("/v1/ports", {"subnet_id": osub["id"], "name": f"o{n}", "host": rng.choice(HOSTS)})
 
@@ -323,9 +348,10 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
                                                    group_create, rule_add, rule_delete, group_delete, peering,
                                                    cross_peering, unpeer, route_delete, eip_associate, eip_release,
                                                    natgw, dnat, natgw_delete, lb, member, member_weight, monitor,
-                                                   health, lb_delete, host_move, host_down_up, other_tenant]
+                                                   health, lb_delete, host_move, host_down_up, other_tenant,
+                                                   line, line, line_update, line_learns, line_learns, line_delete]
     done = set()
-    for n in range(140):
+    for n in range(170):
         op = rng.choice(ops)
         op()
         done.add(op.__name__)
