@@ -95,4 +95,4 @@ class Handoff:
         return True
 
 
-__all__ = ["ETH_8021Q", "Handoff", "arp_frame", "tagged", "untag"]
+__all__ = ["BROADCAST", "ETH_8021Q", "Handoff", "arp_frame", "tagged", "untag"]

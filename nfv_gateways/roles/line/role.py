@@ -22,7 +22,7 @@ from nfv_gateways.core.packet import Verdict, ip2int
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.core.underlay import ETH_ARP, ETH_IP, mac_bytes
 from nfv_gateways.roles.line.bgp import SessionDaemons, SessionSpec, frr_available
-from nfv_gateways.roles.line.handoff import Handoff
+from nfv_gateways.roles.line.handoff import BROADCAST, Handoff, arp_frame
 from nfv_gateways.roles.line.policy import line_of, specs_of
 from nfv_gateways.roles.line.reference import LineTable, LineVerdict, prefix_of
 from tianji.served import PrivateLineServed
@@ -203,7 +203,10 @@ class LineRole:
                 self.session_state[key] = {"bgp_state": "Idle", "last_error": f"session did not start: {e}"}
                 continue
             self.daemons[key] = d
-            self.by_local[(spec.vlan, ip2int(spec.local_ip))] = d
+            local = ip2int(spec.local_ip)
+            self.by_local[(spec.vlan, local)] = d
+            # a session moved here from a dead instance: the customer's router learns its new MAC at once
+            self.handoff.send(spec.vlan, BROADCAST, ETH_ARP, arp_frame(1, self.handoff.mac, local, b"\0" * 6, local))
             threading.Thread(target=self._tap_loop, args=(d,), name=f"tap-{d.ns}", daemon=True).start()
 
     def _tap_loop(self, d: SessionDaemons) -> None:
