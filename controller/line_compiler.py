@@ -29,7 +29,9 @@ def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[
         key = (r.destination, r.line_id)
         if r.origin == "static":
             through[key] = ("static", set(_session_instances(r.line_id, r.secondary_local_ip, live)))
-        elif r.instance in live and through.get(key, ("bgp",))[0] == "bgp":
+        elif through.get(key, ("bgp",))[0] == "bgp" and \
+                r.instance in _session_instances(r.line_id, r.secondary_local_ip, live):
+            # learned by an instance that carries a session of the line now (not one the session moved away from)
             through.setdefault(key, ("bgp", set()))[1].add(r.instance)
     out: list[RouteInfo] = []
     seen = set(taken)

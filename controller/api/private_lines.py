@@ -67,7 +67,8 @@ def line_out(s: Session, line: m.PrivateLine, asn: int, instances: list[str] | N
     reports = {(r.instance, r.local_ip): r for r in s.execute(
         select(m.PrivateLineSession).where(m.PrivateLineSession.line_id == line.id)).scalars()}
     sessions = []
-    for inst, local, customer in line_sessions(line.id, pairs_of(line), live):
+    placed = line_sessions(line.id, pairs_of(line), live)
+    for inst, local, customer in placed:
         r = reports.get((inst, local.split("/")[0]))
         sessions.append(SessionOut(
             instance=inst, local_ip=local, customer_ip=customer,
@@ -81,7 +82,7 @@ def line_out(s: Session, line: m.PrivateLine, asn: int, instances: list[str] | N
     for prefix, inst in s.execute(select(m.PrivateLineLearned.prefix, m.PrivateLineLearned.instance)
                                   .where(m.PrivateLineLearned.line_id == line.id)
                                   .order_by(m.PrivateLineLearned.prefix, m.PrivateLineLearned.instance)):
-        if inst in live:
+        if inst in {i for i, _, _ in placed}:  # an instance carrying a session of the line now
             learned.setdefault(prefix, []).append(inst)
     statics = sorted(s.execute(select(m.PrivateLineStaticRoute.destination)
                                .where(m.PrivateLineStaticRoute.line_id == line.id)).scalars())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.placement import line_sessions
 from tests.api.test_resources import expect, make_vpc
 from tests.conftest import Controller
 
@@ -167,3 +168,20 @@ def test_the_instances_sections(controller: Controller) -> None:
     assert [s["instance"] for s in a.get(f"/v1/private-lines/{line['id']}")["sessions"]] == [other]
     assert controller.admin.get(f"/v1/gateways/{other}/config")["lines"][0]["id"] == line["id"]
     assert hv_routes(controller, vpc["id"])["192.168.20.0/24"]["gateway_vteps"] == [f"172.31.0.20{other[-1]}"]
+
+
+def test_what_an_instance_learned_stops_routing_when_the_session_moves_away(controller: Controller) -> None:
+    a, vpc, _ = setup(controller)
+    line = a.post("/v1/private-lines", LINE | {"vpc_id": vpc["id"]})
+    first = line["sessions"][0]["instance"]
+    controller.admin.put(f"/v1/gateways/{first}/private-lines/{line['id']}", {"sessions": [{
+        "local_ip": "169.254.10.1", "bgp_state": "Established", "prefixes": ["192.168.10.0/24"]}]})
+    assert hv_routes(controller, vpc["id"])["192.168.10.0/24"]["gateway_vteps"] == [f"172.31.0.20{first[-1]}"]
+    # a new instance that outweighs the first for this line (rendezvous): the session moves to it
+    name = next(n for k in range(1000) if line_sessions(line["id"], [("", "")], [first, n := f"plx{k}"])[0][0] == n)
+    controller.admin.post("/v1/hosts", {"name": name, "vtep_ip": "172.31.0.250", "kind": "gateway",
+                                        "role": "private-line"})
+    assert a.get(f"/v1/private-lines/{line['id']}")["sessions"][0]["instance"] == name
+    # the first instance is alive, but its session went: what it learned routes nothing any more
+    assert "192.168.10.0/24" not in hv_routes(controller, vpc["id"])
+    assert a.get(f"/v1/private-lines/{line['id']}")["learned_routes"] == []

@@ -27,6 +27,7 @@ from nfv_gateways.roles.line.policy import line_of, specs_of
 from nfv_gateways.roles.line.reference import LineTable, LineVerdict, prefix_of
 from tianji.served import PrivateLineServed
 from tianji.southbound import GatewaySection
+from tianji.southbound_client import SouthboundError
 
 if TYPE_CHECKING:
     from nfv_gateways.core.instance import Instance
@@ -237,6 +238,8 @@ class LineRole:
         for (lid, local), spec in self.wanted.items():
             st = self.session_state.get((lid, local), {"bgp_state": "Idle"})
             lines.setdefault(lid, []).append({"local_ip": spec.local_ip} | st)
+        for lid in [x for x in self.reported if x not in lines]:  # no session of it here any more: say so once
+            lines[lid] = []
         for lid, sessions in lines.items():
             body = {"sessions": sessions}
             last = self.reported.get(lid)
@@ -245,6 +248,14 @@ class LineRole:
             try:
                 self.inst.api.call("PUT", f"/v1/gateways/{self.o.name}/private-lines/{lid}", body)
                 self.reported[lid] = (body, now)
+                if not sessions:
+                    del self.reported[lid]
+            except SouthboundError as e:
+                if e.status == 404:  # the line was deleted: nothing to report
+                    self.reported.pop(lid, None)
+                    continue
+                self.counters["report_errors"] += 1
+                log.warning("private line %s: report: %s", lid, e)
             except Exception as e:
                 self.counters["report_errors"] += 1
                 log.warning("private line %s: report: %s", lid, e)
