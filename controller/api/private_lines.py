@@ -49,13 +49,14 @@ def pairs_of(line: m.PrivateLine) -> list[tuple[str, str]]:
 
 
 def refused_of(vpc_cidr: str, prefixes: list[str]) -> tuple[list[str], list[RefusedPrefix]]:
-    """A learned prefix that overlaps the VPC's own CIDR (itself, a more specific, or a covering one) would take
-    the VPC's traffic away from it: refused, and reported."""
+    """A learned prefix that is the VPC's own CIDR or a more specific of it would take the VPC's traffic away from
+    it: refused, and reported. A covering one (a default route from the site) is kept: the VPC's local route is
+    more specific and wins, as for a user's route."""
     own = ipaddress.ip_network(vpc_cidr)
     kept, refused = [], []
     for p in prefixes:
-        if ipaddress.ip_network(p).overlaps(own):
-            refused.append(RefusedPrefix(prefix=p, reason=f"overlaps the VPC's CIDR {vpc_cidr}"))
+        if ipaddress.ip_network(p).subnet_of(own):
+            refused.append(RefusedPrefix(prefix=p, reason=f"inside the VPC's CIDR {vpc_cidr}"))
         else:
             kept.append(p)
     return kept, refused

@@ -110,7 +110,7 @@ class LineTable:
                 table.setdefault(p, (line, line.sessions[0].customer))
             for s in line.sessions:
                 for p in sorted(self.learned.get((line.id, s.local), ())):
-                    if not _overlaps(p, line.vpc):
+                    if not _inside(p, line.vpc):
                         table.setdefault(p, (line, s.customer))
         rows = [(net & _mask(plen), _mask(plen), plen, line, hop) for (net, plen), (line, hop) in table.items()]
         if rows:
@@ -199,9 +199,9 @@ class LineTable:
         pass
 
 
-def _overlaps(p: Prefix, q: Prefix) -> bool:
-    plen = min(p[1], q[1])
-    return p[0] & _mask(plen) == q[0] & _mask(plen)
+def _inside(p: Prefix, q: Prefix) -> bool:
+    """`p` is `q` or a more specific of it (the controller refuses those; a covering route is fine)."""
+    return p[1] >= q[1] and p[0] & _mask(q[1]) == q[0]
 
 
 def _dec_ttl(buf: bytearray, ip: Ip4) -> None:
