@@ -95,3 +95,19 @@ def test_tagged_frames_on_the_wire_are_read_as_their_vlan() -> None:
     r.apply({"va": parts(served())}, {"va"}, True)
     r.from_handoff(*untag(wire, []))
     assert r.inst.delivered == [(1000, ip2int("10.0.1.5"))]
+
+
+def test_gateway_status_shows_a_lines_sessions_and_what_they_learned() -> None:
+    from rich.console import Console
+
+    from nfv_gateways.cli import line_table
+
+    line = {"id": "line-100", "vlan": 100, "vni": 1000, "routes": 3, "static_routes": ["192.168.20.0/24"],
+            "sessions": [{"local_ip": "169.254.10.1/30", "customer_ip": "169.254.10.2/30", "bgp_state": "Established",
+                          "bfd_state": "up", "received": 2, "accepted": 2, "advertised": 1,
+                          "learned": ["192.168.10.0/24", "192.168.11.0/24"], "last_error": None}]}
+    c = Console(width=200, record=True)
+    c.print(line_table(line))
+    out = c.export_text()
+    for want in ("VLAN 100 <-> VNI 1000", "Established", "192.168.11.0/24", "169.254.10.1/30 -> 169.254.10.2/30"):
+        assert want in out, out
