@@ -41,6 +41,7 @@ from controller.reads import (
     host_view,
 )
 from tianji.southbound import (
+    GATEWAY_ROLES,
     OVERLAY_MTU,
     Endpoint,
     HostConfig,
@@ -73,7 +74,7 @@ class Topology(NamedTuple):
 def hosts_fragment(rows: list) -> Topology:
     live = [(n, ip, role or "nat") for n, ip, k, st, role in rows if k == "gateway" and st == "up"]
     return Topology(tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _, _ in rows),
-                    *({n: ip for n, ip, role in live if role == r} for r in ("nat", "lb", "private-line")))
+                    *({n: ip for n, ip, role in live if role == r} for r in GATEWAY_ROLES))  # the fields' order
 
 
 def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> dict[str, tuple[PortInfo, ...]]:

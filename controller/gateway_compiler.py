@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from controller.compiler import endpoints_fragments, hosts_fragment
 from controller.fragments import FRAGMENTS, cached, digest_of, store
 from controller.lb_compiler import lb_sections
-from controller.line_compiler import line_sections
+from controller.line_compiler import LINE_ROLE, line_sections
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNAT,
@@ -89,9 +89,6 @@ class GatewayCompiled:
             name=self.name, revision=self.at, base=-1 if whole else base, vtep_ip=self.vtep_ip,
             vpc_ids=sorted(self.sections), sections=[self.sections[v][0] for v in changed],
             vteps=list(self.vteps) if whole else None)
-
-
-LINE_ROLE = "private-line"
 
 
 def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> GatewayCompiled | None:

@@ -7,15 +7,38 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller import models as m
 from controller.fragments import digest_of
-from controller.placement import line_buckets, line_sessions
+from controller.placement import line_buckets, line_hosts, line_sessions
 from tianji.served import LineSessionServed, PrivateLineServed
 from tianji.southbound import GatewaySection, GatewayVpc, RouteInfo
 
+LINE_ROLE = "private-line"  # the gateway role that carries private lines
 
-def _session_instances(line_id: str, secondary: str | None, live: dict[str, str]) -> list[str]:
-    pairs = [("", "")] * (2 if secondary else 1)
-    return sorted({i for i, _, _ in line_sessions(line_id, pairs, live) if i})
+
+def live_line_instances(s: Session) -> dict[str, str]:
+    """The live private-line instances: name -> VTEP (what compiles read from the topology fragment)."""
+    return dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(
+        m.Host.kind == "gateway", m.Host.role == LINE_ROLE, m.Host.status == "up").order_by(m.Host.name)).tuples().all())
+
+
+def pairs_of(line: Any) -> list[tuple[str, str]]:
+    """A line's sessions' (local, customer) addresses, ADDRESS/LEN, primary first (`line`: a PrivateLine row, or a
+    row read with its columns)."""
+    pl = f"/{line.prefixlen}"
+    out = [(line.local_ip + pl, line.customer_ip + pl)]
+    if line.secondary_local_ip:
+        out.append((line.secondary_local_ip + pl, line.secondary_customer_ip + pl))
+    return out
+
+
+def session_instances(line_id: str, has_secondary: bool, live: dict[str, str] | list[str]) -> set[str]:
+    """The instances carrying a session of the line now: what it learned before a session moved away routes
+    nothing."""
+    return {i for i in line_hosts(line_id, 2 if has_secondary else 1, live) if i}
 
 
 def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[RouteInfo]:
@@ -25,13 +48,14 @@ def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[
     own CIDR, peers, the user's routes) keeps that route; of two lines with one prefix, the first line's wins.
     With several instances, the VM's source address picks one (the NAT gateways' buckets)."""
     through: dict[tuple[str, str], tuple[str, set[str]]] = {}  # (destination, line) -> (origin, instances)
+    carrying: dict[str, set[str]] = {}  # line -> session_instances, placed once per line
     for r in rows:
         key = (r.destination, r.line_id)
+        if r.line_id not in carrying:
+            carrying[r.line_id] = session_instances(r.line_id, r.secondary_local_ip is not None, live)
         if r.origin == "static":
-            through[key] = ("static", set(_session_instances(r.line_id, r.secondary_local_ip, live)))
-        elif through.get(key, ("bgp",))[0] == "bgp" and \
-                r.instance in _session_instances(r.line_id, r.secondary_local_ip, live):
-            # learned by an instance that carries a session of the line now (not one the session moved away from)
+            through[key] = ("static", set(carrying[r.line_id]))
+        elif through.get(key, ("bgp",))[0] == "bgp" and r.instance in carrying[r.line_id]:
             through.setdefault(key, ("bgp", set()))[1].add(r.instance)
     out: list[RouteInfo] = []
     seen = set(taken)
@@ -61,12 +85,8 @@ def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[s
             statics[r.id].append(r.destination)
     by_vpc: dict[str, list[PrivateLineServed]] = defaultdict(list)
     for line_id, (r,) in lines.items():
-        pl = f"/{r.prefixlen}"
-        pairs = [(r.local_ip + pl, r.customer_ip + pl)]
-        if r.secondary_local_ip:
-            pairs.append((r.secondary_local_ip + pl, r.secondary_customer_ip + pl))
         here = [LineSessionServed.model_construct(local_ip=lo, customer_ip=cu, prefixlen=r.prefixlen)
-                for inst, lo, cu in line_sessions(line_id, pairs, live) if inst == name]
+                for inst, lo, cu in line_sessions(line_id, pairs_of(r), live) if inst == name]
         if not here:
             continue
         v = vpcs[r.vpc_id]

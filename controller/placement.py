@@ -45,14 +45,20 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
     return owners
 
 
+def line_hosts(line_id: str, sessions: int, instances: dict[str, str] | list[str]) -> list[str | None]:
+    """The instance each of a private line's `sessions` BGP sessions runs on: the first on the live private-line
+    instance that weighs highest for the line, the second (the redundant pair) on the next one, so that losing one
+    instance leaves a session up; with one instance live, both run on it (None: no instance live). An instance's
+    loss moves only its sessions (rendezvous order)."""
+    ranked = sorted(instances, key=lambda i: _weight(f"line:{line_id}", i), reverse=True)
+    return [ranked[k % len(ranked)] if ranked else None for k in range(sessions)]
+
+
 def line_sessions(line_id: str, pairs: list[tuple[str, str]], instances: dict[str, str] | list[str]) \
         -> list[tuple[str | None, str, str]]:
-    """Where each BGP session of a private line runs, as (instance, local address, customer address): the first
-    pair on the live private-line instance that weighs highest for the line, the second (the redundant pair) on
-    the next one, so that losing one instance leaves a session up; with one instance live, both run on it. An
-    instance's loss moves only its sessions (rendezvous order)."""
-    ranked = sorted(instances, key=lambda i: _weight(f"line:{line_id}", i), reverse=True)
-    return [(ranked[k % len(ranked)] if ranked else None, local, customer) for k, (local, customer) in enumerate(pairs)]
+    """Each session's (instance, local address, customer address), `pairs` placed by line_hosts."""
+    return [(host, local, customer)
+            for host, (local, customer) in zip(line_hosts(line_id, len(pairs), instances), pairs, strict=True)]
 
 
 LINE_BUCKETS = 8  # like NAT_BUCKETS: a VM's source address picks the instance among those a route goes through

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nfv_gateways.roles.line.bgp import FRR, wait_for_path
 from topologies import netns
 from topologies.cluster_state import State
+from topologies.hosts import wait_gone
 from topologies.machines import ovs_env, start_private_ovs
-
-FRR = Path("/usr/lib/frr")
 
 
 @dataclass
@@ -122,7 +122,7 @@ class SiteRouter:
             pid = int((conf / f"{d}.pid").read_text().split()[0])
             self.st.pids.append(pid)
             if d == "zebra":
-                _wait_for(run / "zserv.api")
+                wait_for_path(run / "zserv.api")
         self.st.save()
 
     def stop_bgp(self) -> None:
@@ -132,7 +132,7 @@ class SiteRouter:
             if pidfile.exists():
                 pid = int(pidfile.read_text().split()[0])
                 subprocess.run(["kill", str(pid)], capture_output=True, check=False)
-                _wait_gone(pid)
+                wait_gone(pid, time.time() + 5)
                 pidfile.unlink()
 
     def vtysh(self, cmd: str) -> str:
@@ -141,20 +141,6 @@ class SiteRouter:
     def lan_exec(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.lan_ns, *cmd], capture_output=True, text=True,
                               timeout=timeout)
-
-
-def _wait_for(path: Path, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{path} did not appear")
-        time.sleep(0.02)
-
-
-def _wait_gone(pid: int, timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 __all__ = ["Neighbor", "SiteRouter"]

@@ -28,24 +28,10 @@ from controller.api.line_schemas import (
 )
 from controller.auth import Principal, own_host, require_infra, require_tenant_api
 from controller.errors import conflict, invalid, not_found
+from controller.line_compiler import LINE_ROLE, live_line_instances, pairs_of, session_instances
 from controller.placement import line_sessions
 
 router = APIRouter(tags=["private lines"], route_class=WriteRoute)
-ROLE = "private-line"
-
-
-def live_instances(s: Session) -> list[str]:
-    return list(s.execute(select(m.Host.name).where(m.Host.kind == "gateway", m.Host.role == ROLE,
-                                                    m.Host.status == "up").order_by(m.Host.name)).scalars())
-
-
-def pairs_of(line: m.PrivateLine) -> list[tuple[str, str]]:
-    """The line's sessions' (local, customer) addresses, ADDRESS/LEN, primary first."""
-    pl = f"/{line.prefixlen}"
-    out = [(line.local_ip + pl, line.customer_ip + pl)]
-    if line.secondary_local_ip and line.secondary_customer_ip:
-        out.append((line.secondary_local_ip + pl, line.secondary_customer_ip + pl))
-    return out
 
 
 def refused_of(vpc_cidr: str, prefixes: list[str]) -> tuple[list[str], list[RefusedPrefix]]:
@@ -62,13 +48,14 @@ def refused_of(vpc_cidr: str, prefixes: list[str]) -> tuple[list[str], list[Refu
     return kept, refused
 
 
-def line_out(s: Session, line: m.PrivateLine, asn: int, instances: list[str] | None = None) -> PrivateLineOut:
+def line_out(s: Session, line: m.PrivateLine, asn: int, instances: dict[str, str] | None = None) -> PrivateLineOut:
     vpc = s.get(m.Vpc, line.vpc_id)
-    live = live_instances(s) if instances is None else instances
+    live = live_line_instances(s) if instances is None else instances
     reports = {(r.instance, r.local_ip): r for r in s.execute(
         select(m.PrivateLineSession).where(m.PrivateLineSession.line_id == line.id)).scalars()}
     sessions = []
     placed = line_sessions(line.id, pairs_of(line), live)
+    carrying = session_instances(line.id, line.secondary_local_ip is not None, live)
     for inst, local, customer in placed:
         r = reports.get((inst, local.split("/")[0]))
         sessions.append(SessionOut(
@@ -83,7 +70,7 @@ def line_out(s: Session, line: m.PrivateLine, asn: int, instances: list[str] | N
     for prefix, inst in s.execute(select(m.PrivateLineLearned.prefix, m.PrivateLineLearned.instance)
                                   .where(m.PrivateLineLearned.line_id == line.id)
                                   .order_by(m.PrivateLineLearned.prefix, m.PrivateLineLearned.instance)):
-        if inst in {i for i, _, _ in placed}:  # an instance carrying a session of the line now
+        if inst in carrying:
             learned.setdefault(prefix, []).append(inst)
     statics = sorted(s.execute(select(m.PrivateLineStaticRoute.destination)
                                .where(m.PrivateLineStaticRoute.line_id == line.id)).scalars())
@@ -156,7 +143,7 @@ def list_lines(request: Request, response: Response, page: Page = Depends(),
     with db_of(request).read() as s:
         lines = paged(s, scoped(select(m.PrivateLine), m.PrivateLine, p), m.PrivateLine, [m.PrivateLine.created_at],
                       page, p, request, response)
-        live = live_instances(s)
+        live = live_line_instances(s)
         return [line_out(s, x, request.app.state.settings.private_line_asn, live) for x in lines]
 
 
@@ -209,23 +196,20 @@ def report_line(name: str, line_id: str, body: LineReport, request: Request,
     learned for the line (the VPC is stamped only when they changed); prefixes inside the VPC's CIDR and those over
     `max_prefixes` are refused and shown in the session's status."""
     own_host(p, name, "gateway")
-    db = db_of(request)
-    with db.read() as s:
-        line = s.get(m.PrivateLine, line_id)
-        if line is None:
-            raise not_found("private line", line_id)
-        tenant = line.tenant_id
-    with db.write(tenants=[tenant]) as t:
+    def tenants(s: Session) -> list[str | None]:  # the line's tenant (a host token belongs to none), read first
+        return [s.execute(select(m.PrivateLine.tenant_id).where(m.PrivateLine.id == line_id)).scalar()]
+
+    with db_of(request).write(tenants=tenants) as t:
         s = t.session
         line = s.get(m.PrivateLine, line_id)
         if line is None:
             raise not_found("private line", line_id)
         host = s.get(m.Host, name)
-        if host is None or host.kind != "gateway" or host.role != ROLE:
+        if host is None or host.kind != "gateway" or host.role != LINE_ROLE:
             raise conflict(None, f"host {name} is not a private-line gateway instance; register it with role "
                                  "private-line")
         vpc = s.get(m.Vpc, line.vpc_id)
-        mine = {x[1].split("/")[0] for x in line_sessions(line.id, pairs_of(line), live_instances(s))
+        mine = {x[1].split("/")[0] for x in line_sessions(line.id, pairs_of(line), live_line_instances(s))
                 if x[0] == name}
         accepted: set[str] = set()
         s.execute(delete(m.PrivateLineSession).where(m.PrivateLineSession.line_id == line.id,
@@ -236,13 +220,13 @@ def report_line(name: str, line_id: str, body: LineReport, request: Request,
                 raise conflict(f"sessions.{i}.local_ip", f"{r.local_ip} is not a session of line {line.id} placed "
                                                          f"on instance {name}")
             kept, refused = refused_of(vpc.cidr, r.prefixes) if r.bgp_state == "Established" else ([], [])
-            over = kept[line.max_prefixes:]
+            taken, over = kept[:line.max_prefixes], kept[line.max_prefixes:]
             refused += [RefusedPrefix(prefix=x, reason=f"over the line's max_prefixes ({line.max_prefixes})")
                         for x in over]
-            accepted.update(kept[:line.max_prefixes])
+            accepted.update(taken)
             s.add(m.PrivateLineSession(
                 line_id=line.id, instance=name, local_ip=local, bgp_state=r.bgp_state, bfd_state=r.bfd_state,
-                received=r.received, accepted=len(kept[:line.max_prefixes]), advertised=r.advertised,
+                received=r.received, accepted=len(taken), advertised=r.advertised,
                 refused=[x.model_dump() for x in refused], last_error=r.last_error, updated_at=m.now()))
         have = {x.prefix: x for x in s.execute(select(m.PrivateLineLearned).where(
             m.PrivateLineLearned.line_id == line.id, m.PrivateLineLearned.instance == name)).scalars()}

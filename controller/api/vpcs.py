@@ -26,7 +26,7 @@ from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
-from controller.line_compiler import line_route_infos
+from controller.line_compiler import line_route_infos, live_line_instances
 from controller.models import now
 from controller.reads import Q_LINE_ROUTES
 from tianji.southbound import VXLAN_OVERHEAD
@@ -187,9 +187,7 @@ def effective_routes(s: Session, vpc: m.Vpc) -> list[RouteOut]:
         state = "active" if r.target_id in active or r.target_id in gateways else "blackhole"
         routes.append(RouteOut(id=r.id, destination=r.destination, target=f"{r.target_type}:{r.target_id}",
                                origin="user", state=state))
-    live = dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(
-        m.Host.kind == "gateway", m.Host.role == "private-line", m.Host.status == "up")).tuples().all())
-    for r in line_route_infos(s.execute(Q_LINE_ROUTES, {"vpcs": [vpc.id]}).all(), live,
+    for r in line_route_infos(s.execute(Q_LINE_ROUTES, {"vpcs": [vpc.id]}).all(), live_line_instances(s),
                               {x.destination for x in routes}):
         routes.append(RouteOut(id=None, destination=r.destination, target=f"private-line:{r.target_id}",
                                origin=r.origin, state="blackhole" if r.target_type == "blackhole" else "active"))

@@ -123,7 +123,7 @@ class SessionDaemons:
                  "-i", str(self.dir / f"{d}.pid"), "--log", f"file:{self.dir / d}.log"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             if d == "zebra":
-                _wait_for(run / "zserv.api", 10)
+                wait_for_path(run / "zserv.api")
         log.info("private line %s: session %s -> %s (AS %d) in namespace %s", self.spec.line_id, self.spec.local,
                  self.spec.customer, self.spec.customer_asn, self.ns)
 
@@ -211,7 +211,8 @@ class SessionDaemons:
                       for r in routes)
 
 
-def _wait_for(path: Path, timeout: float) -> None:
+def wait_for_path(path: Path, timeout: float = 10) -> None:
+    """Until `path` exists (a daemon's socket); RuntimeError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:
@@ -227,4 +228,4 @@ def _error_of(reason: str) -> str:
     return reason
 
 
-__all__ = ["SessionDaemons", "SessionSpec", "bgpd_conf", "frr_available", "namespace_of"]
+__all__ = ["SessionDaemons", "SessionSpec", "bgpd_conf", "frr_available", "namespace_of", "wait_for_path"]

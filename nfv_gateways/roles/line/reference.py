@@ -69,7 +69,8 @@ class LineTable:
     lines: dict[str, Line] = field(default_factory=dict)
     by_vlan: dict[int, Line] = field(default_factory=dict)
     learned: dict[tuple[str, int], frozenset[Prefix]] = field(default_factory=dict)  # (line, session) -> prefixes
-    routes: dict[int, list[tuple[int, int, int, Line, int]]] = field(default_factory=dict)  # VNI -> LPM order
+    # VNI -> (network, mask, length, line, next hop, the session's local address), longest first
+    routes: dict[int, list[tuple[int, int, int, Line, int, int]]] = field(default_factory=dict)
     icmp_limit: TokenBucket = field(default_factory=lambda: TokenBucket(100.0, 100, 0.0))
 
     # --- policy ---------------------------------------------------------------------------------------------
@@ -100,28 +101,30 @@ class LineTable:
         self._route(self.lines[line_id].vni)
 
     def _route(self, vni: int) -> None:
-        """The VNI's table: (network, mask, length, line, next hop), longest first; a static route through the
-        line's first session here, a learned one through the session that learned it."""
-        table: dict[Prefix, tuple[Line, int]] = {}
+        """The VNI's table: a static route through the line's first session here, a learned one through the
+        session that learned it."""
+        table: dict[Prefix, tuple[Line, Session]] = {}
         for line in sorted((x for x in self.lines.values() if x.vni == vni), key=lambda x: x.id):
             if not line.sessions:
                 continue
             for p in line.static:
-                table.setdefault(p, (line, line.sessions[0].customer))
+                table.setdefault(p, (line, line.sessions[0]))
             for s in line.sessions:
                 for p in sorted(self.learned.get((line.id, s.local), ())):
                     if not _inside(p, line.vpc):
-                        table.setdefault(p, (line, s.customer))
-        rows = [(net & _mask(plen), _mask(plen), plen, line, hop) for (net, plen), (line, hop) in table.items()]
+                        table.setdefault(p, (line, s))
+        rows = [(net & _mask(plen), _mask(plen), plen, line, s.customer, s.local)
+                for (net, plen), (line, s) in table.items()]
         if rows:
             self.routes[vni] = sorted(rows, key=lambda r: -r[2])
         else:
             self.routes.pop(vni, None)
 
-    def lookup(self, vni: int, dst: int) -> tuple[Line, int] | None:
-        for net, mask, _, line, hop in self.routes.get(vni, ()):
+    def lookup(self, vni: int, dst: int) -> tuple[Line, int, int] | None:
+        """(line, next hop, the session's local address) for `dst` in VNI `vni`, longest prefix first."""
+        for net, mask, _, line, hop, local in self.routes.get(vni, ()):
             if dst & mask == net:
-                return line, hop
+                return line, hop, local
         return None
 
     # --- packets --------------------------------------------------------------------------------------------
@@ -135,8 +138,7 @@ class LineTable:
         if hit is None:
             self.counters["drop_no_route"] += 1
             return None
-        line, hop = hit
-        local = next(s.local for s in line.sessions if s.customer == hop)
+        line, hop, local = hit
         if ip.total > self.handoff_mtu:
             if struct.unpack_from("!H", buf, 6)[0] & 0x4000:  # DF: the VM's path MTU discovery learns it
                 if not self._answer(buf, ip, ICMP_UNREACH, 4, struct.pack("!HH", 0, self.handoff_mtu), now,
