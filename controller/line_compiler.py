@@ -21,8 +21,9 @@ LINE_ROLE = "private-line"  # the gateway role that carries private lines
 
 def live_line_instances(s: Session) -> dict[str, str]:
     """The live private-line instances: name -> VTEP (what compiles read from the topology fragment)."""
-    return dict(s.execute(select(m.Host.name, m.Host.vtep_ip).where(
-        m.Host.kind == "gateway", m.Host.role == LINE_ROLE, m.Host.status == "up").order_by(m.Host.name)).tuples().all())
+    q = select(m.Host.name, m.Host.vtep_ip).where(m.Host.kind == "gateway", m.Host.role == LINE_ROLE,
+                                                  m.Host.status == "up").order_by(m.Host.name)
+    return dict(s.execute(q).tuples().all())
 
 
 def pairs_of(line: Any) -> list[tuple[str, str]]:
