@@ -153,7 +153,7 @@ class GatewayHost:
     def command(self, tianji: str, source: list[str], state_dir: Path, *extra: str) -> list[str]:
         """The instance's command line; `source`: where its config comes from (--controller URL --token T, or
         --config-file F)."""
-        side = ["--handoff-if", "ho0", "--fastpath", "python"] if self.role == "private-line" else \
+        side = ["--handoff-if", "ho0"] if self.role == "private-line" else \
             ["--external-if", "ext0"]
         return [tianji, "gateway", "run", "--role", self.role, "--name", self.name, "--underlay-if", "ul0",
                 "--vtep-ip", self.vtep, *side, *source, "--state-dir", str(state_dir), *extra]

@@ -77,8 +77,7 @@ class Instance:
                                for i in (o.underlay_if, o.external_if))
         self.mac = {UL: mac_bytes(macs[0]), EXT: mac_bytes(macs[1])}
         self.role: Role = role_class(role)(o, self.counters) if isinstance(role, str) else role
-        self.dp = dataplane if dataplane is not None else self._native_dataplane() \
-            if getattr(self.role, "native", True) else self._python_only()
+        self.dp = dataplane if dataplane is not None else self._native_dataplane()
         self.stage: PacketStage = self.role.attach(self.dp)
         if self.dp is None:
             self.fastpath = "python"
@@ -88,6 +87,8 @@ class Instance:
             self.fastpath = f"{self.dp.backend} (packet I/O, new and established flows in C)"
         self.packets = PacketPath(self.mac, self.vtep, self.vtep_int, self.fwd, self.dp, self.counters, self.lock)
         self.packets.stage = self.stage
+        if getattr(self.role, "owns_external", False):  # the role serves the external side's punted frames
+            self.packets.external = self.role.serve_external(self)  # type: ignore[attr-defined]
         self.neighbours = self.packets.neighbours
 
     def _native_dataplane(self) -> Any:
@@ -106,13 +107,6 @@ class Instance:
                 log.warning("fast path %s unavailable: %s", backend, e)
         if fp == "auto":
             log.warning("no native data plane started: using the Python path")
-        return None
-
-    def _python_only(self) -> None:
-        """A role without a C stage: its packets move through the socket path, whatever --fastpath says."""
-        if self.o.fastpath not in ("auto", "python"):
-            raise SystemExit(f"--role {self.role.name} has no native stage yet: run it with --fastpath python "
-                             f"(not {self.o.fastpath})")
         return None
 
     # --- the config --------------------------------------------------------------------------------------------

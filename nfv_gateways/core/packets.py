@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from nfv_gateways.core.neighbours import Neighbours
@@ -29,6 +30,7 @@ class PacketPath:
         self.mac, self.vtep, self.vtep_int, self.fwd, self.dp = mac, vtep, vtep_int, fwd, dp
         self.counters, self.lock = counters, lock
         self.stage: PacketStage | None = None  # the role's, once attached
+        self.external: Callable[[bytes], None] | None = None  # a role that owns the external side: its frames
         self.neighbours = Neighbours(mac, vtep_int, fwd, self.tx, dp, counters)
         self.vx: socket.socket | None = None
         self.ext: socket.socket | None = None
@@ -70,7 +72,7 @@ class PacketPath:
             if port == UL:
                 self.from_underlay(frame)
             elif port == EXT:
-                self.from_external(frame)
+                (self.external or self.from_external)(frame)
             elif port == PUNT_TRANSLATED:  # translated by the data plane, VNI and inside IP in the MAC fields
                 self.to_tenant(int.from_bytes(frame[0:4], "big"), int.from_bytes(frame[4:8], "big"), frame[14:])
         except Exception as e:  # a malformed packet never takes the gateway down

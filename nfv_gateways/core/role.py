@@ -37,9 +37,9 @@ class PacketStage(Protocol):
 
 
 class Role(Protocol):
-    """A role may also say `native = False` (no C stage: the instance moves its packets in Python) and
-    `owns_external = True` with `loops(instance)` (threads of its own serving the external side, e.g. the
-    private line's tagged handoff) and `close()` (what it started, stopped with the instance)."""
+    """A role may also say `owns_external = True`, with `serve_external(instance)` (the handler of the frames the
+    data plane punts from the external side, e.g. the private line's tagged handoff), `loops(instance)` (threads of
+    its own) and `close()` (what it started, stopped with the instance)."""
 
     name: ClassVar[str]  # as registered and reported
     expiry_interval: ClassVar[float]  # seconds between the instance's expiry passes

@@ -1,5 +1,7 @@
 /* AF_PACKET backend (always available): frames received into a TPACKET_V2 ring mapped from the kernel (no system
- * call or copy per frame; each slot keeps HEADROOM before its frame, PACKET_RESERVE), sent with sendmmsg bursts. */
+ * call or copy per frame; each slot keeps HEADROOM before its frame, PACKET_RESERVE), sent with sendmmsg bursts.
+ * An 802.1Q tag the receiving kernel moved into the slot's header (it does so on veth whatever rxvlan says) is
+ * written back into the frame: every backend gives the stages frames as they were on the wire. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -60,6 +62,14 @@ static int pk_rx(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t max
         if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
         data[n] = (uint8_t *)h + h->tp_mac;
         len[n] = h->tp_snaplen > DP_SLOT ? DP_SLOT : h->tp_snaplen;  /* cut, as every backend: its IP length fails */
+        if (h->tp_status & TP_STATUS_VLAN_VALID) {  /* the kernel took the tag into the ring's header: put it back */
+            uint8_t *f = data[n] - 4;
+            memmove(f, data[n], 12);
+            wr16(f + 12, h->tp_status & TP_STATUS_VLAN_TPID_VALID ? h->tp_vlan_tpid : 0x8100);
+            wr16(f + 14, h->tp_vlan_tci);
+            data[n] = f;
+            len[n] = len[n] + 4 > DP_SLOT ? DP_SLOT : len[n] + 4;
+        }
         s->head[port]++;
     }
     return (int)n;

@@ -3,7 +3,7 @@
  *
  * Two ports: DP_UL (the underlay, where vSwitches send tenant traffic in VXLAN to our VTEP) and DP_EXT (the
  * external segment). For every received burst the loop hands each frame to the role's stage (NAT: dp_nat.c, load
- * balancer: dp_lb.c), transmits what it rewrote on the port the stage chose, and punts, untouched, whatever the
+ * balancer: dp_lb.c, private line: dp_line.c), transmits what it rewrote on the port the stage chose, and punts, untouched, whatever the
  * stage is not sure about (ARP, unknown neighbours, ICMP errors...) to a ring that Python drains (`dp_punt`);
  * Python's answers come back through `dp_inject`. Its configuration is per VPC (dp_set_vpc, dp_set_lb_vpc): a
  * change to one tenant crosses into C as that tenant's records. */
@@ -13,6 +13,7 @@
 
 #include "tj_api.h"
 #include "tj_lb.h"
+#include "tj_line.h"
 #include "tj_nat.h"
 
 typedef struct dp dp_t;
@@ -59,6 +60,15 @@ TJ_API int dp_set_lb_vpc(dp_t *dp, uint32_t vni, const tj_lb_listener_t *l, uint
                          uint32_t nm);
 /* the VPC's listeners and members gone: 0, or -1 when it had none */
 TJ_API int dp_remove_lb_vpc(dp_t *dp, uint32_t vni);
+/* the private line's stage (tj_line.h); `handoff_mtu`: the customers' side */
+TJ_API void dp_use_line(dp_t *dp, uint32_t handoff_mtu);
+/* a line added or replaced (by its VLAN), or gone; 0, or -1 out of memory / no such line */
+TJ_API int dp_set_line(dp_t *dp, const tj_line_t *line);
+TJ_API int dp_remove_line(dp_t *dp, uint16_t vlan);
+/* a VNI's routes to its lines, replaced whole (n = 0: none); 0, or -1 out of memory (the old routes stay) */
+TJ_API int dp_set_line_routes(dp_t *dp, uint32_t vni, const tj_line_route_t *routes, uint32_t n);
+/* a customer router's MAC on a VLAN (learned from its ARP by Python) */
+TJ_API int dp_set_line_neigh(dp_t *dp, uint16_t vlan, uint32_t ip, const uint8_t *mac);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);

@@ -26,7 +26,8 @@
 #define TJ_DP_COUNTERS(X)                                                                                           \
     X(rx_ul) X(rx_ext) X(tx_ul) X(tx_ext) X(fast_out) X(fast_in) X(punt) X(punt_full) X(drop_unknown_vtep)          \
     X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)  \
-    X(lb_to_member) X(lb_no_member)
+    X(lb_to_member) X(lb_no_member) X(line_out) X(line_in) X(drop_no_route) X(drop_untagged) X(drop_unknown_vlan)  \
+    X(drop_not_in_vpc)
 #define TJ_COUNTER_ENUM(name) C_##name,
 enum { TJ_DP_COUNTERS(TJ_COUNTER_ENUM) C_COUNT };
 
@@ -66,6 +67,7 @@ typedef struct {
 } stage_t;
 extern const stage_t STAGE_NAT;
 extern const stage_t STAGE_LB;
+extern const stage_t STAGE_LINE;
 
 /* the load balancer's lookups (dp_lb.c), per VPC: a VPC's listeners and members are replaced alone */
 typedef struct {
@@ -84,6 +86,17 @@ typedef struct {
     map_t *members;          /* member + 1 -> (vni << 32 | member IP) + 1: its key in `endpoints` */
 } lb_maps_t;
 
+/* the private line's lookups (dp_line.c) */
+typedef struct { uint64_t lens; uint32_t n; tj_line_route_t *r; } line_vni_t;  /* lens: bit L set, a /L route */
+typedef struct {
+    uint32_t handoff_mtu;
+    map_t *lines;            /* vlan | 1 << 32 -> tj_line_t * */
+    map_t *locals;           /* (vlan << 32 | a session's address) + 1 -> 1 */
+    map_t *vnis;             /* vni | 1 << 32 -> line_vni_t * */
+    map_t *routes;           /* (vni << 38 | len << 32 | net) + 1 -> tj_line_route_t * (in its line_vni_t) */
+    map_t *neigh;            /* (vlan << 32 | IP) + 1 -> MAC */
+} line_maps_t;
+
 /* a VPC's forwarding (dp_set_vpc): its endpoints, which `endpoints` points into */
 typedef struct { uint32_t n; tj_endpoint_t *eps; } vpc_fwd_t;
 
@@ -92,6 +105,7 @@ struct dp {
     nat_t *nat;
     lb_t *lb;
     lb_maps_t lbm;
+    line_maps_t line;
     const backend_t *be;
     void *bs;                                   /* backend state */
     uint8_t mac[2][6];

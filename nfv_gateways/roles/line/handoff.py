@@ -7,7 +7,8 @@ AF_PACKET socket reads the frame untagged and learns the tag from the PACKET_AUX
 in the bytes leaves tagged.
 
 The customers' routers are neighbours per VLAN (two tenants' routers may have the same address on their own
-VLANs): learned from their ARP and from their packets, asked for with ARP from the line's address."""
+VLANs): learned from their ARP, asked for with ARP from the line's address. An answer of ours to a packet (ICMP)
+goes back to the MAC the packet came from."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import socket
 import struct
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 
 from nfv_gateways.core.underlay import ETH_ARP, ETH_P_ALL, PACKET_OUTGOING
 
@@ -48,10 +50,15 @@ def arp_frame(op: int, sha: bytes, spa: int, tha: bytes, tpa: int) -> bytes:
 
 
 class Handoff:
+    """The handoff on a socket of its own (the Python data path), or through the native data plane, which then owns
+    the NIC: `tx` sends what this sends, and the frames punted from it come in through the role."""
+
     def __init__(self, ifname: str, mac: bytes, counters: Counter[str]) -> None:
         self.ifname, self.mac, self.counters = ifname, mac, counters
         self.neighbours: dict[tuple[int, int], bytes] = {}  # (VLAN, address) -> MAC
         self.sock: socket.socket | None = None
+        self.tx: Callable[[bytes], bool] | None = None  # the data plane's, when it owns the NIC
+        self.on_learn: Callable[[int, int, bytes], None] | None = None  # a router learned: (VLAN, address, MAC)
 
     def open(self) -> None:
         # a NIC that strips tags in hardware would hide them from raw sockets too; veths obey this (best effort)
@@ -71,18 +78,26 @@ class Handoff:
         return untag(frame, anc)
 
     def send(self, vlan: int, dst: bytes, ethertype: int, payload: bytes) -> None:
-        assert self.sock is not None
-        self.sock.send(tagged(vlan, dst, self.mac, ethertype, payload))
+        frame = tagged(vlan, dst, self.mac, ethertype, payload)
+        if self.tx is not None:
+            if not self.tx(frame):
+                self.counters["drop_inject_full"] += 1
+                return
+        else:
+            assert self.sock is not None
+            self.sock.send(frame)
         self.counters["tx_handoff"] += 1
 
     def learn(self, vlan: int, frame: bytes) -> None:
-        """A customer router's MAC, from its ARP (sender) or from an IPv4 packet it sent."""
-        etype = struct.unpack_from("!H", frame, 12)[0]
-        if etype == ETH_ARP and len(frame) >= 42:
-            spa = struct.unpack_from("!I", frame, 28)[0]
-            self.neighbours[(vlan, spa)] = frame[22:28]
-        elif etype == 0x0800 and len(frame) >= 34:
-            self.neighbours[(vlan, struct.unpack_from("!I", frame, 26)[0])] = frame[6:12]
+        """A customer router's MAC, from its ARP (request or reply: the sender's). Not from its IP packets: those
+        carry other hosts' addresses too, and the fast path never shows them all to Python."""
+        if struct.unpack_from("!H", frame, 12)[0] != ETH_ARP or len(frame) < 42:
+            return
+        key, mac = (vlan, struct.unpack_from("!I", frame, 28)[0]), frame[22:28]
+        if self.neighbours.get(key) != mac:
+            self.neighbours[key] = mac
+            if self.on_learn is not None:
+                self.on_learn(vlan, key[1], mac)
 
     def send_ip(self, vlan: int, nexthop: int, src: int, pkt: bytes) -> bool:
         """An IPv4 packet to `nexthop` on `vlan`; False (and an ARP request from `src`) while its MAC is unknown."""

@@ -3,7 +3,9 @@ ways (reference.LineTable), with a BGP session per line placed here (bgp.Session
 are routed to it and reported to the controller, which makes them the VPC's routes.
 
 The role owns the handoff (the instance's external side): its frames are for the data path, or for a session's
-namespace (ARP, BGP, BFD, ping to the line's address). Sessions are reconciled, level-triggered, by one loop: the
+namespace (ARP, BGP, BFD, ping to the line's address). With a native data plane, the C stage (native.NativeLineTable
+mirrors the reference's table into it) moves the data path's frames and punts the rest here; without one, the role
+reads the handoff on a socket of its own. Sessions are reconciled, level-triggered, by one loop: the
 sessions the config places here are started, those it no longer does are stopped, a changed one is restarted."""
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from nfv_gateways.core.options import GatewayOptions
 from nfv_gateways.core.packet import Verdict, ip2int
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.core.underlay import ETH_ARP, ETH_IP, mac_bytes
+from nfv_gateways.native.dataplane import EXT
 from nfv_gateways.roles.line.bgp import SessionDaemons, SessionSpec, frr_available
-from nfv_gateways.roles.line.handoff import BROADCAST, Handoff, arp_frame
+from nfv_gateways.roles.line.handoff import BROADCAST, Handoff, arp_frame, untag
 from nfv_gateways.roles.line.policy import line_of, specs_of
 from nfv_gateways.roles.line.reference import LineTable, LineVerdict, prefix_of
 from tianji.served import PrivateLineServed
@@ -71,7 +74,6 @@ class LineRole:
     name = "private-line"
     expiry_interval = 5.0
     owns_external = True  # the handoff: tagged frames, the sessions' control traffic
-    native = False  # its C stage is not built: the Python reference moves its packets
 
     def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
         self.o, self.counters = o, counters
@@ -89,9 +91,22 @@ class LineRole:
         self.inst: Instance | None = None
 
     def attach(self, dp: NativeDataPlane | None) -> LineStage:
-        if dp is not None:
-            raise SystemExit("--role private-line: its native stage is not built yet; run it with --fastpath python")
+        """The data plane owns the handoff (the role sends through it); with its C library, the C stage runs."""
+        if dp is None:
+            return self.stage
+        self.handoff.tx = lambda frame: dp.inject(EXT, frame)
+        if dp.lib is not None:
+            from nfv_gateways.roles.line.native import NativeLineTable
+
+            self.table = NativeLineTable(dp, self.o.handoff_mtu, self.counters)
+            self.stage.table = self.table
+            self.handoff.on_learn = self.table.set_neigh
         return self.stage
+
+    def serve_external(self, inst: Instance) -> Callable[[bytes], None]:
+        """What the instance calls with each frame the data plane punts from the handoff (tag in the frame)."""
+        self.inst = inst
+        return lambda frame: self.from_handoff(*untag(frame, []))
 
     def policy_of(self, section: GatewaySection) -> tuple[PrivateLineServed, ...]:
         return tuple(section.lines)
@@ -116,11 +131,14 @@ class LineRole:
 
     # --- the handoff ----------------------------------------------------------------------------------------
     def loops(self, inst: Instance) -> list[Callable[[], None]]:
-        """The role's own threads: the handoff's frames, and the sessions' reconcile loop."""
+        """The role's own threads: the sessions' reconcile loop, and the handoff's frames unless the data plane
+        punts them to serve_external."""
         self.inst = inst
-        self.handoff.open()
         if (why := frr_available()) is not None:
             log.error("private lines: %s; lines carry their static routes only", why)
+        if self.handoff.tx is not None:
+            return [self.control_loop]
+        self.handoff.open()
         return [self.handoff_loop, self.control_loop]
 
     def handoff_loop(self) -> None:
@@ -165,10 +183,9 @@ class LineRole:
         buf = bytearray(frame[14:])
         with self.inst.lock:
             v = self.table.inbound(vlan, buf, time.time())
-            if v is not None and v.direction == "out":
-                self.stage.send(v, buf)
-                return
-        if v is not None:
+        if v is not None and v.direction == "out":  # an answer (ICMP) to the router the packet came from
+            self.handoff.send(vlan, frame[6:12], ETH_IP, bytes(buf))
+        elif v is not None:
             self.inst.packets.deliver(v, buf)
 
     # --- the sessions ---------------------------------------------------------------------------------------
