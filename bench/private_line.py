@@ -5,9 +5,10 @@ flows.
 
     python bench/private_line.py [--prefixes 100,1000] [--reps 10]
 
-Goal (the private-line issue): 1,000 prefixes in every affected vSwitch within 5 s (p99 over 10 runs), withdrawn
-as fast. What this does not measure yet: packets/s VLAN <-> VXLAN against Open vSwitch (the role's native stage
-is not built; its Python reference moves the packets)."""
+    python bench/private_line.py --wire 5 [--wire-reps 3]     (packets/s both ways, bench/line_wire.py)
+
+Goals (the private-line issue): 1,000 prefixes in every affected vSwitch within 5 s (p99 over 10 runs), withdrawn
+as fast; on the native paths at least 2x Open vSwitch's userspace datapath doing the same job, both ways."""
 
 from __future__ import annotations
 
@@ -108,7 +109,11 @@ def main() -> None:
     ap.add_argument("--prefixes", default="100,1000")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--wire", type=float, default=0, help="seconds per measurement: packets/s, not BGP")
+    ap.add_argument("--wire-reps", type=int, default=3)
     args = ap.parse_args()
+    if args.wire:
+        return wire(args.wire, args.wire_reps, args.json)
     if (STATE / NAME / "state.json").exists():
         Cluster(State.load(STATE / NAME)).down()
     c = Cluster.up("small", name=NAME, state_dir=STATE, progress=lambda m: print(f"> {m}", flush=True))
@@ -125,6 +130,28 @@ def main() -> None:
             args.json.write_text(json.dumps(results, indent=1))
     finally:
         c.down()
+
+
+def wire(seconds: float, reps: int, out: Path | None) -> None:
+    from bench.line_wire import run
+
+    rows: dict[str, list[dict]] = {"ovs": [], "tianji": []}
+    for rep in range(reps):  # interleaved: the machine's drift hits both alike
+        for kind in rows:
+            rows[kind].append(run(kind, seconds))
+            r = rows[kind][-1]
+            print(f"run {rep + 1} {kind} ({r['path']}): VXLAN -> VLAN {r['out'] / 1e3:.0f}k pps (offered "
+                  f"{r['out_offered'] / 1e3:.0f}k), VLAN -> VXLAN {r['in'] / 1e3:.0f}k pps (offered "
+                  f"{r['in_offered'] / 1e3:.0f}k) {r.get('stage', '')}", flush=True)
+    med = {k: {d: statistics.median(x[d] for x in v) for d in ("out", "in")} for k, v in rows.items()}
+    print("\n| 64-byte frames, median of runs | VXLAN -> VLAN | VLAN -> VXLAN |\n|---|---|---|")
+    for k in rows:
+        print(f"| {k} ({rows[k][0]['path']}) | {med[k]['out'] / 1e3:.0f}k pps | {med[k]['in'] / 1e3:.0f}k pps |")
+    print(f"| ratio | x{med['tianji']['out'] / max(med['ovs']['out'], 1):.2f} | "
+          f"x{med['tianji']['in'] / max(med['ovs']['in'], 1):.2f} |")
+    print("goal: at least x2 both ways")
+    if out:
+        out.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

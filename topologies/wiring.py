@@ -60,6 +60,10 @@ def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
                     subprocess.run(["ip", "link", "set", intf.name, "mtu", mtu], check=True, capture_output=True)
                     peer = intf.link.intf1 if intf.link.intf2 is intf else intf.link.intf2
                     peer.node.run("ip", "link", "set", peer.name, "mtu", mtu)
+        if sw is segments["ho"]:  # a switch puts the tag on the wire: the bridge keeps it in metadata otherwise,
+            for intf in sw.intfList():  # which AF_XDP and DPDK cannot see (AF_PACKET can)
+                if intf.name != "lo":
+                    subprocess.run(["ethtool", "-K", intf.name, "txvlan", "off"], check=True, capture_output=True)
         sw.start([])
     subprocess.run(["ip", "addr", "add", f"{mgmt_net.network_address + 1}/{mgmt_net.prefixlen}", "dev",
                     segments["mg"].name], check=True, capture_output=True)

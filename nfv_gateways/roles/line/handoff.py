@@ -12,6 +12,7 @@ goes back to the MAC the packet came from."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Callable
 
 from nfv_gateways.core.underlay import ETH_ARP, ETH_P_ALL, PACKET_OUTGOING
 
+log = logging.getLogger("tianji.gateway")
 SOL_PACKET, PACKET_AUXDATA = 263, 8
 TP_STATUS_VLAN_VALID = 0x10
 AUXDATA = struct.Struct("=IIIHHHH")  # tpacket_auxdata: status, len, snaplen, mac, net, vlan_tci, vlan_tpid
@@ -60,9 +62,16 @@ class Handoff:
         self.tx: Callable[[bytes], bool] | None = None  # the data plane's, when it owns the NIC
         self.on_learn: Callable[[int, int, bytes], None] | None = None  # a router learned: (VLAN, address, MAC)
 
+    def keep_tags(self) -> None:
+        """Receive tags in the frames: a NIC (or veth) that strips them in hardware hides them from AF_XDP and
+        DPDK, which have no metadata for them (AF_PACKET has: handoff.untag, io_packet.c). Before the data plane
+        opens the NIC."""
+        r = subprocess.run(["ethtool", "-K", self.ifname, "rxvlan", "off"], capture_output=True, text=True)
+        if r.returncode and "Cannot change" not in r.stderr + r.stdout:
+            log.warning("ethtool -K %s rxvlan off: %s (AF_XDP and DPDK may then see untagged frames)", self.ifname,
+                        (r.stderr or r.stdout).strip())
+
     def open(self) -> None:
-        # a NIC that strips tags in hardware would hide them from raw sockets too; veths obey this (best effort)
-        subprocess.run(["ethtool", "-K", self.ifname, "rxvlan", "off"], capture_output=True, check=False)
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)

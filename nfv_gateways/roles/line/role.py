@@ -80,6 +80,8 @@ class LineRole:
         self.table = LineTable(o.handoff_mtu, counters)
         self.mac = o.macs[1] if o.macs else Path(f"/sys/class/net/{o.external_if}/address").read_text().strip()
         self.handoff = Handoff(o.external_if, mac_bytes(self.mac), counters)
+        if o.external_if and Path(f"/sys/class/net/{o.external_if}").exists():
+            self.handoff.keep_tags()
         self.stage = LineStage(self.table, self.handoff)
         self.served: dict[str, tuple[PrivateLineServed, ...]] = {}  # VPC id -> its lines with sessions here
         self.wanted: dict[SessionKey, SessionSpec] = {}
