@@ -144,7 +144,8 @@ def ovs(workdir: Path) -> None:
           "set", "interface", "ul0", "type=afxdp-nonpmd")
     sh("ip", "addr", "add", f"{G_VTEP}/24", "dev", "br-phy", ns=G)
     sh("ip", "link", "set", "br-phy", "up", ns=G)
-    vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "--",
+    vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
+          "protocols=OpenFlow10,OpenFlow13", "--",
           "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
           f"options:remote_ip={C_VTEP}", f"options:local_ip={G_VTEP}", "options:key=flow", "--",
           "add-port", "br-int", "ho0", "--", "set", "interface", "ho0", "type=afxdp-nonpmd")
@@ -152,9 +153,9 @@ def ovs(workdir: Path) -> None:
              f"set_field:{4096 + VLAN}->vlan_vid,mod_dl_src:{G_HO_MAC},mod_dl_dst:{SITE_MAC},output:ho0",
              f"in_port=ho0,dl_vlan={VLAN},ip,nw_dst=10.0.0.0/16,actions=pop_vlan,dec_ttl,mod_dl_src:{ROUTER_MAC},"
              f"mod_dl_dst:{VM_MAC},set_field:{VNI}->tun_id,output:vxlan0"]
-    sh("ovs-ofctl", "del-flows", "br-int", ns=G, env=env)
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", "br-int", ns=G, env=env)
     for f in flows:
-        sh("ovs-ofctl", "add-flow", "br-int", f, ns=G, env=env)
+        sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", "br-int", f, ns=G, env=env)
 
 
 def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
