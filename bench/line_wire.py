@@ -111,7 +111,7 @@ def site_arp() -> None:
     sh("ip", "netns", "exec", S, sys.executable, "-c", prog)
 
 
-def tianji(workdir: Path) -> subprocess.Popen:
+def tianji(workdir: Path, fastpath: str = "auto") -> subprocess.Popen:
     ep = {"port_id": "p1", "vpc_id": "v1", "vni": VNI, "ip": VM_IP, "mac": VM_MAC, "host": "hv", "vtep_ip": C_VTEP}
     line = {"id": "line-1", "vni": VNI, "vlan_id": VLAN, "local_asn": 64512, "customer_asn": 65010,
             "vpc_cidr": "10.0.0.0/16", "static_routes": ["192.168.20.0/24"],
@@ -121,7 +121,8 @@ def tianji(workdir: Path) -> subprocess.Popen:
     (workdir / "config.json").write_text(json.dumps(cfg))
     netns.address(G, "ul0", f"{G_VTEP}/24")
     host = GatewayHost("lw", G, f"{G_VTEP}/24", "private-line")
-    cmd = ["ip", "netns", "exec", G, *host.command(TIANJI, ["--config-file", str(workdir / "config.json")], workdir)]
+    cmd = ["ip", "netns", "exec", G, *host.command(TIANJI, ["--config-file", str(workdir / "config.json")], workdir,
+                                                   "--fastpath", fastpath)]
     proc = subprocess.Popen(cmd, stdout=open(workdir / "gateway.log", "wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.time() + 30
@@ -164,14 +165,14 @@ def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
     return int(out[0]), float(out[1])
 
 
-def run(kind: str, seconds: float, flows: int = 1000) -> dict[str, float]:
-    """Packets/s that arrive, each way, through `kind` ('tianji' or 'ovs'), and the path it used."""
+def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") -> dict:
+    """Packets/s that arrive, each way, through `kind` ('tianji' with `fastpath`, or 'ovs'), and the path used."""
     workdir = Path(tempfile.mkdtemp(prefix=f"tianji-line-wire-{kind}-"))
     proc = None
     try:
         plumb()
         if kind == "tianji":
-            proc = tianji(workdir)
+            proc = tianji(workdir, fastpath)
             used = read_status(workdir / "gateway-lw.json")["fastpath"].split()[0]
         else:
             ovs(workdir)
