@@ -44,11 +44,16 @@ def _members(rows: list) -> list[LbMemberServed]:
 def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str, tuple],
                 lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
     """The sections of these VPCs for LB instance `name` (Q_LB_MEMBERS' rows); `vpcs`: id -> (revision, VNI,
-    router MAC, MTU). An EIP of a load balancer is homed on one instance (answers ARP for it, takes its replies)."""
+    router MAC, MTU). Every instance serves a load balancer's EIP alike (the same Maglev tables: an edge router may
+    spread it over all of them, and any of them may carry a member's reply); it is homed on one, which answers ARP
+    for it on a flat external segment."""
     by_vpc: dict[str, list[LbServed]] = {}
     member_ips: dict[str, set[str]] = {}
+    homed: set[str] = set()
     for r, lb_listeners in by_listener(rows).values():
-        eip = r.eip if r.eip_id and home(f"eip:{r.eip_id}", lb_instances) == name else None
+        eip = r.eip if r.eip_id else None
+        if eip and home(f"eip:{r.eip_id}", lb_instances) == name:
+            homed.add(eip)
         listeners = []
         for (proto, port), lrows in lb_listeners.items():
             first = lrows[0]
@@ -66,6 +71,6 @@ def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str
         sec = GatewaySection.model_construct(
             vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
             static=[], dnat=[], endpoints=[e for e in endpoints[vid] if e.ip in ips],
-            eips=sorted(b.eip for b in served if b.eip), lbs=served)
+            eips=sorted(b.eip for b in served if b.eip in homed), lbs=served)
         out[vid] = (sec, digest_of(sec.model_dump_json()))
     return out

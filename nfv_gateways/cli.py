@@ -6,10 +6,14 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from nfv_gateways.core.edge import EdgeSpec
 
 gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb, private-line).")
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -34,6 +38,11 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         lb_connections: int = typer.Option(1 << 20, help="role lb: connection table slots (a power of two)"),
         lb_new_per_s: float = typer.Option(100_000.0, help="role lb: new connections remembered per second; "
                                                            "above it (a SYN flood) Maglev alone decides"),
+        edge_local: str = typer.Option("", help="roles nat, lb: announce our addresses by BGP to an edge router, "
+                                                "from this ADDRESS/LEN on the external segment"),
+        edge_peer: str = typer.Option("", help="the edge router's address (also the way off the segment)"),
+        edge_asn: int = typer.Option(64512, help="our AS number towards the edge router"),
+        edge_peer_asn: int = typer.Option(64600, help="the edge router's AS number"),
         log_level: str = typer.Option("info")) -> None:
     """Run a gateway instance (a VTEP on the underlay; the external segment on --external-if)."""
     from nfv_gateways.core.instance import Instance
@@ -55,6 +64,7 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
     elif not external_if:
         console.print(f"[red]error:[/red] --role {role} needs --external-if (the external segment)")
         raise typer.Exit(2)
+    edge = _edge_of(role, edge_local, edge_peer, edge_asn, edge_peer_asn)
     if config_file is None and not (controller and token):
         console.print("[red]error:[/red] give --controller and --token (or --config-file for a standalone instance)")
         raise typer.Exit(2)
@@ -64,7 +74,25 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
                                     state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
                                     beat_interval=beat_interval, nat_mappings=nat_mappings,
                                     lb_connections=lb_connections,
-                                    lb_new_per_s=lb_new_per_s, handoff_mtu=handoff_mtu), role).run()
+                                    lb_new_per_s=lb_new_per_s, handoff_mtu=handoff_mtu, edge=edge), role).run()
+
+
+def _edge_of(role: str, local: str, peer: str, asn: int, peer_asn: int) -> EdgeSpec | None:
+    """The edge-routing flags as a spec, or None; a clear error and exit code 2 when they are wrong."""
+    from nfv_gateways.core.edge import parse_edge
+
+    why = None
+    if (local or peer) and role == "private-line":
+        why = "--edge-local/--edge-peer are for roles nat and lb (a line has its own BGP)"
+    elif bool(local) != bool(peer):
+        why = "edge routing needs both --edge-local and --edge-peer"
+    else:
+        try:
+            return parse_edge(local, peer, asn, peer_asn)
+        except SystemExit as e:
+            why = str(e)
+    console.print(f"[red]error:[/red] {why}")
+    raise typer.Exit(2)
 
 
 @gateway_app.command("status")

@@ -260,7 +260,8 @@ class Cluster:
         return r
 
     # --- gateways ------------------------------------------------------------------------------------------
-    def start_gateway(self, name: str) -> int:
+    def start_gateway(self, name: str, *extra: str) -> int:
+        """Start the gateway instance `name` (`extra`: more of `tianji gateway run`'s flags, e.g. edge routing)."""
         st = self.state
         info = st.nodes[name]
         host = GatewayHost(name, info["ns"], info["underlay_ip"], info.get("gateway_role", "nat"))
@@ -269,7 +270,7 @@ class Cluster:
         # a load balancer remembers 5,000 new connections/s here: a SYN flood from one namespace goes above it
         lb = ["--lb-new-per-s", os.environ.get("TIANJI_LB_NEW_PER_S", "5000")] if host.role == "lb" else []
         pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
-                         "--beat-interval", os.environ.get("TIANJI_GATEWAY_BEAT", "0.1"), *lb)
+                         "--beat-interval", os.environ.get("TIANJI_GATEWAY_BEAT", "0.1"), *lb, *extra)
         info["pid"] = pid
         st.pids.append(pid)
         st.save()
@@ -349,10 +350,11 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        # the private-line instances' session namespaces (one directory each), should an instance have been
-        # killed before it removed them
-        lines = Path(st.dir) / "gateways" / "lines"
-        for ns in [*reversed(st.netns), *(p.name for p in lines.glob("tjl-*"))]:
+        # the private-line instances' session namespaces and the edge speakers' (one directory each), should an
+        # instance have been killed before it removed them
+        gws = Path(st.dir) / "gateways"
+        speakers = [*(gws / "lines").glob("tjl-*"), *(gws / "edge").glob("tje-*")]
+        for ns in [*reversed(st.netns), *(p.name for p in speakers)]:
             _sh("ip", "netns", "del", ns, check=False)
         for link in st.links:
             _sh("ip", "link", "del", link, check=False)

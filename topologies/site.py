@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nfv_gateways.roles.line.bgp import FRR, wait_for_path
+from nfv_gateways.core.frr import FRR, wait_for_path
 from topologies import netns
 from topologies.cluster_state import State
 from topologies.hosts import wait_gone

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from nfv_gateways.core import metrics
+from nfv_gateways.core.edge import EdgeSpeaker, EdgeSpec
+from nfv_gateways.core.frr import frr_available
 from nfv_gateways.core.options import FASTPATHS, GatewayOptions
 from nfv_gateways.core.packet import ip2int
 from nfv_gateways.core.packets import PacketPath
@@ -90,6 +92,20 @@ class Instance:
         if getattr(self.role, "owns_external", False):  # the role serves the external side's punted frames
             self.packets.external = self.role.serve_external(self)  # type: ignore[attr-defined]
         self.neighbours = self.packets.neighbours
+        self.edge: EdgeSpeaker | None = None
+        self.edge_state: dict = {}
+        if o.edge is not None:
+            self._edge_routing(o.edge, macs[1])
+
+    def _edge_routing(self, spec: EdgeSpec, mac: str) -> None:
+        """Our addresses announced to the edge router, which is also the way off the external segment."""
+        self.edge = EdgeSpeaker(self.o.name, spec, mac, self.o.state_dir / "edge")
+        self.packets.speaker, self.packets.speaker_ip = self.edge, ip2int(spec.local_ip).to_bytes(4, "big")
+        net = spec.subnet
+        self.fwd.ext_net, self.fwd.ext_mask = int(net.network_address), int(net.netmask)
+        self.fwd.ext_gw = ip2int(spec.peer)
+        if self.dp is not None:
+            self.dp.set_ext_route(int(net.network_address), net.prefixlen, self.fwd.ext_gw)
 
     def _native_dataplane(self) -> Any:
         """The native data plane for --fastpath (auto: the best backend that starts, saying why others did not);
@@ -218,6 +234,30 @@ class Instance:
         if "dur=" in (timing := answer.headers.get("Server-Timing", "")):
             self.compile_ms.append(float(timing.split("dur=")[1].split(";")[0].split(",")[0]))
 
+    def edge_tap_loop(self) -> None:
+        """What the speaker's kernel sends (ARP, BGP, BFD), out on the external side."""
+        assert self.edge is not None
+        while self.edge.fd is not None:
+            try:
+                frame = self.edge.read()
+            except OSError:
+                return
+            self.packets.tx(EXT, frame)
+
+    def edge_loop(self) -> None:
+        """Announce what we serve: the EIPs homed here and what the role serves beside them (the load balancer's
+        VIP EIPs, served by every instance alike); read the session's state for the status."""
+        assert self.edge is not None
+        while self.edge.fd is not None:
+            try:
+                extra = getattr(self.role, "edge_addresses", lambda: set())()
+                self.edge.announce(set(self.eips) | extra)
+                self.edge_state = self.edge.peer_state()[0] | {"announced": sorted(self.edge.announced)}
+            except Exception as e:  # the daemons restarting, vtysh timing out: the next pass retries
+                self.counters["edge_errors"] += 1
+                log.warning("edge routing: %s", e)
+            time.sleep(0.5)
+
     def heartbeat_loop(self) -> None:
         while True:
             try:
@@ -259,7 +299,9 @@ class Instance:
                 "dataplane": dp.stats() if dp is not None else {},
                 "dataplane_held": dp.held() if dp is not None else {},
                 "dataplane_crossed": dict(dp.crossed) if dp is not None else {},
-                "last_applies_ms": list(self.apply_ms), "last_compiles_ms": list(self.compile_ms)} \
+                "last_applies_ms": list(self.apply_ms), "last_compiles_ms": list(self.compile_ms),
+                **({"edge": {"local": self.o.edge.local, "peer": self.o.edge.peer} | self.edge_state}
+                   if self.o.edge else {})} \
             | self.role.status()
 
     def write_status(self) -> None:
@@ -279,6 +321,11 @@ class Instance:
             io = (*io[:1], *self.role.loops(self))  # type: ignore[attr-defined]
         if self.dp is not None:
             self.dp.start(own_core=True)
+        if self.edge is not None:
+            if (why := frr_available()) is not None:
+                raise SystemExit(f"--edge-local: {why}")
+            self.edge.start()
+            io = (*io, self.edge_tap_loop, self.edge_loop)
         control: tuple = (self.heartbeat_loop, self.watch_loop)
         if self.o.config_file is not None:
             self.apply(GatewayConfig.model_validate_json(self.o.config_file.read_text()))
@@ -295,6 +342,8 @@ class Instance:
                 self.dp.close()
             if hasattr(self.role, "close"):
                 self.role.close()
+            if self.edge is not None:
+                self.edge.stop()
             log.info("gateway %s stopped", self.o.name)
 
 

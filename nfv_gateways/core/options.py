@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nfv_gateways.core.edge import EdgeSpec
+
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "python")  # auto: the best native backend that starts
 
 
@@ -29,6 +31,7 @@ class GatewayOptions:
     # new entries it takes (a token bucket holding a tenth of a second's worth): above it, Maglev alone decides
     lb_connections: int = 1 << 20
     lb_new_per_s: float = 100_000.0
+    edge: EdgeSpec | None = None  # an edge router to announce our addresses to (BGP), and our way off the segment
     handoff_mtu: int = 1500  # role private-line: the customers' side (bigger: fragmented, or refused with DF)
 
 

@@ -31,6 +31,8 @@ class PacketPath:
         self.counters, self.lock = counters, lock
         self.stage: PacketStage | None = None  # the role's, once attached
         self.external: Callable[[bytes], None] | None = None  # a role that owns the external side: its frames
+        self.speaker: Any = None  # the edge router's BGP speaker (core.edge): frames to its address go to it
+        self.speaker_ip = b""
         self.neighbours = Neighbours(mac, vtep_int, fwd, self.tx, dp, counters)
         self.vx: socket.socket | None = None
         self.ext: socket.socket | None = None
@@ -86,6 +88,8 @@ class PacketPath:
             return None
         etype = struct.unpack_from("!H", frame, 12)[0]
         if etype == ETH_ARP:
+            if port == EXT and self.speaker is not None and frame[38:42] == self.speaker_ip:
+                self.speaker.write(frame)  # its kernel answers, or takes the answer
             self.neighbours.on_arp(port, frame)
             return None
         if etype != ETH_IP or frame[0:6] != self.mac[port]:
@@ -155,6 +159,9 @@ class PacketPath:
         ip = self.ipv4_for_us(EXT, frame)
         if ip is None:
             return
+        if self.speaker is not None and ip[16:20] == self.speaker_ip:
+            self.speaker.write(frame)  # BGP, BFD, ping: the speaker's
+            return
         buf = bytearray(ip)
         assert self.stage is not None
         with self.lock:
@@ -176,9 +183,9 @@ class PacketPath:
             self.to_tenant(v.vni, v.ip, pkt)
 
     def to_external(self, pkt: bytes) -> None:
-        # every destination is on-link on the external segment (the emulated internet); a real deployment would
-        # name its upstream router here
-        self.neighbours.resolve_and_send(EXT, int.from_bytes(pkt[16:20], "big"), pkt, next(iter(self.fwd.served), 0))
+        # on-link on the external segment, or (with an edge router) through it
+        spa = int.from_bytes(self.speaker_ip, "big") if self.speaker_ip else next(iter(self.fwd.served), 0)
+        self.neighbours.resolve_and_send(EXT, self.fwd.ext_hop(int.from_bytes(pkt[16:20], "big")), pkt, spa)
 
     def to_tenant(self, vni: int, ip: int, pkt: bytes) -> None:
         ep = self.fwd.endpoints.get((vni, ip))

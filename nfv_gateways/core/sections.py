@@ -72,6 +72,13 @@ class Forwarding:
     router_mac: dict[int, bytes] = field(default_factory=dict)
     vteps: set[str] = field(default_factory=set)
     served: set[int] = field(default_factory=set)
+    ext_net: int = 0  # the external segment (with an edge router: what is on-link; the rest goes to ext_gw)
+    ext_mask: int = 0
+    ext_gw: int = 0
+
+    def ext_hop(self, dst: int) -> int:
+        """The external neighbour a packet to `dst` goes to (native/tj_loop.h's dp_ext_hop)."""
+        return self.ext_gw if self.ext_gw and dst & self.ext_mask != self.ext_net else dst
 
     def replace(self, old: VpcParts | None, new: VpcParts | None) -> None:
         """One VPC's forwarding, from `old` to `new` (None: absent)."""

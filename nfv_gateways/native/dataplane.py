@@ -215,6 +215,11 @@ class NativeDataPlane:
         if (h := self.h) is not None and self.lib.dp_set_neigh(h, port, ip, mac) != 0:
             log.warning("neighbour table of port %d is full: %s stays with the slow path", port, ip)
 
+    def set_ext_route(self, net: int, length: int, gw: int) -> None:
+        if (h := self.h) is not None:
+            self.lib.dp_set_ext_route(h, net, length, gw)
+            self.crossed["calls"] += 1
+
     def stats(self) -> dict[str, int]:
         out = (ctypes.c_uint64 * len(self._counters))()
         if (h := self.h) is not None:

@@ -316,6 +316,13 @@ int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac) {
     return r;
 }
 
+void dp_set_ext_route(dp_t *dp, uint32_t net, uint32_t len, uint32_t gw) {
+    pthread_mutex_lock(&dp->cfg);
+    dp->ext_mask = len ? 0xffffffffu << (32 - (len > 32 ? 32 : len)) : 0;
+    dp->ext_net = net & dp->ext_mask; dp->ext_gw = gw;
+    pthread_mutex_unlock(&dp->cfg);
+}
+
 void dp_stats(dp_t *dp, uint64_t *out) { memcpy(out, dp->c, sizeof dp->c); }
 uint32_t dp_nstats(void) { return C_COUNT; }
 const char *dp_counter_name(uint32_t i) { return i < C_COUNT ? counter_names[i] : NULL; }

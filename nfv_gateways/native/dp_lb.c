@@ -71,7 +71,7 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     /* a member's reply from VIP:listener port to the internet, through the VIP's EIP homed here */
     if (!(v = vip_at(dp, vni, ip.src)) || !v->eip || !listener_at(v, ip.proto, sport))
         return ACT_PUNT;  /* not for a listener: Python counts and drops it */
-    if (!map_get(dp->neigh[DP_EXT], ip.dst | (1ULL << 32), &nh)) return ACT_PUNT;  /* Python ARPs */
+    if (!map_get(dp->neigh[DP_EXT], dp_ext_hop(dp, ip.dst) | (1ULL << 32), &nh)) return ACT_PUNT;  /* Python ARPs */
     ip4_rewrite_addr(b, &ip, 1, v->eip);
     mac_out(e, nh); memcpy(e + 6, dp->mac[DP_EXT], 6);
     *out = e; *out_len = len - ENCAP;

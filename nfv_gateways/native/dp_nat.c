@@ -15,8 +15,9 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     if (act != 0) return act;
     uint8_t *inner = d + ENCAP + 14;
     uint32_t ilen = len - ENCAP - 14;
-    uint64_t nh;  /* every destination is on-link on the external segment; unknown neighbour: Python ARPs */
-    if (ilen < 20 || !map_get(dp->neigh[DP_EXT], rd32(inner + 16) | (1ULL << 32), &nh)) return ACT_PUNT;
+    uint64_t nh;  /* on-link on the external segment, or its router; unknown neighbour: Python ARPs */
+    if (ilen < 20 || !map_get(dp->neigh[DP_EXT], dp_ext_hop(dp, rd32(inner + 16)) | (1ULL << 32), &nh))
+        return ACT_PUNT;
     if (nat_outbound_locked(dp->nat, vni, inner, ilen, now) != NAT_OUT) return ACT_PUNT;
     uint8_t *e = inner - 14;
     mac_out(e, nh); memcpy(e + 6, dp->mac[DP_EXT], 6); wr16(e + 12, 0x0800);

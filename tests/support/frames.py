@@ -32,6 +32,9 @@ class PythonFrames:
     def set_neigh(self, *_a: object) -> None:
         pass
 
+    def set_ext_route(self, *_a: object) -> None:
+        pass
+
     def inject(self, port: int, frame: bytes) -> bool:
         self.out.append((port, frame))
         return True

@@ -10,6 +10,7 @@ packets). Every frame must produce the same output frames, byte for byte, and th
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
+from nfv_gateways.core.edge import EdgeSpec
 from nfv_gateways.core.instance import EXT, UL, GatewayOptions, Instance
 from nfv_gateways.native.dataplane import NativeDataPlane
 from nfv_gateways.roles.nat.reference import ip2int
@@ -48,17 +50,23 @@ def config() -> GatewayConfig:
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
-def options(tmp: Path) -> GatewayOptions:
-    return lab_options(tmp, VTEP, (UL_MAC, EXT_MAC))
+# with an edge router (core/edge.py) on another subnet of the external side: every server is off-link, reached
+# through the router's MAC, in C and in Python alike
+EDGE = EdgeSpec("192.0.2.200/24", "192.0.2.1", 64512, 64600)
+EDGE_MAC = "02:cc:00:00:00:fe"
+
+
+def options(tmp: Path, edge: bool = False) -> GatewayOptions:
+    return dataclasses.replace(lab_options(tmp, VTEP, (UL_MAC, EXT_MAC)), edge=EDGE if edge else None)
 
 
 class Pair:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, edge: bool = False) -> None:
         mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
         self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
-        self.native = Instance(options(tmp), "nat", dataplane=self.dp)
+        self.native = Instance(options(tmp, edge), "nat", dataplane=self.dp)
         self.ref_dp = PythonFrames()
-        self.ref = Instance(options(tmp), "nat", dataplane=self.ref_dp)
+        self.ref = Instance(options(tmp, edge), "nat", dataplane=self.ref_dp)
         cfg = config()
         self.native.apply(cfg)
         self.ref.apply(cfg)
@@ -180,12 +188,14 @@ def pair(tmp_path: Path):
     p.close()
 
 
+@pytest.mark.parametrize("edge", [False, True], ids=["flat", "edge-router"])
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=frames)
-def test_native_data_plane_matches_python_gateway(tmp_path: Path, seq: list[tuple[int, bytes]]) -> None:
-    p = Pair(tmp_path)
+def test_native_data_plane_matches_python_gateway(tmp_path: Path, edge: bool, seq: list[tuple[int, bytes]]) -> None:
+    p = Pair(tmp_path, edge)
     try:
-        for port, f in (arp_reply(UL, *HV["hv1"]), arp_reply(EXT, "198.51.100.1", SERVERS["198.51.100.1"])):
+        first = [arp_reply(UL, *HV["hv1"]), arp_reply(EXT, "198.51.100.1", SERVERS["198.51.100.1"])]
+        for port, f in first + ([arp_reply(EXT, EDGE.peer, EDGE_MAC)] if edge else []):
             p.step(port, f)
         for i, (port, frame) in enumerate(seq):
             native, ref = p.step(port, frame)
@@ -256,3 +266,24 @@ def test_hostile_frames_are_counted_not_fatal(pair: Pair) -> None:
         assert n == r == []
     s = pair.dp.stats()
     assert s["drop_malformed"] >= 2 and s["drop_unknown_vtep"] >= 1 and s["drop_unknown_vni"] >= 1
+
+
+def test_with_an_edge_router_off_link_destinations_go_through_it(tmp_path: Path) -> None:
+    """The external side's router (edge routing): a translated packet to a server off the segment leaves with the
+    router's MAC, from C on the first packet once the router is known, and from Python before (it ARPs for the
+    router, from the instance's own address on the segment)."""
+    p = Pair(tmp_path, edge=True)
+    try:
+        p.step(*arp_reply(UL, *HV["hv1"]))
+        native, ref = p.step(*tenant_tcp(40000, "S"))
+        assert native == ref and len(native) == 1
+        arp = Ether(native[0][1])
+        assert arp.haslayer(ARP) and arp[ARP].pdst == EDGE.peer and arp[ARP].psrc == EDGE.local_ip
+        n, r = p.step(*arp_reply(EXT, EDGE.peer, EDGE_MAC))
+        assert n == r and len(n) == 1 and Ether(n[0][1]).dst == EDGE_MAC  # what waited for the router
+        punts = p.dp.stats()["punt"]
+        native, ref = p.step(*tenant_tcp(40001, "S"))
+        assert native == ref and len(native) == 1 and Ether(native[0][1]).dst == EDGE_MAC
+        assert p.dp.stats()["punt"] == punts  # decided in C
+    finally:
+        p.close()

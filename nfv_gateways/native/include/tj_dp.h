@@ -50,6 +50,9 @@ TJ_API int dp_remove_vpc(dp_t *dp, uint32_t vni);
 TJ_API uint32_t dp_vpc_count(dp_t *dp);
 TJ_API uint32_t dp_endpoint_count(dp_t *dp);
 TJ_API int dp_set_neigh(dp_t *dp, uint8_t port, uint32_t ip, const uint8_t *mac);
+/* the external side's subnet (net/len) and its router: destinations off the subnet go to the router's MAC
+ * (gw 0: every destination on-link, a flat segment) */
+TJ_API void dp_set_ext_route(dp_t *dp, uint32_t net, uint32_t len, uint32_t gw);
 /* the NAT stage over table `nat` (nat_outbound, nat_inbound), shared with Python's slow path */
 TJ_API void dp_use_nat(dp_t *dp, nat_t *nat);
 /* the load-balancer stage: new connections and established ones decided by `lb` (lb_pick) */

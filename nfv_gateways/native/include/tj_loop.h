@@ -110,6 +110,7 @@ struct dp {
     void *bs;                                   /* backend state */
     uint8_t mac[2][6];
     uint32_t vtep_ip;
+    uint32_t ext_net, ext_mask, ext_gw;         /* the external side's subnet and its router (0: all on-link) */
     map_t *vteps, *routers, *neigh[2];         /* VTEP | 1 << 32; vni | 1 << 32 -> router MAC; IP | 1 << 32 -> MAC */
     map_t *vpcs;                                /* vni | 1 << 32 -> vpc_fwd_t * */
     map_t *endpoints;                           /* (vni << 32 | IP) + 1 -> const tj_endpoint_t * (in its vpc_fwd_t) */
@@ -142,6 +143,11 @@ void dp_wait(dp_t *dp, int fd0, int fd1);
 /* write the outer Ethernet/IPv4/UDP/VXLAN header at o (ENCAP bytes before the inner frame of ilen bytes) */
 void dp_vxlan_encap(dp_t *dp, uint8_t *o, uint64_t next_hop_mac, uint32_t vtep, uint32_t vni, uint32_t flow_hash,
                     uint32_t inner_len);
+/* the external neighbour a packet to dst goes to: dst itself on the external subnet (or without a router), else
+ * the router (an edge router that announces reach the EIPs by BGP) */
+static inline uint32_t dp_ext_hop(const dp_t *dp, uint32_t dst) {
+    return dp->ext_gw && (dst & dp->ext_mask) != dp->ext_net ? dp->ext_gw : dst;
+}
 /* the endpoint (vni, ip), or NULL */
 static inline const tj_endpoint_t *dp_endpoint(const dp_t *dp, uint32_t vni, uint32_t ip) {
     uint64_t p;

@@ -50,6 +50,7 @@ class LbRole:
         self.maglev: Any = maglev
         self.stage: LbStage | None = None
         self.crossed: Counter[str] = Counter()
+        self.vip_eips: dict[str, set[str]] = {}  # VPC id -> its load balancers' EIPs (announced to an edge router)
 
     def table_args(self) -> tuple[int, float, int]:
         """(capacity, new entries per second, burst) of the connection table."""
@@ -82,6 +83,9 @@ class LbRole:
                 self._drop_pool(pool)
             if pools:
                 self.vpc_pools[vid] = pools
+            self.vip_eips.pop(vid, None)
+            if p is not None and (eips := {lb.eip for lb in p.policy if lb.eip}):
+                self.vip_eips[vid] = eips
             assert self.stage is not None
             self.stage.policy.replace(vid, part)
             self._to_c(vid, p.vni if p is not None else None, part)
@@ -169,6 +173,10 @@ class LbRole:
         else:
             self.drains.pop(pool, None)
         self.counters["pool_builds"] += 1
+
+    def edge_addresses(self) -> set[str]:
+        """Every load balancer's EIP: every instance serves it alike, so each announces it (ECMP at the edge)."""
+        return set().union(*self.vip_eips.values())
 
     def expire(self, now: float) -> None:
         """Draining members whose delay passed leave their pools: their connections end."""

@@ -12,26 +12,16 @@ bgpd's and bfdd's (`vtysh ... json`). FRR's per-namespace pathspace (`-N`) keeps
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import logging
-import os
-import shutil
-import signal
-import struct
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import netns
+from nfv_gateways.core.frr import FrrNamespace, bfdd_conf, frr_available, wait_for_path
 
 log = logging.getLogger("tianji.gateway")
-FRR = Path("/usr/lib/frr")
-DAEMONS = ("zebra", "bfdd", "bgpd")  # in this order: zebra first (the others connect to it)
-TUNSETIFF, IFF_TAP, IFF_NO_PI = 0x400454CA, 0x0002, 0x1000
-BFD_MS, BFD_MULT = 300, 3  # Direct Connect's: a dead line is seen in 0.9 s
 MD5_RECENT_S = 10.0  # a signature failure this recent is why a session is down (the customer retries every second)
 
 
@@ -58,14 +48,6 @@ def namespace_of(instance: str, spec: SessionSpec) -> str:
     return "tjl-" + hashlib.blake2b(f"{instance}|{spec.line_id}|{spec.local}".encode(), digest_size=5).hexdigest()
 
 
-def frr_available() -> str | None:
-    """Why sessions cannot run here, or None."""
-    missing = [d for d in DAEMONS if not (FRR / d).exists()]
-    if missing or shutil.which("vtysh") is None:
-        return f"FRR is not installed ({', '.join(missing) or 'vtysh'} missing): apt-get install frr"
-    return None
-
-
 def bgpd_conf(spec: SessionSpec, ns: str) -> str:
     c = spec.customer
     lines = [f"hostname {ns}", "frr defaults datacenter", "!", f"router bgp {spec.local_asn}",
@@ -80,102 +62,23 @@ def bgpd_conf(spec: SessionSpec, ns: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bfdd_conf(spec: SessionSpec) -> str:
-    return (f"bfd\n peer {spec.customer} local-address {spec.local_ip}\n  receive-interval {BFD_MS}\n"
-            f"  transmit-interval {BFD_MS}\n  detect-multiplier {BFD_MULT}\n exit\n!\n")
 
 
-class SessionDaemons:
+class SessionDaemons(FrrNamespace):
+    """A line's session: FRR in its namespace, the peer the customer's router."""
+
     def __init__(self, instance: str, spec: SessionSpec, mac: str, workdir: Path) -> None:
-        self.spec, self.mac = spec, mac
-        self.ns = namespace_of(instance, spec)
-        self.tap = self.ns.replace("tjl-", "tl")  # its name in the namespace (15 characters at most)
-        self.dir = workdir / self.ns
-        self.fd: int | None = None
-        self.procs: list[subprocess.Popen] = []
+        ns = namespace_of(instance, spec)
+        super().__init__(ns, ns.replace("tjl-", "tl"), spec.local, spec.customer, mac, workdir,
+                         {"bfdd": bfdd_conf(spec.customer, spec.local_ip), "bgpd": bgpd_conf(spec, ns)},
+                         f"private line {spec.line_id}: session {spec.local} -> {spec.customer} "
+                         f"(AS {spec.customer_asn})")
+        self.spec = spec
         self.md5_seen, self.md5_until = 0, 0.0  # MD5 failures counted so far; reported as the cause until then
 
-    def _ip(self, *args: str, ns: bool = True) -> None:
-        subprocess.run(["ip", *(("-n", self.ns) if ns else ()), *args], check=True, capture_output=True)
-
-    def start(self) -> None:
-        self.stop()
-        netns.create(self.ns)
-        fd = os.open("/dev/net/tun", os.O_RDWR)
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", self.tap.encode(), IFF_TAP | IFF_NO_PI))
-        self.fd = fd
-        self._ip("link", "set", self.tap, "netns", self.ns, ns=False)
-        self._ip("link", "set", "lo", "up")
-        self._ip("link", "set", self.tap, "address", self.mac, "mtu", "1500", "up")
-        self._ip("addr", "add", self.spec.local, "dev", self.tap)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        run = Path("/var/run/frr") / self.ns
-        run.mkdir(parents=True, exist_ok=True)
-        (self.dir / "zebra.conf").write_text(f"hostname {self.ns}\n!\n")
-        (self.dir / "bfdd.conf").write_text(bfdd_conf(self.spec))
-        (self.dir / "bgpd.conf").write_text(bgpd_conf(self.spec, self.ns))
-        for p in (self.dir, run, *self.dir.iterdir()):
-            shutil.chown(p, "frr", "frr")
-        os.chmod(self.dir, 0o700)  # the MD5 key is in bgpd.conf
-        for d in DAEMONS:  # children of the instance, in its process group: they end with it, however it ends
-            self.procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", self.ns, str(FRR / d), "-N", self.ns, "-f", str(self.dir / f"{d}.conf"),
-                 "-i", str(self.dir / f"{d}.pid"), "--log", f"file:{self.dir / d}.log"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            if d == "zebra":
-                wait_for_path(run / "zserv.api")
-        log.info("private line %s: session %s -> %s (AS %d) in namespace %s", self.spec.line_id, self.spec.local,
-                 self.spec.customer, self.spec.customer_asn, self.ns)
-
-    def stop(self) -> None:
-        """Its daemons (by their pid files), its tap and its namespace: nothing of it stays behind."""
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs = []
-        for d in DAEMONS:  # a previous instance's, killed alone before it could stop them: its own daemons only
-            try:
-                pid = int((self.dir / f"{d}.pid").read_text().split()[0])
-                if self.ns.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.ns in netns.listnetns():
-            netns.remove(self.ns)
-
-    def write(self, frame: bytes) -> None:
-        if self.fd is not None:
-            os.write(self.fd, frame)
-
-    def read(self) -> bytes:
-        assert self.fd is not None
-        return os.read(self.fd, 65535)
-
-    def _vtysh(self, cmd: str) -> object:
-        out = subprocess.run(["vtysh", "-N", self.ns, "-c", cmd], capture_output=True, text=True, timeout=10)
-        return json.loads(out.stdout or "{}")
-
     def state(self) -> dict:
-        """The session's BGP and BFD state and counters, as the daemons say."""
-        st = {"bgp_state": "Idle", "bfd_state": "down", "received": 0, "accepted": 0, "advertised": 0,
-              "last_error": None}
-        try:
-            nb = self._vtysh(f"show bgp neighbors {self.spec.customer} json").get(self.spec.customer, {})
-            bfd = self._vtysh("show bfd peers json")
-        except (OSError, ValueError, subprocess.SubprocessError) as e:
-            return st | {"last_error": f"FRR did not answer: {e}"}
-        af = nb.get("addressFamilyInfo", {}).get("ipv4Unicast", {})
-        st.update(bgp_state=nb.get("bgpState", "Idle"), received=af.get("acceptedPrefixCounter", 0),
-                  accepted=af.get("acceptedPrefixCounter", 0), advertised=af.get("sentPrefixCounter", 0))
-        reason = nb.get("lastNotificationReason") or nb.get("lastResetDueTo")  # the NOTIFICATION says why
+        """The session's BGP and BFD state and counters, as the daemons say, and why it is down."""
+        st, reason = self.peer_state()
         md5 = self._md5_failures()
         if md5 > self.md5_seen:  # segments dropped for their signature since the last look
             self.md5_seen, self.md5_until = md5, time.monotonic() + MD5_RECENT_S
@@ -184,9 +87,6 @@ class SessionDaemons:
                 st["last_error"] = "MD5 mismatch: the customer's router signs with another password (or none)"
             elif reason:
                 st["last_error"] = _error_of(reason)
-        for peer in bfd if isinstance(bfd, list) else ():
-            if peer.get("peer") == self.spec.customer:
-                st["bfd_state"] = peer.get("status", "down")
         return st
 
     def _md5_failures(self) -> int:
@@ -198,26 +98,6 @@ class SessionDaemons:
                 row = dict(zip(names.split()[1:], values.split()[1:], strict=False))
                 return sum(int(row.get(k, 0)) for k in ("TCPMD5NotFound", "TCPMD5Unexpected", "TCPMD5Failure"))
         return 0
-
-    def learned(self) -> list[str]:
-        """The prefixes the session's BGP accepted (as zebra installed them in its namespace)."""
-        out = subprocess.run(["ip", "-n", self.ns, "-j", "route", "show", "proto", "bgp"], capture_output=True,
-                             text=True, timeout=10)
-        try:
-            routes = json.loads(out.stdout or "[]")
-        except ValueError:
-            return []
-        return sorted("0.0.0.0/0" if r["dst"] == "default" else r["dst"] if "/" in r["dst"] else f"{r['dst']}/32"
-                      for r in routes)
-
-
-def wait_for_path(path: Path, timeout: float = 10) -> None:
-    """Until `path` exists (a daemon's socket); RuntimeError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{path} did not appear in {timeout} s (see the daemon's log beside its config)")
-        time.sleep(0.02)
 
 
 def _error_of(reason: str) -> str:
