@@ -94,6 +94,7 @@ class Instance:
         self.neighbours = self.packets.neighbours
         self.edge: EdgeSpeaker | None = None
         self.edge_state: dict = {}
+        self.edge_wake = threading.Event()  # a config applied: announce what changed now, not at the next pass
         if o.edge is not None:
             self._edge_routing(o.edge, macs[1])
 
@@ -183,6 +184,7 @@ class Instance:
         log.info("config revision %d: %d VPCs (%d changed), %d EIPs (%d newly homed here), %d endpoints", revision,
                  len(parts), len(touched), len(eips), len(new_eips), len(self.fwd.endpoints))
         self.announce(new_eips)
+        self.edge_wake.set()
         if new_eips:
             self.garp_again.append((time.monotonic() + GARP_REPEAT_S, new_eips))
 
@@ -256,7 +258,8 @@ class Instance:
             except Exception as e:  # the daemons restarting, vtysh timing out: the next pass retries
                 self.counters["edge_errors"] += 1
                 log.warning("edge routing: %s", e)
-            time.sleep(0.5)
+            self.edge_wake.wait(0.5)
+            self.edge_wake.clear()
 
     def heartbeat_loop(self) -> None:
         while True:
