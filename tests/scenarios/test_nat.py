@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.scenarios.conftest import WEB, ex, scapy_send, wait_for
 from tests.scenarios.nat_support import curl, gw_ready, nat_vpc, nat_works, own_eip_serving_8080, served
@@ -251,6 +254,23 @@ asyncio.run(main())
 
 
 def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:
+    many_flows(cluster, tenants, internet)
+
+
+@pytest.mark.parametrize("run", range(int(os.environ.get("TIANJI_BUSY_CORE_RUNS", "20"))))
+def test_nat_7_many_flows_with_a_core_kept_busy(cluster, tenants, internet, run: int) -> None:
+    """The same, with a process spinning on one of the machine's cores (TIANJI_BUSY_CORE_RUNS runs in a row: 20 for
+    the private-line issue's check): the instances' loops, punts and the controller share what is left."""
+    spin = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        many_flows(cluster, tenants, internet)
+    finally:
+        spin.kill()
+        spin.wait()
+
+
+def many_flows(cluster, tenants, internet) -> None:
+    """10,000 UDP flows and 1,000 TCP connections through one EIP: every one answered, no public endpoint shared."""
     n, eip, _ = nat_vpc(tenants)
     vm = n.vm("s", "hv2")
     gw_ready(cluster, [eip["address"]])
