@@ -12,7 +12,9 @@ and `s` (the customer's side of the handoff: sends tagged frames, counts what ar
           tun_id=1001, out vxlan0 (this kernel cannot tag: OVS pushes and pops itself, as tianji does)
 
 64-byte inner frames from the same generator (bench/native/blast.c, on the first core; the gateway's loop or
-OVS's threads get the other). `out`: VXLAN -> VLAN, counted at s by an nftables ingress rule that matches VLAN 100
+OVS's threads get the other). Where the generator cannot offer what the gateway could carry, the loop's busy time
+(`busy_ns`: polls that moved frames) over the run gives its load and capacity (what it carried / its busy time).
+`out`: VXLAN -> VLAN, counted at s by an nftables ingress rule that matches VLAN 100
 and the site's prefix; `in`: VLAN -> VXLAN, counted at c by one that matches VXLAN from g's VTEP.
 """
 
@@ -165,6 +167,11 @@ def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
     return int(out[0]), float(out[1])
 
 
+def busy_ns(kind: str, workdir: Path) -> int:
+    """The gateway loop's time in polls that moved frames (0 for OVS: saturated, its rate is its capacity)."""
+    return read_status(workdir / "gateway-lw.json")["dataplane"].get("busy_ns", 0) if kind == "tianji" else 0
+
+
 def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") -> dict:
     """Packets/s that arrive, each way, through `kind` ('tianji' with `fastpath`, or 'ovs'), and the path used."""
     workdir = Path(tempfile.mkdtemp(prefix=f"tianji-line-wire-{kind}-"))
@@ -183,11 +190,15 @@ def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") ->
             path = frames(direction, flows, workdir / f"{direction}.bin")
             blast(ns, dev, 0.5, path)  # warm up: neighbours, OVS's tunnel ARP and megaflows
             time.sleep(1.0)
-            before = count(counter)
+            before, busy0 = count(counter), busy_ns(kind, workdir)
             sent, elapsed = blast(ns, dev, seconds, path)
-            time.sleep(0.3)
-            result[direction] = (count(counter) - before) / elapsed
+            time.sleep(0.6)  # and a status write: the loop's busy time counts only while frames move
+            carried = count(counter) - before
+            result[direction] = carried / elapsed
             result[f"{direction}_offered"] = sent / elapsed
+            if kind == "tianji" and (busy := (busy_ns(kind, workdir) - busy0) / 1e9) > 0:
+                result[f"{direction}_busy"] = busy / elapsed  # the loop's load, 0-1
+                result[f"{direction}_capacity"] = carried / busy  # what it would carry at 100%
         if kind == "tianji":
             result["stage"] = {k: v for k, v in read_status(workdir / "gateway-lw.json")["dataplane"].items()
                                if k in ("line_out", "line_in", "punt")}

@@ -132,6 +132,10 @@ def main() -> None:
         c.down()
 
 
+def busy_of(r: dict) -> str:
+    return " ".join(f"{d}: loop busy {r[d + '_busy']:.0%}" for d in ("out", "in") if f"{d}_busy" in r)
+
+
 def wire(seconds: float, reps: int, out: Path | None) -> None:
     from bench.line_wire import run
 
@@ -142,13 +146,21 @@ def wire(seconds: float, reps: int, out: Path | None) -> None:
             r = rows[kind][-1]
             print(f"run {rep + 1} {kind} ({r['path']}): VXLAN -> VLAN {r['out'] / 1e3:.0f}k pps (offered "
                   f"{r['out_offered'] / 1e3:.0f}k), VLAN -> VXLAN {r['in'] / 1e3:.0f}k pps (offered "
-                  f"{r['in_offered'] / 1e3:.0f}k) {r.get('stage', '')}", flush=True)
+                  f"{r['in_offered'] / 1e3:.0f}k) {r.get('stage', '')} {busy_of(r)}", flush=True)
     med = {k: {d: statistics.median(x[d] for x in v) for d in ("out", "in")} for k, v in rows.items()}
     print("\n| 64-byte frames, median of runs | VXLAN -> VLAN | VLAN -> VXLAN |\n|---|---|---|")
     for k in rows:
         print(f"| {k} ({rows[k][0]['path']}) | {med[k]['out'] / 1e3:.0f}k pps | {med[k]['in'] / 1e3:.0f}k pps |")
     print(f"| ratio | x{med['tianji']['out'] / max(med['ovs']['out'], 1):.2f} | "
           f"x{med['tianji']['in'] / max(med['ovs']['in'], 1):.2f} |")
+    t = rows["tianji"]
+    if all(f"{d}_capacity" in x for x in t for d in ("out", "in")):  # OVS dropped what it could not carry
+        cap = {d: statistics.median(x[f"{d}_capacity"] for x in t) for d in ("out", "in")}
+        busy = {d: statistics.median(x[f"{d}_busy"] for x in t) for d in ("out", "in")}
+        print(f"| tianji's loop busy | {busy['out']:.0%} | {busy['in']:.0%} |")
+        print(f"| tianji's capacity (carried / busy time) | {cap['out'] / 1e3:.0f}k pps | {cap['in'] / 1e3:.0f}k pps |")
+        print(f"| capacity against OVS's saturated rate | x{cap['out'] / max(med['ovs']['out'], 1):.2f} | "
+              f"x{cap['in'] / max(med['ovs']['in'], 1):.2f} |")
     print("goal: at least x2 both ways")
     if out:
         out.write_text(json.dumps(rows, indent=1))

@@ -20,6 +20,7 @@ from controller.api import (
     ports,
     private_lines,
     security_groups,
+    services,
     subnets,
     tenants,
     vpcs,
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, lb_health, gateways,
-              private_lines):
+              private_lines, services):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["ops"])

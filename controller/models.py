@@ -26,6 +26,7 @@ from controller.line_models import (  # noqa: F401 - every table is in `models` 
     PrivateLineSession,
     PrivateLineStaticRoute,
 )
+from controller.service_models import Service, ServiceEndpoint  # noqa: F401 - likewise
 from controller.table_base import Base, new_id, now
 
 

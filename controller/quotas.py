@@ -36,6 +36,8 @@ COUNTS: dict[str, Any] = {
     "tokens": select(func.count()).select_from(m.TenantToken).where(m.TenantToken.tenant_id == bindparam("tenant")),
     "private_lines": select(func.count()).select_from(m.PrivateLine)
     .where(m.PrivateLine.tenant_id == bindparam("tenant")),
+    "service_endpoints": select(func.count()).select_from(m.ServiceEndpoint)
+    .where(m.ServiceEndpoint.tenant_id == bindparam("tenant")),
 }
 RESOURCES = tuple(COUNTS)
 

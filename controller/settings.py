@@ -14,7 +14,8 @@ VNI_LIMIT = 16_777_215  # 24 bits
 
 DEFAULT_QUOTAS = {"vpcs": 50, "subnets": 500, "ports": 10_000, "security_groups": 500,
                   "security_group_rules": 5_000, "eips": 50, "nat_gateways": 20, "peerings": 100,
-                  "load_balancers": 20, "tokens": 20, "private_lines": 10}
+                  "load_balancers": 20, "tokens": 20, "private_lines": 10,
+                  "service_endpoints": 50}
 
 
 def default_state_dir() -> Path:
@@ -53,6 +54,10 @@ class Settings(BaseSettings):
     # default: a watch has one compile in flight, and what lands meanwhile is in the agent's next answer anyway
     watch_coalesce: float = Field(0.0, ge=0)
     eip_pool: str | None = None
+    # where the operator's shared services live (their addresses must be inside it; none: anywhere else), and the
+    # underlay's networks (no service address may be one of them)
+    service_network: str | None = None
+    underlay_cidrs: list[str] = Field(default_factory=list, description="the underlay's networks (JSON list)")
     vpc_public_cidrs: list[str] = Field(default_factory=list,
                                         description="public ranges tenants may use as VPC CIDRs (JSON list)")
     quotas: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_QUOTAS),
@@ -93,6 +98,35 @@ class Settings(BaseSettings):
         import ipaddress
 
         return [str(ipaddress.IPv4Network(c, strict=True)) for c in v]
+
+    @field_validator("underlay_cidrs")
+    @classmethod
+    def _underlay(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        return [str(ipaddress.IPv4Network(c, strict=True)) for c in v]
+
+    @field_validator("service_network")
+    @classmethod
+    def _service_network(cls, v: str | None) -> str | None:
+        import ipaddress
+
+        return str(ipaddress.IPv4Network(v, strict=True)) if v else None
+
+    @model_validator(mode="after")
+    def _service_network_apart(self) -> Settings:
+        """The service network overlaps neither the underlay nor the EIP pool nor tenants' public ranges."""
+        import ipaddress
+
+        if not self.service_network:
+            return self
+        net = ipaddress.IPv4Network(self.service_network)
+        for what, cidrs in (("the underlay", self.underlay_cidrs), ("the EIP pool", [self.eip_pool] if self.eip_pool
+                                                                      else []),
+                            ("VPC public CIDRs", self.vpc_public_cidrs)):
+            if c := next((c for c in cidrs if net.overlaps(ipaddress.ip_network(c))), None):
+                raise ValueError(f"service_network {net} overlaps {what} ({c})")
+        return self
 
     @field_validator("quotas")
     @classmethod

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 from sqlalchemy.orm.attributes import get_history
 
@@ -95,6 +96,13 @@ def _eip(s: Session, e: m.Eip, out: ChangeSet, _state: str) -> None:
 
 
 # model -> what a row of it affects (the session, the row, what to add to, "new" | "dirty" | "deleted")
+def _endpoint_vpcs(s: Session, service_id: str) -> list[str]:
+    """The VPCs with an endpoint of the service: they compile what it is (its addresses, ports, who may use it)."""
+    with s.no_autoflush:
+        return list(s.execute(select(m.ServiceEndpoint.vpc_id).where(m.ServiceEndpoint.service_id == service_id))
+                    .scalars())
+
+
 AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.Vpc: lambda s, o, out, _: out.add([o.id]),
     m.Subnet: lambda s, o, out, _: out.add([o.vpc_id]),
@@ -119,6 +127,8 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.PrivateLineStaticRoute: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.PrivateLineLearned: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.Host: _host,
+    m.Service: lambda s, o, out, _: out.add(_endpoint_vpcs(s, o.id)),
+    m.ServiceEndpoint: lambda s, o, out, _: out.add([o.vpc_id]),
 }
 # tables no config is compiled from: their rows stamp nothing
 UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,

@@ -144,6 +144,10 @@ def delete_lb(lb_id: str, request: Request, p: Principal = Depends(require_tenan
     with db_of(request).write(tenants=tenant_of(p, m.LoadBalancer, lb_id)) as t:
         s = t.session
         lb = owned(s, m.LoadBalancer, lb_id, p, "load balancer")
+        if (svc := s.execute(select(m.Service.id, m.Service.name).where(m.Service.load_balancer_id == lb.id))
+                .first()):
+            raise conflict(None, f"this load balancer is published as service {svc.name} ({svc.id}); delete the "
+                                 f"service first (DELETE /v1/services/{svc.id})")
         if (eip := s.execute(select(m.Eip.id, m.Eip.address).where(m.Eip.port_id == lb.vip_port_id)).first()):
             raise conflict(None, f"EIP {eip.address} ({eip.id}) is associated 1:1 with this load balancer's VIP "
                                  f"port; disassociate it first (POST /v1/eips/{eip.id}/disassociate)")

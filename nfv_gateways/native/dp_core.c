@@ -126,9 +126,13 @@ void dp_wait(dp_t *dp, int fd0, int fd1) {
 
 void *dp_loop(void *arg) {
     dp_t *dp = arg;
+    struct timespec t0, t1;
     while (dp->running) {
-        if (dp_poll_once(dp) == 0) { dp->nidle++; dp->be->idle(dp); }
-        else dp->nidle = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (dp_poll_once(dp) == 0) { dp->nidle++; dp->be->idle(dp); continue; }
+        dp->nidle = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        dp->c[C_busy_ns] += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
     }
     return NULL;
 }

@@ -75,6 +75,10 @@ class World:
         self.line = a.post("/v1/private-lines", {"name": "dc", "vpc_id": self.vpc["id"], "vlan_id": 4000,
                                                  "customer_asn": 65001, "customer_ip": "169.254.0.2/30",
                                                  "local_ip": "169.254.0.1/30"})
+        self.service = a.post("/v1/services", {"name": "store", "addresses": ["100.100.0.1"],
+                                               "ports": [{"protocol": "tcp", "port": 80}]})
+        self.endpoint = a.post("/v1/service-endpoints", {"vpc_id": self.vpc["id"], "subnet_id": self.subnet["id"],
+                                                         "service_id": self.service["id"]})
         self.token = a.post(f"/v1/tenants/{self.spare_tenant}/tokens", {"name": "extra"})
         self.host_token = a.post("/v1/host-tokens", {"host": "hv1", "name": "hv1-fuzz"})
         self.path_values = {
@@ -83,7 +87,7 @@ class World:
             "rule_id": None, "route_id": self.route["id"], "name": "hv1", "eip_id": self.eips[2]["id"],
             "gw_id": self.natgw["id"], "lb_id": self.lb["id"], "listener_id": self.listener["id"],
             "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"],
-            "line_id": self.line["id"]}
+            "line_id": self.line["id"], "service_id": self.service["id"], "endpoint_id": self.endpoint["id"]}
 
     def baseline(self, method: str, path: str, seq: int) -> dict[str, Any] | None:
         """A valid body for the operation (None: it takes none). Names are fresh each time, so a request that is
@@ -143,6 +147,13 @@ class World:
                                             "static_routes": ["192.168.0.0/24"]},
             ("PATCH", "/v1/private-lines/{line_id}"): {"md5_password": "x", "max_prefixes": 10,
                                                       "static_routes": ["192.168.1.0/24"]},
+            ("POST", "/v1/services"): {"name": n, "addresses": [f"100.100.{1 + seq // 250}.{1 + seq % 250}"],
+                                       "ports": [{"protocol": "tcp", "port": 80}], "proxy_protocol": True,
+                                       "load_balancer_id": None, "allowed_tenants": [self.tenant_id]},
+            ("PATCH", "/v1/services/{service_id}"): {"allowed_tenants": [self.tenant_id]},
+            ("POST", "/v1/service-endpoints"): {"vpc_id": self.vpc2["id"], "subnet_id": s,
+                                                "service_id": self.service["id"], "ip": None,
+                                                "security_group_ids": [self.sg["id"]]},
             ("PUT", "/v1/gateways/{name}/private-lines/{line_id}"): {"sessions": [{
                 "local_ip": "169.254.0.1", "bgp_state": "Established", "bfd_state": "up", "received": 1,
                 "accepted": 1, "advertised": 1, "last_error": None, "prefixes": ["192.168.5.0/24"]}]},

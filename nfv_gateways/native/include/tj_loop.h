@@ -22,12 +22,13 @@
 #define ACT_DROP -1
 #define ACT_PUNT -2
 
-/* the loop's counters, in this order; their names are exported as dp_counter_names */
+/* the loop's counters, in this order; their names are exported as dp_counter_names. busy_ns: time in polls that
+ * moved frames (the loop's load: the rate it carries over busy_ns is its capacity, whatever the offered rate) */
 #define TJ_DP_COUNTERS(X)                                                                                           \
     X(rx_ul) X(rx_ext) X(tx_ul) X(tx_ext) X(fast_out) X(fast_in) X(punt) X(punt_full) X(drop_unknown_vtep)          \
     X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)  \
     X(lb_to_member) X(lb_no_member) X(line_out) X(line_in) X(drop_no_route) X(drop_untagged) X(drop_unknown_vlan)  \
-    X(drop_not_in_vpc)
+    X(drop_not_in_vpc) X(busy_ns)
 #define TJ_COUNTER_ENUM(name) C_##name,
 enum { TJ_DP_COUNTERS(TJ_COUNTER_ENUM) C_COUNT };
 
