@@ -27,6 +27,7 @@ from controller.lb_compiler import by_listener
 from controller.line_compiler import line_route_infos
 from controller.placement import home, nat_buckets
 from controller.reads import (
+    Q_DNS,
     Q_ENDPOINTS,
     Q_GROUP_MEMBERS,
     Q_GROUP_RULES,
@@ -43,6 +44,7 @@ from controller.reads import (
 from tianji.southbound import (
     GATEWAY_ROLES,
     OVERLAY_MTU,
+    DnsRecord,
     Endpoint,
     HostConfig,
     HostConfigDelta,
@@ -268,6 +270,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         reads.add("routes", Q_ROUTES, vpcs=stale_own)
         reads.add("gateways", Q_NAT_GATEWAYS, vpcs=stale_own)
         reads.add("line_routes", Q_LINE_ROUTES, vpcs=stale_own)
+        reads.add("dns", Q_DNS, vpcs=stale_own)
     rows = reads.run(s)
 
     if hosts_frag is None:
@@ -281,10 +284,13 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes, gateway_eips, line_routes = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)
+    dns: dict[str, list[DnsRecord]] = defaultdict(list)
+    for r in rows.get("dns", ()):
+        dns[r.vpc_id].append(DnsRecord.model_construct(name=r.dns_name, address=r.address))
     for vid in stale_entries:
         routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
                          instances, line_routes.get(vid, ()), line_instances) if vid in own else []
-        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []))
+        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []), dns.get(vid, []))
         FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
     return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
@@ -319,11 +325,12 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
     return user_routes, gateway_eips, line_routes
 
 
-def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo]) -> VpcInfo:
-    """A VPC's entry in a host's config: VNI, router MAC, subnets, its route table if it has a local port, and its
-    load balancers (clients in it or in a peer steer to their VIPs; hosts of members translate)."""
+def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo], dns: list[DnsRecord]) -> VpcInfo:
+    """A VPC's entry in a host's config: VNI, router MAC, subnets, its route table and resolver's names if it has
+    a local port, and its load balancers (clients in it or in a peer steer to their VIPs; hosts of members
+    translate)."""
     return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                                   mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs)
+                                   mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs, dns=dns)
 
 
 def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipInfo]]:

@@ -26,6 +26,7 @@ _LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.L
 _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
 _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table__
 _LINE_LEARNED = m.PrivateLineLearned.__table__
+_ENDPOINTS = m.ServiceEndpoint.__table__
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
@@ -75,6 +76,9 @@ Q_LB_MEMBERS = select(_LBS.c.id, _LBS.c.vpc_id, _LBS.c.vip_address, _VIP.c.mac.l
     .order_by(_LBS.c.id, _LISTENERS.c.protocol, _LISTENERS.c.port, _MEMBERS.c.id)
 Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type, _ROUTES.c.target_id) \
     .where(in_ids(_ROUTES.c.vpc_id, "vpcs")).order_by(_ROUTES.c.destination)
+# the names the VPCs' resolvers answer: their service endpoints'
+Q_DNS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.dns_name, _ENDPOINTS.c.address) \
+    .where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.dns_name)
 # every private-line route of these VPCs: a static one (instance NULL) or one an instance learned, a row each
 Q_LINE_ROUTES = union_all(
     select(_LINES.c.vpc_id, _LINES.c.id.label("line_id"), _LINE_STATIC.c.destination, literal("static").label("origin"),

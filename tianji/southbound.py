@@ -83,6 +83,13 @@ class LbVipInfo(Wire):
     eip_home_vtep: str | None = None  # replies to the internet go to the instance homing the VIP's EIP
 
 
+class DnsRecord(Wire):
+    """A name the VPC's resolver answers (a service endpoint's)."""
+
+    name: str
+    address: str
+
+
 class VpcInfo(Wire):
     id: str
     tenant_id: str
@@ -93,6 +100,7 @@ class VpcInfo(Wire):
     subnets: list[SubnetInfo] = Field(default_factory=list)
     routes: list[RouteInfo] = Field(default_factory=list)
     load_balancers: list[LbVipInfo] = Field(default_factory=list)
+    dns: list[DnsRecord] = Field(default_factory=list)  # own VPCs: what the resolver at each gateway answers
 
 
 class PortInfo(Wire):

@@ -33,6 +33,20 @@ def spawn(ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:
     return p.pid
 
 
+def resolv_conf(lease_dir: Path, vm: str) -> Path:
+    """A VM's resolv.conf, which its dhclient writes (made empty if absent)."""
+    path = lease_dir / f"{vm}.resolv.conf"
+    path.touch()
+    return path
+
+
+def own_resolv_conf(cmd: list[str], resolv: Path) -> list[str]:
+    """`cmd` with /etc/resolv.conf bound to `resolv`: an emulated VM shares this machine's /etc, and dhclient-script
+    writes the DHCP answer's DNS servers there. `ip netns exec` gives the command a mount namespace of its own (a
+    slave of this one), so the bind stays with it and its children, dhclient's renewals included."""
+    return ["sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv), *cmd]
+
+
 def dhclient_pid(pidfile: Path, wait: float = 5.0) -> int | None:
     """The pid in a dhclient pid file. dhclient writes it after it daemonises, so it may exist and still be empty
     for a moment."""
@@ -188,10 +202,11 @@ class Vm:
         return self.hypervisor.plug(self.tap, port_id, self.mac, port_type)
 
     def dhcp(self, lease_dir: Path) -> int | None:
-        """Address eth0 by DHCP (answered by the agent); the dhclient's pid, to be stopped with the fabric."""
+        """Address eth0 by DHCP (answered by the agent); the dhclient's pid, to be stopped with the fabric. The
+        DNS servers of the answer go to the VM's own resolv.conf (`resolv_conf`), never this machine's."""
         pidfile = lease_dir / f"{self.name}.dhclient.pid"
-        self.exec("dhclient", "-1", "-4", "-lf", str(lease_dir / f"{self.name}.leases"), "-pf", str(pidfile),
-                  "eth0", timeout=30)
+        self.exec(*own_resolv_conf(["dhclient", "-1", "-4", "-lf", str(lease_dir / f"{self.name}.leases"), "-pf",
+                                    str(pidfile), "eth0"], resolv_conf(lease_dir, self.name)), timeout=30)
         return dhclient_pid(pidfile)
 
     def static(self, ip: str, prefixlen: int, gateway: str) -> None:
@@ -206,5 +221,5 @@ class Vm:
         return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], **kw)
 
 
-__all__ = ["GatewayHost", "Hypervisor", "Vm", "dhclient_pid", "ovs_env", "ovs_pids", "sh", "spawn", "start_ovs_daemon",
-           "start_private_ovs"]
+__all__ = ["GatewayHost", "Hypervisor", "Vm", "dhclient_pid", "own_resolv_conf", "resolv_conf", "ovs_env",
+           "ovs_pids", "sh", "spawn", "start_ovs_daemon", "start_private_ovs"]

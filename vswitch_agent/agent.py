@@ -30,8 +30,9 @@ from os_ken.ofproto import ofproto_v1_3
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 from tianji.southbound_client import Southbound, SouthboundError
 from tianji.statusfile import write_atomic
-from vswitch_agent import health, icmp, openflow, punts
+from vswitch_agent import dns, health, icmp, openflow, punts
 from vswitch_agent.audit import Audit
+from vswitch_agent.dns_forward import Forwarder
 from vswitch_agent.engine import FlowEngine
 from vswitch_agent.host import AgentOptions, ZoneMap, setup_host, status_path
 from vswitch_agent.lb_members import LocalMembers
@@ -61,7 +62,9 @@ class AgentApp(app_manager.OSKenApp):
         self.ifaces_known = False
         self.wake = threading.Event()
         self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
-        self.prober = health.Prober(self._probe_out, lambda ms: self.api.call(  # load-balancer members here
+        self.dns_limit = icmp.RateLimit(500.0, 1000)  # the VPCs' resolver: a VM's flood must not take the agent
+        self.dns_forwarder = Forwarder(o.dns_forwarder, self._packet_out) if o.dns_forwarder else None
+        self.prober = health.Prober(self._packet_out, lambda ms: self.api.call(  # load-balancer members here
             "POST", f"/v1/hosts/{o.host}/lb-health", {"members": ms}))
         self.lb_members = LocalMembers(self.prober)
         self.hints_lock = threading.Lock()  # the watch and OVSDB threads add hints; the program thread takes them
@@ -75,7 +78,8 @@ class AgentApp(app_manager.OSKenApp):
     def start(self) -> Any:
         t = super().start()
         for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop,
-                   functools.partial(self.prober.run, hub.sleep)):
+                   functools.partial(self.prober.run, hub.sleep),
+                   *((self.dns_forwarder.run,) if self.dns_forwarder else ())):
             self.threads.append(hub.spawn(self._forever, fn))
         return t
 
@@ -230,6 +234,9 @@ class AgentApp(app_manager.OSKenApp):
             port_id = next((pid for pid, of in self.ofports.items() if of == in_port), None)
             if self.cfg is None or port_id is None:
                 return  # from the tunnel: the routing hop was the sender's host
+            if (q := dns.parse(data)) is not None:
+                self._dns(msg.datapath, in_port, port_id, q)
+                return
             expired = msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL
             if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit)) is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
@@ -238,7 +245,17 @@ class AgentApp(app_manager.OSKenApp):
         except Exception as e:  # malformed packet-ins never take the agent down
             self._error(f"packet-in: {e}")
 
-    def _probe_out(self, ofport: int, frame: bytes) -> None:  # a health probe (health.py)
+    def _dns(self, dp: Any, in_port: int, port_id: str, q: dns.Query) -> None:
+        if self.cfg is None or not self.dns_limit.allow():
+            self.state["dns_dropped"] = self.state.get("dns_dropped", 0) + 1
+            return
+        fwd = self.dns_forwarder
+        forward = (lambda query, mac: fwd.forward(query, in_port, mac)) if fwd is not None else None
+        if (out := punts.dns_answer(self.cfg, port_id, q, forward)) is not None:
+            dp.send_msg(openflow.packet_out(dp, in_port, out))
+        self.state["dns_queries"] = self.state.get("dns_queries", 0) + 1
+
+    def _packet_out(self, ofport: int, frame: bytes) -> None:  # a health probe (health.py), a DNS answer forwarded
         if (s := self.session) is not None and s.alive:
             s.dp.send_msg(openflow.packet_out(s.dp, ofport, frame))
 

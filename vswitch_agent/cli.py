@@ -30,6 +30,8 @@ def agent(ctx: typer.Context,
           port_type: str = typer.Option("auto", help="underlay NIC's OVS port: auto (AF_XDP if it works), afxdp, "
                                                      "system"),
           state_dir: Path = typer.Option(DEFAULT_STATE, help="status and zone files"),
+          dns_forwarder: str = typer.Option(None, help="the operator's resolver (IP[:PORT]) for VMs' names outside "
+                                                       "the VPCs' zone (default: those are refused)"),
           log_level: str = typer.Option("info")) -> None:
     """Run the agent: `tianji agent --host NAME --controller URL --token T --vtep-ip IP --underlay-if IF`."""
     if ctx.invoked_subcommand is not None:
@@ -45,13 +47,20 @@ def agent(ctx: typer.Context,
     if datapath not in ("netdev", "system"):
         console.print("[red]error:[/red] --datapath must be netdev or system")
         raise typer.Exit(2)
+    from vswitch_agent.dns_forward import parse_server
+
+    try:
+        forwarder = parse_server(dns_forwarder) if dns_forwarder else None
+    except (OSError, ValueError) as e:
+        console.print(f"[red]error:[/red] --dns-forwarder {dns_forwarder!r}: give IP or IP:PORT ({e})")
+        raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {host} %(levelname)s %(name)s: %(message)s")
     from vswitch_agent.agent import run
     from vswitch_agent.host import AgentOptions
 
     run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
                      ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, port_type=port_type,
-                     state_dir=state_dir))
+                     state_dir=state_dir, dns_forwarder=forwarder))
 
 
 @agent_app.command("status")

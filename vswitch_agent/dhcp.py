@@ -40,6 +40,7 @@ def reply(frame: bytes, *, ip: str, cidr: str, gateway_ip: str, router_mac: str,
         _opt(dhcp.DHCP_IP_ADDR_LEASE_TIME_OPT, LEASE_SECONDS.to_bytes(4, "big")),
         _opt(dhcp.DHCP_SUBNET_MASK_OPT, net.netmask.packed),
         _opt(dhcp.DHCP_GATEWAY_ADDR_OPT, ipaddress.IPv4Address(gateway_ip).packed),
+        _opt(6, ipaddress.IPv4Address(gateway_ip).packed),  # DNS server: the VPC's resolver at the gateway (dns.py)
         _opt(26, mtu.to_bytes(2, "big")),  # interface MTU
         _opt(28, net.broadcast_address.packed),  # broadcast address
     ])

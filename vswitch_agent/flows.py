@@ -218,7 +218,7 @@ def rule_ids(groups: Iterable[SecurityGroupInfo]) -> tuple[tuple[int, ...], tupl
 
 def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...], tuple[int, ...]],
                tunnel_ofport: int | None) -> list[Flow]:
-    """A plugged local VM port: classification, port security, DHCP, its own EIP, and its clause of every
+    """A plugged local VM port: classification, port security, DHCP and DNS, its own EIP, and its clause of every
     security group rule of its groups (`rules`: egress and ingress rule ids)."""
     out = [flow(P.CLASSIFY, 100, {"in_port": of}, [SetField("metadata", vpc.vni), goto(P.PORT_SECURITY)],
                 "port", p.id)]
@@ -236,6 +236,10 @@ def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...],
                     [goto(P.ARP_RESPONDER)], "port", p.id))
     out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 68, "udp_dst": 67},
                     [Controller()], "port", p.id))
+    gateway = next((sn.gateway_ip for sn in vpc.subnets if sn.id == p.subnet_id), None)
+    if gateway is not None:  # DNS to the VPC's resolver at its subnet's gateway (dns.py), whatever its groups say
+        out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ipv4_src": p.ip, "ipv4_dst": gateway,
+                                                     "ip_proto": 17, "udp_dst": 53}, [Controller()], "port", p.id))
     egress, ingress = rules
     if egress:
         out.append(flow(P.EGRESS_ACL, ACL_PRIORITY, {"in_port": of, "ct_state": CT_NEW_TRK},

@@ -32,6 +32,7 @@ class AgentOptions:
     audit_max_defer: float = 5.0
     audit_rate: float = 500_000.0  # flows the switch walks per second for the audit, after a connection's first sweep
     heartbeat_interval: float = 2.0
+    dns_forwarder: tuple[str, int] | None = None  # the operator's resolver, for names outside the VPCs' zone
 
     @property
     def vtep_addr(self) -> str:

@@ -121,10 +121,11 @@ TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id; for a VIP with a member here also i
               may_match=_d("tunnel_id", "eth_type", "ipv4_dst"),
               may_set=_d("metadata", "reg0"),
               may_do=_d("goto", "set", "load"), next=frozenset({45, 50}))
-PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP",
+PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP, DNS",
                       "DHCP server messages (UDP from port 67): drop, a VM is never a DHCP server. The VM's own "
-                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP, and a load-balancer member's answers "
-                      "to health probes, to the agent. Else drop.",
+                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP, DNS to its subnet's gateway (the "
+                      "VPC's resolver), and a load-balancer member's answers to health probes, to the agent. Else "
+                      "drop.",
               may_match=IP4 | _d("in_port", "eth_src", "ipv4_src", "ipv4_dst", "arp_spa", "arp_sha", "udp_src",
                                  "udp_dst", "tcp_dst", "icmp_type"),
               may_set=_d(),

@@ -1,13 +1,14 @@
-"""What the agent answers for a VM from a packet-in: DHCP (a controller action in port security), and time
-exceeded for a TTL that ran out at the distributed router (OVS's dec_ttl sends the packet here), both from the
-VM's subnet gateway. Pure: the answer frame, or None."""
+"""What the agent answers for a VM from a packet-in: DHCP and DNS (controller actions in port security), and time
+exceeded for a TTL that ran out at the distributed router (OVS's dec_ttl sends the packet here), all from the
+VM's subnet gateway. Pure: the answer frame, or None (DNS for names outside the VPC: handed to `forward`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from tianji.southbound import HostConfig
-from vswitch_agent import dhcp, icmp
+from vswitch_agent import dhcp, dns, icmp
 
 log = logging.getLogger("tianji.agent")
 
@@ -23,3 +24,16 @@ def answer(cfg: HostConfig, port_id: str, data: bytes, ttl_expired: bool, icmp_l
     if out is not None:
         log.info("DHCP: %s gets %s/%s via %s", port_id, port.ip, subnet.cidr.split("/")[1], subnet.gateway_ip)
     return out
+
+
+def dns_answer(cfg: HostConfig, port_id: str, q: dns.Query, forward: Callable[[dns.Query, str], bool] | None) \
+        -> bytes | None:
+    """The VPC's resolver: its endpoints' names answered here; another name handed to `forward` (the operator's
+    resolver: None, it answers later) or, without one or when it cannot take more, REFUSED."""
+    port = next(p for p in cfg.ports if p.id == port_id)
+    vpc = next(v for v in cfg.vpcs if v.id == port.vpc_id)
+    if dns.is_ours(q):
+        return dns.frame_to_vm(q, dns.answer_message(q, {r.name: r.address for r in vpc.dns}), vpc.router_mac)
+    if forward is not None and forward(q, vpc.router_mac):
+        return None
+    return dns.frame_to_vm(q, dns.refused(q), vpc.router_mac)

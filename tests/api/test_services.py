@@ -157,3 +157,23 @@ def test_a_tenant_publishes_its_load_balancer_to_the_tenants_it_names(ctl: Contr
     expect(409, prov.delete, f"/v1/load-balancers/{lb['id']}")  # published: the service goes first
     expect(409, prov.post, "/v1/services", {"load_balancer_id": lb["id"], "allowed_tenants": []},
            field="load_balancer_id")
+
+
+def test_an_endpoint_name_is_in_its_vpcs_host_configs_and_leaves_with_it(ctl: Controller) -> None:
+    svc = ctl.admin.post("/v1/services", STORE)
+    a, vpc, sn = consumer(ctl)
+    b, vpc_b, sn_b = consumer(ctl)
+    ctl.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    for t, s in ((a, sn), (b, sn_b)):
+        port = t.post("/v1/ports", {"subnet_id": s["id"], "name": "vm"})
+        ctl.orchestrator().patch(f"/v1/ports/{port['id']}", {"host": "hv1"})
+    ep = a.post("/v1/service-endpoints", {"vpc_id": vpc["id"], "subnet_id": sn["id"], "service_id": svc["id"]})
+
+    def dns_of(vpc_id: str) -> list[dict]:
+        cfg = ctl.admin.get("/v1/hosts/hv1/config")
+        return next(v for v in cfg["vpcs"] if v["id"] == vpc_id)["dns"]
+
+    assert dns_of(vpc["id"]) == [{"name": "store.v1.internal", "address": ep["address"]}]
+    assert dns_of(vpc_b["id"]) == []  # another tenant's VPC on the same host resolves nothing of it
+    a.delete(f"/v1/service-endpoints/{ep['id']}")
+    assert dns_of(vpc["id"]) == []

@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.layers.vxlan import VXLAN
 
 from tests.scenarios.conftest import Capture, ex, ping, reach, scapy_send, underlay_capture, wait_for
+from topologies.machines import own_resolv_conf, resolv_conf
 
 
 def hv_ns(cluster, host: str) -> str:
@@ -167,8 +169,12 @@ def test_9_dhcp(cluster, tenants) -> None:
     assert "default via 10.0.3.1" in ex(cluster, vm, "ip", "route").stdout
     # the MTU comes from the switch too: reset it, renew, and it is 1450 again
     ex(cluster, vm, "ip", "link", "set", "eth0", "mtu", "1500")
-    ex(cluster, vm, "dhclient", "-1", "-4", "-lf", f"/tmp/{vm['name']}.l2", "-pf", f"/tmp/{vm['name']}.p2", "eth0")
+    ex(cluster, vm, *own_resolv_conf(["dhclient", "-1", "-4", "-lf", f"/tmp/{vm['name']}.l2", "-pf",
+                                      f"/tmp/{vm['name']}.p2", "eth0"], resolv_conf(Path("/tmp"), vm["name"])))
     wait_for(lambda: "mtu 1450" in ex(cluster, vm, "ip", "link", "show", "eth0").stdout, 10, "MTU 1450 via DHCP")
+    # the DNS server is the VPC's resolver at the gateway, in the VM's resolv.conf and never in this machine's
+    assert "nameserver 10.0.3.1" in resolv_conf(Path(cluster.state.dir), vm["name"]).read_text()
+    assert "10.0.3.1" not in Path("/etc/resolv.conf").read_text()
     pid = open(f"/tmp/{vm['name']}.p2").read().strip()
     ex(cluster, vm, "kill", pid)
 

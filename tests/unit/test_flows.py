@@ -163,6 +163,15 @@ def test_dhcp_goes_to_agent() -> None:
     assert out[0] == CONTROLLER
 
 
+def test_dns_to_the_subnet_gateway_goes_to_the_agent_and_elsewhere_follows_the_groups() -> None:
+    sw = switch()
+    (out,) = sw.inject(ip_pkt("a1", "10.0.1.2", "10.0.1.1", RA, proto=17, dport=53))
+    assert out[0] == CONTROLLER
+    # another subnet's gateway is not this port's resolver, and a spoofed source never reaches the agent
+    assert CONTROLLER not in [o[0] for o in sw.inject(ip_pkt("a1", "10.0.1.2", "10.0.2.1", RA, proto=17, dport=53))]
+    assert sw.inject(ip_pkt("a1", "10.0.1.9", "10.0.1.1", RA, proto=17, dport=53)) == []
+
+
 def test_tenants_with_identical_ips_are_isolated() -> None:
     sw = switch()
     # c1 has A's a1 address; it cannot reach A's a2 nor a3
