@@ -282,11 +282,8 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
            endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
     store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
-    user_routes, gateway_eips, line_routes = _route_rows(rows)
+    user_routes, gateway_eips, line_routes, dns = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)
-    dns: dict[str, list[DnsRecord]] = defaultdict(list)
-    for r in rows.get("dns", ()):
-        dns[r.vpc_id].append(DnsRecord.model_construct(name=r.dns_name, address=r.address))
     for vid in stale_entries:
         routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
                          instances, line_routes.get(vid, ()), line_instances) if vid in own else []
@@ -310,9 +307,10 @@ def _cached_entries(s: Session, own: frozenset[str], versions: dict[str, tuple])
     return entries, stale
 
 
-def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list]]:
-    """The user routes read, per VPC, the EIPs of the NAT gateways read, per gateway, and the private lines'
-    routes read, per VPC."""
+def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list],
+                                               dict[str, list[DnsRecord]]]:
+    """The user routes read, per VPC, the EIPs of the NAT gateways read, per gateway, the private lines' routes
+    read, per VPC, and the names of the VPCs' resolvers (their endpoints'), per VPC."""
     user_routes: dict[str, list] = defaultdict(list)
     for r in rows["routes"]:
         user_routes[r.vpc_id].append(r)
@@ -322,7 +320,10 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
     line_routes: dict[str, list] = defaultdict(list)
     for r in rows["line_routes"]:
         line_routes[r.vpc_id].append(r)
-    return user_routes, gateway_eips, line_routes
+    dns: dict[str, list[DnsRecord]] = defaultdict(list)
+    for r in rows["dns"]:
+        dns[r.vpc_id].append(DnsRecord.model_construct(name=r.dns_name, address=r.address))
+    return user_routes, gateway_eips, line_routes, dns
 
 
 def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo], dns: list[DnsRecord]) -> VpcInfo:

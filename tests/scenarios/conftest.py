@@ -102,6 +102,11 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
         for vm in n.vms:
             if vm in cluster.state.vms:
                 cluster.vm_remove(vm)
+        for e in n.client.get("/v1/service-endpoints"):
+            n.client.delete(f"/v1/service-endpoints/{e['id']}")
+        for svc in n.client.get("/v1/services"):  # those it published
+            if svc.get("owner_tenant_id"):
+                n.client.delete(f"/v1/services/{svc['id']}")
         for pl in n.client.get("/v1/private-lines"):
             n.client.delete(f"/v1/private-lines/{pl['id']}")
         for lb in n.client.get("/v1/load-balancers"):
