@@ -138,7 +138,8 @@ def _register_components() -> None:
     import tianjictl.admin
     import tianjictl.lb
     import tianjictl.lines
-    import tianjictl.network  # noqa: F401 - their commands register on `app` as they are imported
+    import tianjictl.network
+    import tianjictl.services  # noqa: F401 - their commands register on `app` as they are imported
 
     try:
         from vswitch_agent.cli import agent_app

@@ -86,3 +86,32 @@ def test_a_tenant_orders_a_private_line_with_the_cli(controller: Controller) -> 
                        "169.254.32.1/30")
     assert code != 0 and "customer_asn" in out and "AS_TRANS" in out, out
     assert tianji(controller, token, "private-line", "delete", line["id"])[0] == 0
+
+
+def test_the_operator_shares_a_service_and_a_tenant_makes_an_endpoint_with_the_cli(controller: Controller) -> None:
+    admin = controller.admin_token
+    code, out = tianji(controller, admin, "--json", "service", "create", "store", "--address", "100.100.0.10",
+                       "--port", "tcp/80", "--port", "tcp/443")
+    assert code == 0, out
+    svc = json.loads(out)
+    assert svc["ports"] == [{"protocol": "tcp", "port": 80}, {"protocol": "tcp", "port": 443}]
+    code, out = tianji(controller, admin, "service", "create", "bad", "--address", "100.100.0.11", "--port", "80")
+    assert code != 0 and "tcp/443" in out, out
+    token = controller.admin.post("/v1/tenants", {"name": "acme"})["token"]
+    code, out = tianji(controller, token, "--json", "vpc", "create", "prod", "--cidr", "10.8.0.0/16")
+    vpc = json.loads(out)
+    code, out = tianji(controller, token, "--json", "subnet", "create", "s", "--vpc", vpc["id"], "--cidr",
+                       "10.8.1.0/24")
+    sn = json.loads(out)
+    code, out = tianji(controller, token, "service", "list")
+    assert code == 0 and "store" in out and "100.100.0.10" not in out, out  # tenants see name and ports
+    code, out = tianji(controller, token, "--json", "endpoint", "create", "--service", svc["id"], "--vpc", vpc["id"],
+                       "--subnet", sn["id"])
+    assert code == 0, out
+    ep = json.loads(out)
+    assert ep["dns_name"] == "store.prod.internal" and ep["address"].startswith("10.8.1.")
+    code, out = tianji(controller, token, "endpoint", "create", "--service", svc["id"], "--vpc", vpc["id"],
+                       "--subnet", sn["id"])
+    assert code != 0 and "service_id" in out, out  # one per service and VPC
+    assert tianji(controller, token, "endpoint", "delete", ep["id"])[0] == 0
+    assert tianji(controller, admin, "service", "delete", svc["id"])[0] == 0
