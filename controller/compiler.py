@@ -94,7 +94,7 @@ def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> 
         eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
         built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
             id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
-            eip_home_vtep=instances[eip_home] if eip_home else None))
+            eip_home_vtep=instances[eip_home] if eip_home else None, gateway_ip=p.gateway_ip))
     return {vid: tuple(ports) for vid, ports in built.items()}
 
 

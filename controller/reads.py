@@ -112,7 +112,8 @@ Q_GROUP_RULES = select(_SG.c.vpc_id, _SG.c.id.label("group_id"), _RULES.c.id, _R
 Q_GROUP_MEMBERS = select(_PSG.c.group_id, _PORTS.c.ip).join(_PORTS, _PORTS.c.id == _PSG.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_PORTS.c.ip_int)
 Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
-                 _EIPS.c.id.label("eip_id")) \
+                 _EIPS.c.id.label("eip_id"), _SUBNETS.c.gateway_ip) \
+    .join(_SUBNETS, _SUBNETS.c.id == _PORTS.c.subnet_id) \
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
     .where(_PORTS.c.host == bindparam("host"), in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)

@@ -113,6 +113,7 @@ class PortInfo(Wire):
     ip: str
     security_group_ids: list[str] = Field(default_factory=list)
     eip_home_vtep: str | None = None  # a port with its own EIP sends off-VPC traffic to the instance homing it
+    gateway_ip: str | None = None  # its subnet's gateway: its router, and the VPC's resolver it asks (DNS)
 
 
 class Endpoint(Wire):

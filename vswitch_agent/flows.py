@@ -236,8 +236,7 @@ def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...],
                     [goto(P.ARP_RESPONDER)], "port", p.id))
     out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 68, "udp_dst": 67},
                     [Controller()], "port", p.id))
-    gateway = next((sn.gateway_ip for sn in vpc.subnets if sn.id == p.subnet_id), None)
-    if gateway is not None:  # DNS to the VPC's resolver at its subnet's gateway (dns.py), whatever its groups say
+    if (gateway := p.gateway_ip) is not None:  # DNS to the VPC's resolver at the gateway (dns.py), whatever its groups
         out.append(flow(P.PORT_SECURITY, 110, src | {"eth_type": ETH_IP, "ipv4_src": p.ip, "ipv4_dst": gateway,
                                                      "ip_proto": 17, "udp_dst": 53}, [Controller()], "port", p.id))
     egress, ingress = rules

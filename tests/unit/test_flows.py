@@ -66,10 +66,12 @@ def config(extra_rules: list[SecurityGroupRuleInfo] | None = None, peered: bool 
                             vtep_ip="192.0.2.2"))
     return HostConfig(
         host="hv1", revision=7, vtep_ip="192.0.2.1",
-        ports=[PortInfo(id="a1", vpc_id="A", subnet_id="sA1", mac=MAC["a1"], ip="10.0.1.2", security_group_ids=["sgA"]),
-               PortInfo(id="a2", vpc_id="A", subnet_id="sA2", mac=MAC["a2"], ip="10.0.2.2", security_group_ids=["sgA"]),
+        ports=[PortInfo(id="a1", vpc_id="A", subnet_id="sA1", mac=MAC["a1"], ip="10.0.1.2", security_group_ids=["sgA"],
+                        gateway_ip="10.0.1.1"),
+               PortInfo(id="a2", vpc_id="A", subnet_id="sA2", mac=MAC["a2"], ip="10.0.2.2", security_group_ids=["sgA"],
+                        gateway_ip="10.0.2.1"),
                PortInfo(id="c1", vpc_id="C", subnet_id="sC1", mac=MAC["c1"], ip="10.0.1.2",
-                        security_group_ids=["sgC"])],
+                        security_group_ids=["sgC"], gateway_ip="10.0.1.1")],
         vpcs=vpcs, endpoints=eps,
         security_groups=[sg_rules(extra_rules or []),
                          SecurityGroupInfo(id="sgC", vpc_id="C", rules=[
