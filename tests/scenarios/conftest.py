@@ -7,6 +7,7 @@ removes its VMs afterwards, pass or fail, so any test can run alone (`pytest -k`
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -145,10 +146,12 @@ class Capture:
         self.proc = subprocess.Popen([*(["ip", "netns", "exec", ns] if ns else []), "tcpdump", "-U", "-n", "-i",
                                       iface, "-w", str(self.path), *([bpf] if bpf else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 5
-        while not self.path.exists() and time.time() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.2)
+        deadline = time.time() + 10  # until tcpdump says it listens (its filter attached): on a loaded machine
+        assert self.proc.stderr is not None  # that comes well after the pcap file exists
+        while (left := deadline - time.time()) > 0 and select.select([self.proc.stderr], [], [], left)[0]:
+            if "listening on" in (line := self.proc.stderr.readline()) or not line:
+                break
+        time.sleep(0.05)
 
     def packets(self) -> list:
         """What has been written so far (tcpdump -U writes each packet as it comes; a torn last record is skipped)."""
