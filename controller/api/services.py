@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.ports import insert_ports
 from controller.api.schemas import PortCreate
 from controller.api.service_schemas import EndpointCreate, EndpointOut, ServiceCreate, ServiceOut, ServiceUpdate
@@ -129,11 +129,17 @@ def create_service(body: ServiceCreate, request: Request, p: Principal = Depends
         return service_out(s, svc, p)
 
 
-def _visible_service(s: Session, service_id: str, p: Principal, field: str | None = None) -> m.Service:
+def _service_for(s: Session, service_id: str, tenant_id: str | None, field: str | None = None) -> m.Service:
+    """The service if the tenant may use it (None: the admin, who sees every one); otherwise 404, the answer for
+    one that does not exist, so its existence is not revealed."""
     svc = s.get(m.Service, service_id)
-    if svc is None or not (p.is_admin or usable_by(svc, p.tenant_id or "")):
+    if svc is None or not (tenant_id is None or usable_by(svc, tenant_id)):
         raise ApiError(404, f"service {service_id} not found, or not shared with this tenant", field)
     return svc
+
+
+def _visible_service(s: Session, service_id: str, p: Principal) -> m.Service:
+    return _service_for(s, service_id, None if p.is_admin else p.tenant_id or "")
 
 
 @router.get("/services", response_model=list[ServiceOut])
@@ -207,30 +213,33 @@ def _endpoint_port(t, body: EndpointCreate, svc: m.Service, p: Principal, settin
 @router.post("/service-endpoints", status_code=201, response_model=EndpointOut)
 def create_endpoint(body: EndpointCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> Response:
     settings: Settings = request.app.state.settings
-    with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
-        s = t.session
-        vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
-        subnet = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id", tenant=vpc.tenant_id)
-        if subnet.vpc_id != vpc.id:
-            raise invalid("subnet_id", f"subnet {subnet.id} is not in VPC {vpc.id}")
-        svc = s.get(m.Service, body.service_id)
-        if svc is None or not usable_by(svc, vpc.tenant_id):
-            raise ApiError(404, f"service {body.service_id} not found, or not shared with this tenant", "service_id")
-        if svc.load_balancer_id and (lb := s.get(m.LoadBalancer, svc.load_balancer_id)).vpc_id == vpc.id:
-            raise conflict("service_id", f"the load balancer behind {svc.name} is in this VPC: use its VIP "
-                                         f"{lb.vip_address}")
-        if (other := s.execute(select(m.ServiceEndpoint.id).where(m.ServiceEndpoint.vpc_id == vpc.id,
-                                                                  m.ServiceEndpoint.service_id == svc.id)).scalar()):
-            raise conflict("service_id", f"VPC {vpc.name} already has an endpoint of {svc.name} ({other}): one per "
-                                         "service and VPC")
-        quotas.check(s, settings.quotas, vpc.tenant_id, "service_endpoints")
-        port = _endpoint_port(t, body, svc, p, settings)
-        t.flush_deferred()  # the endpoint's port row, which the endpoint refers to
-        ep = m.ServiceEndpoint(tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id, service_id=svc.id,
-                               port_id=port.id, address=port.ip, dns_name=f"{svc.name}.{_label(vpc.name)}.internal")
-        s.add(ep)
-        s.flush()
-        out = endpoint_out(s, ep)
+
+    def txn() -> EndpointOut:  # again if a concurrent create won the address or the (VPC, service) pair
+        with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
+            s = t.session
+            vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
+            subnet = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id", tenant=vpc.tenant_id)
+            if subnet.vpc_id != vpc.id:
+                raise invalid("subnet_id", f"subnet {subnet.id} is not in VPC {vpc.id}")
+            svc = _service_for(s, body.service_id, vpc.tenant_id, "service_id")
+            if svc.load_balancer_id and (lb := s.get(m.LoadBalancer, svc.load_balancer_id)).vpc_id == vpc.id:
+                raise conflict("service_id", f"the load balancer behind {svc.name} is in this VPC: use its VIP "
+                                             f"{lb.vip_address}")
+            if (other := s.execute(select(m.ServiceEndpoint.id).where(
+                    m.ServiceEndpoint.vpc_id == vpc.id, m.ServiceEndpoint.service_id == svc.id)).scalar()):
+                raise conflict("service_id", f"VPC {vpc.name} already has an endpoint of {svc.name} ({other}): one "
+                                             "per service and VPC")
+            quotas.check(s, settings.quotas, vpc.tenant_id, "service_endpoints")
+            port = _endpoint_port(t, body, svc, p, settings)
+            t.flush_deferred()  # the endpoint's port row, which the endpoint refers to
+            ep = m.ServiceEndpoint(tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id, service_id=svc.id,
+                                   port_id=port.id, address=port.ip,
+                                   dns_name=f"{svc.name}.{_label(vpc.name)}.internal")
+            s.add(ep)
+            s.flush()
+            return endpoint_out(s, ep)
+
+    out = with_retries(txn, "service endpoint creation")
     return Response(out.model_dump_json(), status_code=201, media_type="application/json")
 
 
