@@ -56,6 +56,28 @@ def wait_gone(pid: int, deadline: float) -> bool:
     return False
 
 
+MGMT_POOL = ipaddress.IPv4Network("169.254.200.0/21")
+
+
+def free_mgmt_net() -> ipaddress.IPv4Network:
+    """A /30 of MGMT_POOL that no route of the root namespace covers or overlaps: a fixed one was unreachable
+    when something else (a fabric left behind, another run) already routed it, and its replies went there."""
+    used = []
+    for line in sh("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
+        words = line.split()
+        dest = words[1] if words and words[0] in ("local", "broadcast", "unicast") else (words or [""])[0]
+        if dest[:1].isdigit():
+            used.append(ipaddress.IPv4Network(dest, strict=False))
+    # a route as or more specific than ours would win over it; a wider one (zeroconf's 169.254/16) loses
+    used = [n for n in used if n.prefixlen >= 30]
+    nets = list(MGMT_POOL.subnets(new_prefix=30))
+    start = int.from_bytes(os.urandom(2), "big") % len(nets)
+    for net in nets[start:] + nets[:start]:
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise RuntimeError(f"no free management /30 left in {MGMT_POOL}: remove stale tj* links (`ip -br link`)")
+
+
 @dataclass
 class Record:
     """What a run created: namespaces, root-namespace links, processes (pid files), directories."""
@@ -128,7 +150,7 @@ class Fabric:
         i = len(self.hypervisors) + 1
         ns = self._ns(f"tj{self.tag}h{i}")
         # management: a point-to-point veth to the root namespace, where the controller listens
-        base_ip = ipaddress.IPv4Address("169.254.100.0") + 4 * i
+        base_ip = free_mgmt_net().network_address
         hv = Hypervisor(name, ns, self.base / name, f"172.31.0.{i}/24", str(base_ip + 1))
         try:
             hv.start_ovs()
