@@ -71,6 +71,7 @@ class Topology(NamedTuple):
     instances: dict[str, str]  # NAT
     lb_instances: dict[str, str]
     line_instances: dict[str, str]  # private line
+    service_instances: dict[str, str]  # service endpoints' (the VPC gateway to the cluster's services)
 
 
 def hosts_fragment(rows: list) -> Topology:
@@ -98,13 +99,25 @@ def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> 
     return {vid: tuple(ports) for vid, ports in built.items()}
 
 
-def endpoints_fragments(rows: list, vpcs: dict[str, Any]) -> dict[str, tuple[Endpoint, ...]]:
+def service_home(endpoint_id: str, service_instances: dict[str, str]) -> str | None:
+    """The live service instance that serves a service endpoint (its translations live there)."""
+    return home(f"svc:{endpoint_id}", service_instances)
+
+
+def endpoints_fragments(rows: list, vpcs: dict[str, Any],
+                        service_instances: dict[str, str]) -> dict[str, tuple[Endpoint, ...]]:
     """Every bound port of each VPC: where it lives and how to reach it (most of a config, shared by every host of
-    the VPC and of its peers)."""
+    the VPC and of its peers). A service endpoint's port lives on the service instance homing it (the topology
+    versions the fragment), and nowhere while none is live."""
     built: dict[str, list[Endpoint]] = {vid: [] for vid in vpcs}
     for e in rows:
+        host, vtep = e.host, e.vtep_ip
+        if e.endpoint_id is not None:
+            if (host := service_home(e.endpoint_id, service_instances)) is None:
+                continue
+            vtep = service_instances[host]
         built[e.vpc_id].append(Endpoint.model_construct(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
-                                                        ip=e.ip, mac=e.mac, host=e.host, vtep_ip=e.vtep_ip))
+                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep))
     return {vid: tuple(eps) for vid, eps in built.items()}
 
 
@@ -115,7 +128,7 @@ def _subnets_fragments(rows: list, vpcs: list[str]) -> dict[str, tuple[SubnetInf
     return {vid: tuple(subs) for vid, subs in built.items()}
 
 
-def _groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> dict[str, dict[str, SecurityGroupInfo]]:
+def groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> dict[str, dict[str, SecurityGroupInfo]]:
     """Every security group of each VPC, remote groups resolved to member addresses. Groups, rules and memberships
     only change with a write that stamps their VPC (remote groups are in the same VPC)."""
     members: dict[str, list[str]] = defaultdict(list)
@@ -276,11 +289,11 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances, lb_instances, line_instances = hosts_frag
+    vteps, instances, lb_instances, line_instances, service_instances = hosts_frag
     store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
     store(s, "endpoints", with_topology,
-           endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}), endpoints)
-    store(s, "sg", revs, _groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
+           endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}, service_instances), endpoints)
+    store(s, "sg", revs, groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes, gateway_eips, line_routes, dns = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)

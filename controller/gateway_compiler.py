@@ -25,15 +25,19 @@ from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNAT,
     Q_ENDPOINTS,
+    Q_GROUP_MEMBERS,
+    Q_GROUP_RULES,
     Q_HOSTS,
     Q_LB_MEMBERS,
     Q_LINES,
     Q_NAT_GATEWAYS_SERVED,
+    Q_SERVICE_ENDPOINTS,
     Q_SNAT,
     Q_STATIC,
     Reads,
     gateway_view,
 )
+from controller.service_compiler import SERVICE_ROLE, service_sections
 from tianji.southbound import (
     DnatInfo,
     GatewayConfig,
@@ -111,8 +115,7 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
     # a VPC's endpoints are the same fragment the hosts' compiles use, at the same (revision, topology)
     endpoints, stale_endpoints = cached(s, "endpoints", {v: versions[v] for v in stale})
     if stale:
-        role_reads = (("lbs", Q_LB_MEMBERS),) if role == "lb" else (("lines", Q_LINES),) if role == LINE_ROLE else (
-            ("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT))
+        role_reads = ROLE_READS.get(role, NAT_READS)
         for key, stmt in role_reads:
             reads.add(key, stmt, vpcs=stale)
     if stale_endpoints:
@@ -121,24 +124,13 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
     if hosts_frag is None:
         hosts_frag = hosts_fragment(got_rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
-    vteps, instances, lb_instances, line_instances = hosts_frag
-    # no live instance: compile as if this one were
-    if role == "lb":
-        lb_instances = lb_instances or ({name: vtep_ip} if vtep_ip else {})
-    elif role == LINE_ROLE:
-        line_instances = line_instances or ({name: vtep_ip} if vtep_ip else {})
-    else:
-        instances = instances or ({name: vtep_ip} if vtep_ip else {})
+    vteps = hosts_frag.vteps
     if stale:
         store(s, "endpoints", versions,
-               endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints}), endpoints)
-        stale_vpcs = {v: _Vpc(*vpcs[v]) for v in stale}
-        if role == "lb":
-            built = lb_sections(name, stale_vpcs, got_rows["lbs"], endpoints, lb_instances)
-        elif role == LINE_ROLE:
-            built = line_sections(name, stale_vpcs, got_rows["lines"], endpoints, line_instances, asn)
-        else:
-            built = _sections(name, stale_vpcs, got_rows, endpoints, instances)
+               endpoints_fragments(got_rows["endpoints"], {v: _Vpc(*vpcs[v]) for v in stale_endpoints},
+                                   hosts_frag.service_instances), endpoints)
+        built = _role_sections(role, name, vtep_ip, {v: _Vpc(*vpcs[v]) for v in stale}, got_rows, endpoints,
+                               hosts_frag, asn)
         for vid in stale:
             sections[vid] = built.get(vid)
             FRAGMENTS.put(s, ("gateway", name, vid), versions[vid], (sections[vid],))
@@ -149,6 +141,28 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
         FRAGMENTS.put(s, ("vteps-digest",), topology, vteps_digest)
     return GatewayCompiled(name, at, vtep_ip, topology, frozenset(vpcs), {vid: vpcs[vid][0] for vid in present},
                            present, vteps, vteps_digest[0])
+
+
+ROLE_READS = {"lb": (("lbs", Q_LB_MEMBERS),), LINE_ROLE: (("lines", Q_LINES),),
+              SERVICE_ROLE: (("svc", Q_SERVICE_ENDPOINTS), ("rules", Q_GROUP_RULES), ("members", Q_GROUP_MEMBERS))}
+NAT_READS = (("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT))
+
+
+def _role_sections(role: str, name: str, vtep_ip: str | None, vpcs: dict, rows: dict[str, list],
+                   endpoints: dict[str, tuple], topo, asn: int) -> dict[str, tuple[GatewaySection, str]]:
+    """The sections of these VPCs for instance `name` of `role`, placed over the live instances of its role (none
+    live: compiled as if this one were)."""
+    def live(instances: dict[str, str]) -> dict[str, str]:
+        return instances or ({name: vtep_ip} if vtep_ip else {})
+
+    if role == "lb":
+        return lb_sections(name, vpcs, rows["lbs"], endpoints, live(topo.lb_instances))
+    if role == LINE_ROLE:
+        return line_sections(name, vpcs, rows["lines"], endpoints, live(topo.line_instances), asn)
+    if role == SERVICE_ROLE:
+        return service_sections(name, vpcs, rows["svc"], rows["rules"], rows["members"], endpoints,
+                                live(topo.service_instances))
+    return _sections(name, vpcs, rows, endpoints, live(topo.instances))
 
 
 def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str, tuple],

@@ -26,7 +26,7 @@ _LBS, _LISTENERS, _POOLS = m.LoadBalancer.__table__, m.LbListener.__table__, m.L
 _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
 _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table__
 _LINE_LEARNED = m.PrivateLineLearned.__table__
-_ENDPOINTS = m.ServiceEndpoint.__table__
+_ENDPOINTS, _SERVICES = m.ServiceEndpoint.__table__, m.Service.__table__
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
@@ -99,8 +99,11 @@ Q_LINES = select(_LINES.c.vpc_id, _LINES.c.id, _LINES.c.vlan_id, _LINES.c.custom
 Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
     .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
-Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip) \
-    .join(_HOSTS, _HOSTS.c.name == _PORTS.c.host).where(in_ids(_PORTS.c.vpc_id, "vpcs")) \
+# bound ports, and service endpoints' ports (homed on a service instance by the compiler: endpoint_id not NULL)
+Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip,
+                     _ENDPOINTS.c.id.label("endpoint_id")) \
+    .outerjoin(_HOSTS, _HOSTS.c.name == _PORTS.c.host).outerjoin(_ENDPOINTS, _ENDPOINTS.c.port_id == _PORTS.c.id) \
+    .where(in_ids(_PORTS.c.vpc_id, "vpcs"), (_HOSTS.c.name.is_not(None)) | (_ENDPOINTS.c.id.is_not(None))) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
 Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
     .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
@@ -131,10 +134,12 @@ Q_GATEWAY_VIEW = text("""
                                    CASE WHEN id IN (SELECT vpc_id FROM load_balancers) THEN 'lb' END AS lb,
                                    CASE WHEN id IN (SELECT vpc_id FROM private_lines) THEN 'private-line' END
                                         AS line,
+                                   CASE WHEN id IN (SELECT vpc_id FROM service_endpoints) THEN 'service' END
+                                        AS svc,
                                    CASE WHEN id IN (SELECT vpc_id FROM nat_gateways)
                                           OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)
                                         THEN 'nat' END AS nat
-                            FROM vpcs) v ON COALESCE(h.role, 'nat') IN (v.lb, v.nat, v.line)
+                            FROM vpcs) v ON COALESCE(h.role, 'nat') IN (v.lb, v.nat, v.line, v.svc)
     WHERE h.name = :name""")
 Q_NAT_GATEWAYS_SERVED = select(_NATGWS.c.vpc_id, _NATGWS.c.id, _NATGW_EIPS.c.eip_id, _EIPS.c.address) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
@@ -158,17 +163,25 @@ def gateway_view(s: Session, name: str) -> list[tuple]:
     return s.execute(Q_GATEWAY_VIEW, {"name": name}).tuples().all()
 
 
+# a row per (endpoint, security group of its port)
+Q_SERVICE_ENDPOINTS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.id, _PORTS.c.ip, _PORTS.c.mac,
+                             _ENDPOINTS.c.source_address, _SERVICES.c.addresses, _SERVICES.c.ports,
+                             _SERVICES.c.proxy_protocol, _SERVICES.c.load_balancer_id, _PSG.c.group_id) \
+    .join(_PORTS, _PORTS.c.id == _ENDPOINTS.c.port_id).join(_SERVICES, _SERVICES.c.id == _ENDPOINTS.c.service_id) \
+    .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")) \
+    .order_by(_ENDPOINTS.c.id, _PSG.c.group_id)
 Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_LB = select(_LBS.c.id).where(in_ids(_LBS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_LINE = select(_LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")).limit(1)
+Q_HAS_ENDPOINT = select(_ENDPOINTS.c.id).where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")).limit(1)
 
 
 def may_serve(s: Session, vpcs: set[str]) -> bool:
     """Whether any of these VPCs (written to, outside the instances' view) now has something gateways serve."""
     return any(s.execute(q, {"vpcs": sorted(vpcs)}).first() for q in (Q_HAS_NAT_GATEWAY, Q_HAS_EIP_PORT, Q_HAS_LB,
-                                                                          Q_HAS_LINE))
+                                                                          Q_HAS_LINE, Q_HAS_ENDPOINT))
 
 
 @dataclass(frozen=True)

@@ -40,5 +40,7 @@ class ServiceEndpoint(Base):
     port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), unique=True)
     address: Mapped[str] = mapped_column(String(15))
     dns_name: Mapped[str] = mapped_column(String(253))
+    # its own address on the service network (TIANJI_SERVICE_SOURCE_POOL): the service tells endpoints apart by it
+    source_address: Mapped[str | None] = mapped_column(String(15), nullable=True, unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     __table_args__ = (UniqueConstraint("vpc_id", "service_id", name="uq_endpoint_vpc_service"),)

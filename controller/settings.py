@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     # where the operator's shared services live (their addresses must be inside it; none: anywhere else), and the
     # underlay's networks (no service address may be one of them)
     service_network: str | None = None
+    # the endpoints' own addresses on the service network (one each, the source the service sees): inside the
+    # service network, apart from the services' addresses; none: endpoints carry no traffic (their names resolve)
+    service_source_pool: str | None = None
     underlay_cidrs: list[str] = Field(default_factory=list, description="the underlay's networks (JSON list)")
     vpc_public_cidrs: list[str] = Field(default_factory=list,
                                         description="public ranges tenants may use as VPC CIDRs (JSON list)")
@@ -118,6 +121,10 @@ class Settings(BaseSettings):
         """The service network overlaps neither the underlay nor the EIP pool nor tenants' public ranges."""
         import ipaddress
 
+        if self.service_source_pool:
+            pool = ipaddress.IPv4Network(self.service_source_pool, strict=True)
+            if self.service_network and not pool.subnet_of(ipaddress.IPv4Network(self.service_network)):
+                raise ValueError(f"service_source_pool {pool} is not inside service_network {self.service_network}")
         if not self.service_network:
             return self
         net = ipaddress.IPv4Network(self.service_network)

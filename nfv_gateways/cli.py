@@ -15,7 +15,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from nfv_gateways.core.edge import EdgeSpec
 
-gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb, private-line).")
+gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb, private-line, service).")
 console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_STATE = Path("/run/tianji")
 
@@ -24,7 +24,8 @@ DEFAULT_STATE = Path("/run/tianji")
 def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(""),
         token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
         vtep_ip: str = typer.Option(...), external_if: str = typer.Option("", help="roles nat, lb: the external "
-                                                                                  "segment"),
+                                                                                  "segment; service: the service "
+                                                                                  "network"),
         handoff_if: str = typer.Option("", help="role private-line: where the customers' lines arrive, as "
                                                 "802.1Q VLANs"),
         handoff_mtu: int = typer.Option(1500, help="role private-line: the handoff's MTU"),

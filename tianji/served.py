@@ -64,3 +64,35 @@ class PrivateLineServed(Wire):
     mtu: int = OVERLAY_MTU  # the VPC's: what comes in bigger is fragmented or refused (DF) at the gateway
     sessions: list[LineSessionServed] = Field(default_factory=list)
     static_routes: list[str] = Field(default_factory=list)
+
+
+class ServiceRuleServed(Wire):
+    """An ingress rule of an endpoint's security groups: what VMs may open to it (remote groups as addresses)."""
+
+    protocol: Literal["tcp", "udp", "icmp", "any"]
+    port_min: int | None = None
+    port_max: int | None = None
+    cidrs: list[str] = Field(default_factory=list)
+
+
+class ServicePortServed(Wire):
+    protocol: Literal["tcp", "udp"]
+    port: int
+
+
+class ServiceEndpointServed(Wire):
+    """An endpoint a service instance serves: what a VM of VNI `vni` sends to `ip` (the endpoint's address in its
+    subnet) on one of `ports` leaves for one of the service's `addresses` from `source` (the endpoint's own address
+    on the service network, which tells the service who it is); `proxy_protocol`: TCP streams begin with a PROXY v2
+    header naming the VM and the endpoint (`id`). `rules`: the endpoint's ingress security-group rules."""
+
+    id: str
+    vni: int
+    ip: str
+    mac: str
+    source: str
+    addresses: list[str]
+    ports: list[ServicePortServed] = Field(default_factory=list)
+    proxy_protocol: bool = False
+    rules: list[ServiceRuleServed] = Field(default_factory=list)
+    mtu: int = OVERLAY_MTU

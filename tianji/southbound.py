@@ -13,11 +13,11 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StringConstraints
 
 from tianji.memo import Memo
-from tianji.served import LbServed, PrivateLineServed
+from tianji.served import LbServed, PrivateLineServed, ServiceEndpointServed
 from tianji.wire import OVERLAY_MTU, Wire
 
 VXLAN_OVERHEAD = 50
-GatewayRole = Literal["nat", "lb", "private-line"]  # what a gateway instance serves (its host's role)
+GatewayRole = Literal["nat", "lb", "private-line", "service"]  # what a gateway instance serves (its host's role)
 GATEWAY_ROLES: tuple[str, ...] = get_args(GatewayRole)
 
 
@@ -302,6 +302,7 @@ class GatewayConfig(Wire):
     vteps: list[Vtep] = Field(default_factory=list)
     lbs: list[LbServed] = Field(default_factory=list)
     lines: list[PrivateLineServed] = Field(default_factory=list)
+    services: list[ServiceEndpointServed] = Field(default_factory=list)
 
 
 class GatewaySection(Wire):
@@ -315,6 +316,7 @@ class GatewaySection(Wire):
     eips: list[str] = Field(default_factory=list)
     lbs: list[LbServed] = Field(default_factory=list)
     lines: list[PrivateLineServed] = Field(default_factory=list)
+    services: list[ServiceEndpointServed] = Field(default_factory=list)
 
 
 class GatewayConfigDelta(Wire):
@@ -339,7 +341,8 @@ def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: l
         name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
         static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
         endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),
-        vteps=vteps, lbs=[b for x in sections for b in x.lbs], lines=[x for sec in sections for x in sec.lines])
+        vteps=vteps, lbs=[b for x in sections for b in x.lbs], lines=[x for sec in sections for x in sec.lines],
+        services=[e for x in sections for e in x.services])
 
 
 @dataclass

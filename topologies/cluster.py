@@ -19,7 +19,7 @@ from tianji.southbound import GATEWAY_ROLES
 from tianjictl.client import ApiFailure, Client
 from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
-from topologies.machines import GatewayHost, Hypervisor, Vm
+from topologies.machines import GatewayHost, Hypervisor, Vm, spawn
 from topologies.wiring import underlay_mtu, wire
 from vswitch_agent.ovsdb import AFXDP
 
@@ -92,6 +92,9 @@ class Cluster:
                 c.start_agent(hv_name)
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
+            for n, i in st.nodes.items():
+                if i["role"] == "service-host":
+                    c.start_services(n)
             if gateways := [n for n, i in st.nodes.items() if i["role"] == "gateway"]:
                 c.admin.post("/v1/eip-pools", {"cidr": EIP_POOL})
                 for n in gateways:
@@ -101,7 +104,7 @@ class Cluster:
                            for r in GATEWAY_ROLES}
                 progress(f"gateway instances up: NAT {', '.join(by_role['nat']) or '-'}, load balancer "
                          f"{', '.join(by_role['lb']) or '-'}, private line {', '.join(by_role['private-line']) or '-'}"
-                         f"; EIP pool {EIP_POOL}")
+                         f", service {', '.join(by_role['service']) or '-'}; EIP pool {EIP_POOL}")
             st.up_seconds = round(time.monotonic() - t0, 2)
             st.save()
             progress(f"cluster {name!r} up in {st.up_seconds} s")
@@ -116,7 +119,9 @@ class Cluster:
         cdir.mkdir(parents=True, exist_ok=True)
         cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
                str(cdir), "--host-down-after", "6", "--log-level", "warning"]
-        env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))}
+        env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))} | {
+            f"TIANJI_{k.upper()}": st.topology[k] for k in ("service_network", "service_source_pool")
+            if k in st.topology}
         if st.database_url:
             cmd += ["--database-url", st.database_url]
         with open(Path(st.dir) / "controller.log", "ab") as log:
@@ -258,6 +263,27 @@ class Cluster:
         if check and r.returncode:
             raise RuntimeError(f"{name}: {' '.join(cmd)}: {r.stderr.strip()}")
         return r
+
+    # --- the service network -------------------------------------------------------------------------------
+    def start_services(self, name: str) -> int:
+        """The services of service host `name` (topologies/service_host.py): an object store, a database."""
+        st = self.state
+        info = st.nodes[name]
+        args = [f"--{kind}={where}" for kind, where in sorted(info["services"].items())]
+        pid = spawn(info["ns"], [sys.executable, "-m", "topologies.service_host", *args],
+                    Path(st.dir) / f"services-{name}.log")
+        info["pid"] = pid
+        st.pids.append(pid)
+        st.save()
+        return pid
+
+    def service_address(self, kind: str) -> tuple[str, int]:
+        """Where the emulated service `kind` (store, db) listens on the service network."""
+        for i in self.state.nodes.values():
+            if kind in i.get("services", {}):
+                host, port = i["services"][kind].rsplit(":", 1)
+                return host, int(port)
+        raise KeyError(f"no service host runs {kind!r} in this topology")
 
     # --- gateways ------------------------------------------------------------------------------------------
     def start_gateway(self, name: str, *extra: str) -> int:

@@ -1,7 +1,7 @@
-"""The Mininet wiring of the emulated cluster: three segments (underlay, management, external), the hypervisors,
-gateways, the internet and on-premise sites, their links and addresses. Everything made is recorded in the
-cluster's State as it is made, so `down` removes it even after a failed bring-up. What then runs on the machines
-(OVS, agents, VMs) is machines.py's, started by cluster.py.
+"""The Mininet wiring of the emulated cluster: five segments (underlay, management, external, the private lines'
+handoff, the service network), the hypervisors, gateways, the internet, on-premise sites and service hosts, their
+links and addresses. Everything made is recorded in the cluster's State as it is made, so `down` removes it even
+after a failed bring-up. What then runs on the machines (OVS, agents, VMs) is machines.py's, started by cluster.py.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def wire(st: State, mgmt_net: ipaddress.IPv4Network, eip_pool: str) -> Any:
                   link=Link)
     name = st.name
     # ho: the private lines' handoff, where the sites' tagged links meet the private-line instances
-    segments = {k: net.addSwitch(f"{name}-{k}", cls=Segment) for k in ("ul", "mg", "ex", "ho")}
+    # sv: the service network, where the cluster's services and the service instances' external side are
+    segments = {k: net.addSwitch(f"{name}-{k}", cls=Segment) for k in ("ul", "mg", "ex", "ho", "sv")}
     st.links += [sw.name for sw in segments.values()]
     st.save()
     underlay = ipaddress.IPv4Network(st.topology.get("underlay", "172.31.0.0/24"))
@@ -96,20 +97,26 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
     from topologies.nodes import ExternalNode, GatewayNode, OnPremNode
 
     topo = st.topology
-    lbs, lines = topo.get("lb_gateways", []), topo.get("line_gateways", [])
-    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", []) + lbs + lines),
+    lbs, lines, svcs = topo.get("lb_gateways", []), topo.get("line_gateways", []), topo.get("service_gateways", [])
+    service_hosts = topo.get("service_hosts", {})
+    service_net = ipaddress.IPv4Network(topo.get("service_network", "100.100.0.0/16"))
+    for role, cls_, names in (("gateway", GatewayNode, topo.get("gateways", []) + lbs + lines + svcs),
                               ("external", ExternalNode, topo.get("external", [])),
-                              ("onprem", OnPremNode, topo.get("onprem", []))):
+                              ("onprem", OnPremNode, topo.get("onprem", [])),
+                              ("service-host", ExternalNode, list(service_hosts))):
         for j, n in enumerate(names, start=1):
             ns = f"{st.name}-{n}"
             st.netns.append(ns)
             node = net.addHost(n, cls=cls_, nsname=ns, ip=None)
             info: dict = {"ns": ns, "role": role}
             if role == "gateway":
-                info["gateway_role"] = "lb" if n in lbs else "private-line" if n in lines else "nat"
+                info["gateway_role"] = "lb" if n in lbs else "private-line" if n in lines else \
+                    "service" if n in svcs else "nat"
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 if n in lines:
                     net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
+                elif n in svcs:  # its external side is the service network
+                    net.addLink(node, seg["sv"], intfName1="ext0", intfName2=f"{st.name}{n}s"[:15])
                 else:
                     net.addLink(node, seg["ex"], intfName1="ext0", intfName2=f"{st.name}{n}x"[:15])
                 net.addLink(node, seg["mg"], intfName1="mgmt0", intfName2=f"{st.name}{n}m"[:15])
@@ -130,6 +137,13 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 node.run("ethtool", "-K", "eth0", "tx", "off")  # full checksums (see the gateway's ul0)
                 node.run("ip", "route", "add", eip_pool, "dev", "eth0")  # the EIPs are on this segment
                 info["ip"] = f"198.51.100.{j}"
+            elif role == "service-host":  # the cluster's services, on the service network (no route elsewhere)
+                net.addLink(node, seg["sv"], intfName1="eth0", intfName2=f"{st.name}{n}s"[:15])
+                for a in sorted({x.rsplit(":", 1)[0] for x in service_hosts[n].values()}):
+                    node.run("ip", "addr", "add", f"{a}/{service_net.prefixlen}", "dev", "eth0")
+                node.run("ip", "link", "set", "eth0", "up")
+                node.run("ethtool", "-K", "eth0", "tx", "off")  # full checksums (see the gateway's ul0)
+                info["services"] = dict(service_hosts[n])  # kind (store, db) -> ADDRESS:PORT
             for intf in node.intfList():
                 node.run("ip", "link", "set", intf.name, "up", check=False)
             st.nodes[n] = info

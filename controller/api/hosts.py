@@ -39,7 +39,7 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     new address): the admin does that (`PATCH /v1/hosts/{name}`), or registers it."""
     own_host(p, body.name, body.kind)
     if body.role is not None and body.kind != "gateway":
-        raise ApiError(422, "role: only a gateway has a role (nat, lb or private-line)", "role")
+        raise ApiError(422, "role: only a gateway has a role (nat, lb, private-line or service)", "role")
     role = (body.role or p.host_role or "nat") if body.kind == "gateway" else None
     if p.host_role is not None and role != p.host_role:
         raise ApiError(403, f"role: this credential is for a {p.host_role} gateway; the operator makes one for "

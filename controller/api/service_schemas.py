@@ -124,4 +124,6 @@ class EndpointOut(BaseModel):
     address: str
     dns_name: str
     security_group_ids: list[str]
+    # the source the service sees this endpoint's connections come from (None: no source pool configured)
+    source_address: str | None = None
     created_at: datetime

@@ -86,6 +86,9 @@ def _check_addresses(s: Session, settings: Settings, addresses: list[str]) -> No
             raise conflict(field, f"{a} is in {pub}, which tenants may use as VPC addresses")
         if a in taken:
             raise conflict(field, f"{a} is already another service's address")
+        if settings.service_source_pool and ip in ipaddress.ip_network(settings.service_source_pool):
+            raise conflict(field, f"{a} is in the endpoints' source pool {settings.service_source_pool} "
+                                  "(TIANJI_SERVICE_SOURCE_POOL)")
 
 
 def _check_tenants(s: Session, ids: list[str] | None) -> None:
@@ -201,13 +204,29 @@ def endpoint_out(s: Session, ep: m.ServiceEndpoint) -> EndpointOut:
     return EndpointOut(id=ep.id, tenant_id=ep.tenant_id, vpc_id=ep.vpc_id, subnet_id=ep.subnet_id,
                        service_id=ep.service_id, service_name=s.get(m.Service, ep.service_id).name,
                        port_id=ep.port_id, address=ep.address, dns_name=ep.dns_name, security_group_ids=groups,
-                       created_at=ep.created_at)
+                       source_address=ep.source_address, created_at=ep.created_at)
 
 
 def _endpoint_port(t, body: EndpointCreate, svc: m.Service, p: Principal, settings: Settings):
     return insert_ports(t, [PortCreate(subnet_id=body.subnet_id, name=f"endpoint-{svc.name}"[:64], ip=body.ip,
                                        security_group_ids=body.security_group_ids)],
                         p, bulk=False, quota=settings.quotas)[0]
+
+
+def _source_address(s: Session, settings: Settings) -> str | None:
+    """The lowest free address of the endpoints' source pool (a concurrent create that took it too loses on the
+    unique constraint and runs again); None without a pool. A full pool is a 409 that says what to do."""
+    if not settings.service_source_pool:
+        return None
+    pool = ipaddress.IPv4Network(settings.service_source_pool)
+    used = {int(ipaddress.IPv4Address(a)) for a in s.execute(
+        select(m.ServiceEndpoint.source_address).where(m.ServiceEndpoint.source_address.is_not(None))).scalars()}
+    first, last = int(pool.network_address) + 1, int(pool.broadcast_address) - 1
+    free = next((a for a in range(first, last + 1) if a not in used), None)
+    if free is None:
+        raise conflict("service_id", f"the endpoints' source pool {pool} is full: the operator widens "
+                                     "TIANJI_SERVICE_SOURCE_POOL")
+    return str(ipaddress.IPv4Address(free))
 
 
 @router.post("/service-endpoints", status_code=201, response_model=EndpointOut)
@@ -234,7 +253,8 @@ def create_endpoint(body: EndpointCreate, request: Request, p: Principal = Depen
             t.flush_deferred()  # the endpoint's port row, which the endpoint refers to
             ep = m.ServiceEndpoint(tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id, service_id=svc.id,
                                    port_id=port.id, address=port.ip,
-                                   dns_name=f"{svc.name}.{_label(vpc.name)}.internal")
+                                   dns_name=f"{svc.name}.{_label(vpc.name)}.internal",
+                                   source_address=_source_address(s, settings))
             s.add(ep)
             s.flush()
             return endpoint_out(s, ep)

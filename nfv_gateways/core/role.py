@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 # role -> the class that implements it (imported when run)
 ROLES = {"nat": "nfv_gateways.roles.nat.role:NatRole", "lb": "nfv_gateways.roles.lb.role:LbRole",
-         "private-line": "nfv_gateways.roles.line.role:LineRole"}
+         "private-line": "nfv_gateways.roles.line.role:LineRole",
+         "service": "nfv_gateways.roles.service.role:ServiceRole"}
 
 
 class PacketStage(Protocol):

@@ -46,7 +46,9 @@ def wire_parts(vpc: GatewayVpc, endpoints: list[Endpoint], policy: Hashable) -> 
 
 def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
     """A whole config cut into its VPCs' sections (a VNI names one VPC)."""
-    static, dnat, eps, lbs, lines = (defaultdict(list) for _ in range(5))
+    static, dnat, eps, lbs, lines, services = (defaultdict(list) for _ in range(6))
+    for e in cfg.services:
+        services[e.vni].append(e)
     for b in cfg.lbs:
         lbs[b.vni].append(b)
     for x in cfg.lines:
@@ -59,7 +61,7 @@ def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
         eps[e.vni].append(e)
     return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
                                                  endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni],
-                                                 lines=lines[v.vni])
+                                                 lines=lines[v.vni], services=services[v.vni])
             for v in cfg.vpcs}
 
 

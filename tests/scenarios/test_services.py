@@ -1,8 +1,14 @@
-"""Services outside every VPC, reached through endpoints (issue: the VPC gateway to the cluster's services). What
-runs today: the VPC's resolver. A VM that took its address by DHCP finds the resolver DHCP named (its subnet's
-gateway, answered by the agent) in its own resolv.conf, and resolves its VPC's endpoint names there; another
-tenant's VM on the same hypervisor, with the same addresses, does not resolve them; a deleted endpoint's name is
-gone."""
+"""Services outside every VPC, reached through endpoints (the VPC gateway to the cluster's services). The cluster's
+service network holds an object store (100.100.0.10:80) and a database-like service that asks for PROXY v2
+(100.100.0.20:5432); instances of role `service` (svc1, svc2) serve the endpoints.
+
+* Two tenants with identical CIDRs and identical VM addresses fetch from the store through their endpoints; the
+  store sees two different sources (each endpoint's own), and the database reads each endpoint's id in its PROXY
+  header.
+* A VPC without an endpoint reaches nothing on the service network (a capture there shows nothing).
+* The endpoint's name resolves from the resolver DHCP names; another tenant's VM on the same hypervisor does not
+  resolve it; deleting the endpoint cuts the traffic and the name.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenarios.conftest import ex, wait_for
+from tests.scenarios.conftest import ex, ping, wait_for
 
 RESOLVE = r"""
 import socket, struct, sys
@@ -38,15 +44,45 @@ def resolve(cluster, vm: dict, name: str, server: str) -> str:
     return r.stdout.strip() if r.returncode == 0 else f"failed: {r.stderr.strip()[-200:]}"
 
 
-@pytest.fixture
-def store(cluster):
-    svc = cluster.admin.post("/v1/services", {"name": "store", "addresses": ["100.100.0.10"],
-                                              "ports": [{"protocol": "tcp", "port": 80}]})
+def _service(cluster, name: str, kind: str, **kw):
+    addr, port = cluster.service_address(kind)
+    svc = cluster.admin.post("/v1/services", {"name": name, "addresses": [addr],
+                                              "ports": [{"protocol": "tcp", "port": port}]} | kw)
     yield svc
     for e in cluster.admin.get("/v1/service-endpoints"):
         if e["service_id"] == svc["id"]:
             cluster.admin.delete(f"/v1/service-endpoints/{e['id']}")
     cluster.admin.delete(f"/v1/services/{svc['id']}")
+
+
+@pytest.fixture
+def store(cluster):
+    yield from _service(cluster, "store", "store")
+
+
+@pytest.fixture
+def db(cluster):
+    yield from _service(cluster, "db", "db", proxy_protocol=True)
+
+
+def endpoint(n, svc: dict, subnet: str = "s", vpc: str = "prod") -> dict:
+    return n.client.post("/v1/service-endpoints", {"vpc_id": n.vpcs[vpc]["id"], "subnet_id": n.subnets[subnet]["id"],
+                                                   "service_id": svc["id"]})
+
+
+def http_get(cluster, vm: dict, url: str, timeout: int = 3) -> str | None:
+    r = ex(cluster, vm, "curl", "-s", "-m", str(timeout), "-o", "-", "-w", "", url, timeout=timeout + 10)
+    return r.stdout if r.returncode == 0 else None
+
+
+TALK = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+f = s.makefile("rb")
+banner = f.readline().decode().strip()
+s.sendall(b"select 1\n")
+print(banner, "|", f.readline().decode().strip())
+"""
 
 
 def test_svc_dns_endpoint_names_resolve_from_the_resolver_dhcp_names(cluster, tenants, store) -> None:
@@ -65,3 +101,63 @@ def test_svc_dns_endpoint_names_resolve_from_the_resolver_dhcp_names(cluster, te
     assert resolve(cluster, vm_a, "example.com", server) == "rcode 5"  # no forwarder on the cluster: refused
     a.client.delete(f"/v1/service-endpoints/{ep['id']}")
     wait_for(lambda: resolve(cluster, vm_a, ep["dns_name"], server) == "rcode 3", 10, "the name gone with it")
+
+
+def test_svc_identical_tenants_reach_the_store_and_the_service_tells_them_apart(cluster, tenants, store, db) -> None:
+    """Same CIDR, same VM address, two tenants: each fetches through its own endpoint; the store sees each
+    endpoint's own source address, the database each endpoint's id in its PROXY v2 header, never the other's."""
+    nets, vms, eps, dbs = [tenants(), tenants()], [], [], []
+    for n, host in zip(nets, ("hv1", "hv2"), strict=True):
+        n.vpc("prod", "10.61.0.0/16", {"s": "10.61.1.0/24"})
+        vms.append(n.vm("s", host, ip="10.61.1.10"))
+        eps.append(endpoint(n, store))
+        dbs.append(endpoint(n, db))
+    assert eps[0]["address"] == eps[1]["address"]  # identical subnets, identical endpoint addresses
+    sources = [e["source_address"] for e in eps]
+    assert sources[0] != sources[1] and all(s.startswith("100.100.") for s in sources), sources
+    for vm, ep, src in zip(vms, eps, sources, strict=True):
+        wait_for(lambda vm=vm, ep=ep: http_get(cluster, vm, f"http://{ep['address']}/whoami", 1) is not None, 20,
+                 f"the store through endpoint {ep['id']}")
+        assert http_get(cluster, vm, f"http://{ep['address']}/whoami") == src
+        assert http_get(cluster, vm, f"http://{ep['address']}/objects/hello.txt") == \
+            "hello from the cluster's object store\n"
+    for vm, ep in zip(vms, dbs, strict=True):
+        r = ex(cluster, vm, sys.executable, "-c", TALK, ep["address"], "5432")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"READY endpoint={ep['id']} vm=10.61.1.10 source={ep['source_address']} | " \
+                                   "OK select 1", r.stdout
+    # the service sees connections through an endpoint only: ping answers from the endpoint itself
+    assert ping(cluster, vms[0], eps[0]["address"])
+
+
+def test_svc_a_vpc_without_an_endpoint_reaches_nothing_on_the_service_network(cluster, tenants, store) -> None:
+    """A VPC with an endpoint next to one without: the second's VM tries the service's own address, and the first
+    one's endpoint address (in a VPC that is not its own): the service network's capture holds none of it."""
+    from tests.scenarios.conftest import Capture
+
+    a, b = tenants(), tenants()
+    a.vpc("prod", "10.62.0.0/16", {"s": "10.62.1.0/24"})
+    b.vpc("prod", "10.63.0.0/16", {"s": "10.63.1.0/24"})
+    vm_a, vm_b = a.vm("s", "hv1"), b.vm("s", "hv1")
+    ep = endpoint(a, store)
+    wait_for(lambda: http_get(cluster, vm_a, f"http://{ep['address']}/whoami", 1) is not None, 20, "the store")
+    host = next(i for i in cluster.state.nodes.values() if "store" in i.get("services", {}))
+    cap = Capture(host["ns"], "eth0", "ip and not arp")
+    addr, port = cluster.service_address("store")
+    for target in (addr, ep["address"], "100.100.0.20"):
+        assert http_get(cluster, vm_b, f"http://{target}:{port}/whoami", 2) is None
+    assert not ping(cluster, vm_b, addr, count=2)
+    seen = cap.stop()
+    assert seen == [], [p.summary() for p in seen]
+
+
+def test_svc_deleting_the_endpoint_cuts_the_traffic(cluster, tenants, store) -> None:
+    n = tenants()
+    n.vpc("prod", "10.64.0.0/16", {"s": "10.64.1.0/24"})
+    vm = n.vm("s", "hv3")
+    ep = endpoint(n, store)
+    url = f"http://{ep['address']}/whoami"
+    wait_for(lambda: http_get(cluster, vm, url, 1) is not None, 20, "the store through the endpoint")
+    n.client.delete(f"/v1/service-endpoints/{ep['id']}")
+    wait_for(lambda: http_get(cluster, vm, url, 1) is None, 10, "the traffic to stop")
+    assert http_get(cluster, vm, url, 2) is None

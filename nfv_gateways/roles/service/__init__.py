@@ -1,0 +1,1 @@
+"""The service role: the VPC gateway to the cluster's services (service endpoints)."""

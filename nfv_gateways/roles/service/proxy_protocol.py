@@ -1,0 +1,86 @@
+"""PROXY protocol v2 (haproxy's proxy-protocol.txt, section 2.2) for connections through a service endpoint, put
+into the VM's own TCP stream by the instance without terminating it: the header takes the stream's first bytes,
+the VM's later sequence numbers move up by its length, and the service's acknowledgements down by it.
+
+The header names the VM (source address and port), the endpoint's address in the VM's subnet and the service port
+(destination), and the endpoint (TLV PP2_TYPE_AWS 0xEA, subtype 0x01 VPCE id: the id that tells tenants apart,
+as PrivateLink's does)."""
+
+from __future__ import annotations
+
+import struct
+
+SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+PP2_TYPE_AWS, PP2_SUBTYPE_AWS_VPCE_ID = 0xEA, 0x01
+TCP_OPT_END, TCP_OPT_NOP, TCP_OPT_SACK_OK = 0, 1, 4
+
+
+def header(src: int, sport: int, dst: int, dport: int, endpoint_id: str) -> bytes:
+    """The v2 PROXY command for TCP over IPv4 with the endpoint's TLV."""
+    value = bytes([PP2_SUBTYPE_AWS_VPCE_ID]) + endpoint_id.encode()
+    tlv = struct.pack("!BH", PP2_TYPE_AWS, len(value)) + value
+    body = struct.pack("!IIHH", src, dst, sport, dport) + tlv
+    return SIGNATURE + struct.pack("!BBH", 0x21, 0x11, len(body)) + body
+
+
+def parse(data: bytes) -> dict | None:
+    """A v2 header at the start of `data` (what a service reads): its addresses and TLVs; None if not one."""
+    if len(data) < 16 or data[:12] != SIGNATURE or data[12] != 0x21 or data[13] != 0x11:
+        return None
+    n = struct.unpack_from("!H", data, 14)[0]
+    if len(data) < 16 + n or n < 12:
+        return None
+    src, dst, sport, dport = struct.unpack_from("!IIHH", data, 16)
+    tlvs, i = {}, 28
+    while i + 3 <= 16 + n:
+        t, ln = struct.unpack_from("!BH", data, i)
+        tlvs[t] = data[i + 3:i + 3 + ln]
+        i += 3 + ln
+    return {"src": src, "sport": sport, "dst": dst, "dport": dport, "tlvs": tlvs, "length": 16 + n}
+
+
+def strip_sack_permitted(buf: bytearray, l4: int) -> bool:
+    """SACK-permitted in a SYN's options made NOPs (the service's SACK blocks would name shifted sequence numbers);
+    whether one was found. The caller fixes the checksum."""
+    doff = (buf[l4 + 12] >> 4) * 4
+    i, end = l4 + 20, l4 + doff
+    while i < end:
+        kind = buf[i]
+        if kind == TCP_OPT_END:
+            break
+        if kind == TCP_OPT_NOP:
+            i += 1
+            continue
+        if i + 1 >= end or buf[i + 1] < 2:
+            break
+        n = buf[i + 1]
+        if kind == TCP_OPT_SACK_OK:
+            buf[i:i + n] = bytes([TCP_OPT_NOP]) * n
+            return True
+        i += n
+    return False
+
+
+def clamp_mss(buf: bytearray, l4: int, most: int) -> bool:
+    """The MSS option of a SYN lowered to `most` (room for the header in the VM's first segment); whether it
+    changed."""
+    doff = (buf[l4 + 12] >> 4) * 4
+    i, end = l4 + 20, l4 + doff
+    while i < end:
+        kind = buf[i]
+        if kind == TCP_OPT_END:
+            break
+        if kind == TCP_OPT_NOP:
+            i += 1
+            continue
+        if i + 1 >= end or buf[i + 1] < 2:
+            break
+        n = buf[i + 1]
+        if kind == 2 and n == 4 and struct.unpack_from("!H", buf, i + 2)[0] > most:
+            struct.pack_into("!H", buf, i + 2, most)
+            return True
+        i += n
+    return False
+
+
+__all__ = ["SIGNATURE", "clamp_mss", "header", "parse", "strip_sack_permitted"]

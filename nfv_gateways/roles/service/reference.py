@@ -1,0 +1,309 @@
+"""The service endpoint's translation semantics, the pure-Python reference (the instance's packet stage).
+
+A VM's packet to an endpoint (its address in the VM's subnet, VNI `vni`) on one of the service's ports leaves for
+one of the service's addresses, from the endpoint's own address on the service network and a port of it (the VM's
+own port when it is free there): the service tells endpoints, hence tenants, apart by source address, and its
+replies come back to the one mapping that undoes both translations. Identical VM addresses in two VPCs are two
+endpoints, two sources.
+
+* Admission: only to an endpoint served here, only its service's (protocol, port)s, only what the endpoint's
+  ingress security-group rules allow (a port's rules, enforced where the endpoint lives). A connection is
+  admitted once; its packets then follow the mapping both ways. A VPC without an endpoint sends nothing here, and
+  nothing else on the service network is reachable from a VPC.
+* ICMP echo to the endpoint's address is answered here (the endpoint is a host in the subnet).
+* A routing hop: TTL - 1 both ways, an expired packet dropped and counted.
+* Sizes: what is bigger than the other side's MTU is fragmented, or with DF answered with fragmentation needed.
+* PROXY protocol v2 (proxy_protocol.py) where the service asks for it: TCP only, the connection must begin here
+  (its SYN), SACK is not offered to the service and the VM's MSS leaves room for the header.
+* Timeouts: TCP established 3600 s, TCP opening or closing 120 s, UDP 120 s.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+from dataclasses import dataclass
+
+from nfv_gateways.core.packet import (
+    ICMP_ECHO,
+    ICMP_ECHO_REPLY,
+    PROTO_ICMP,
+    PROTO_TCP,
+    Ip4,
+    Verdict,
+    dec_ttl,
+    fragment,
+    l4_ports,
+    parse_ip4,
+    rewrite_addr,
+    rewrite_port,
+)
+from nfv_gateways.roles.service import proxy_protocol as pp
+from nfv_gateways.roles.service.policy import EndpointPolicy
+from tianji.inet import checksum, icmp_error
+
+TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+SEQ = 1 << 32
+TIMEOUT_ESTABLISHED, TIMEOUT_TRANSITORY, TIMEOUT_UDP = 3600.0, 120.0, 120.0
+SERVICE_MTU = 1500  # the service network's
+FIRST_PORT = 1024  # below it a VM's port is moved: the service may treat privileged sources apart
+Inside = tuple[int, int, int, int, int, int]  # (vni, VM ip, VM port, proto, endpoint ip, port)
+Outside = tuple[int, int, int, int, int]  # (proto, service ip, port, source, source port)
+
+
+@dataclass(slots=True)
+class Conn:
+    ep: EndpointPolicy
+    vm: int
+    vm_port: int
+    proto: int
+    port: int  # the service's, the same on both sides
+    svc: int
+    sport: int  # on the endpoint's source address
+    last: float
+    established: bool = False
+    closing: bool = False
+    pp: bytes | None = None  # the PROXY header of a proxy-protocol connection
+    isn: int = 0  # the VM's initial sequence number
+    header_acked: bool = False
+
+    def inside(self) -> Inside:
+        return self.ep.vni, self.vm, self.vm_port, self.proto, self.ep.ip, self.port
+
+    def outside(self) -> Outside:
+        return self.proto, self.svc, self.port, self.ep.source, self.sport
+
+
+class ServiceTable:
+    """The endpoints served here by (VNI, address), and the connections through them."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[tuple[int, int], EndpointPolicy] = {}
+        self.by_vni: dict[int, tuple[EndpointPolicy, ...]] = {}
+        self.inside: dict[Inside, Conn] = {}
+        self.outside: dict[Outside, Conn] = {}
+        self.counters: Counter[str] = Counter()
+        self.rng = random.Random()
+
+    # --- policy ------------------------------------------------------------------------------------------------
+    def update_vpc(self, vni: int, eps: tuple[EndpointPolicy, ...] | None) -> None:
+        """One VPC's endpoints replaced; the connections of an endpoint that went or changed end."""
+        for e in self.by_vni.pop(vni, ()):
+            self.endpoints.pop((e.vni, e.ip), None)
+        keep = set(eps or ())
+        if eps:
+            self.by_vni[vni] = eps
+            self.endpoints.update(((e.vni, e.ip), e) for e in eps)
+        for c in [c for c in self.inside.values() if c.ep.vni == vni and c.ep not in keep]:
+            self._drop(c)
+
+    def _drop(self, c: Conn) -> None:
+        self.inside.pop(c.inside(), None)
+        self.outside.pop(c.outside(), None)
+
+    # --- packets -----------------------------------------------------------------------------------------------
+    def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
+        """A VM's packet (the IP packet of a VXLAN frame of VNI `vni`) to an endpoint."""
+        ip = parse_ip4(buf)
+        if ip is None or ip.is_fragment:
+            self.counters["drop_malformed" if ip is None else "drop_fragment"] += 1
+            return None
+        ep = self.endpoints.get((vni, ip.dst))
+        if ep is None:
+            self.counters["drop_no_endpoint"] += 1
+            return None
+        if ip.proto == PROTO_ICMP:
+            return self._echo(vni, buf, ip, ep)
+        ports = l4_ports(buf, ip)
+        if ports is None or (ip.proto, ports[1]) not in ep.ports:
+            self.counters["drop_port"] += 1
+            return None
+        c = self.inside.get((vni, ip.src, ports[0], ip.proto, ip.dst, ports[1]))
+        flags = buf[ip.l4 + 13] if ip.proto == PROTO_TCP else 0
+        if c is None and (c := self._admit(ep, buf, ip, ports, flags, now)) is None:
+            return None
+        c.last = now
+        self._track(c, flags, from_vm=True)
+        if not dec_ttl(buf, ip):
+            return self._expired()
+        if ip.total > SERVICE_MTU and _df(buf, ip):  # the VM learns the service network's MTU
+            return self._frag_needed(buf, ep.ip, SERVICE_MTU, Verdict("in", vni, ip.src))
+        rewrite_addr(buf, ip, src=ep.source, dst=c.svc)
+        rewrite_port(buf, ip, src=c.sport)
+        if c.pp is not None:
+            self._splice_out(c, buf, ip, flags)
+        self.counters["out"] += 1
+        return Verdict("out", fragments=self._cut(buf, ip, SERVICE_MTU))
+
+    def inbound(self, buf: bytearray, now: float) -> Verdict | None:
+        """A packet from the service network: a reply of a connection through an endpoint, or nothing."""
+        ip = parse_ip4(buf)
+        if ip is None or ip.is_fragment:
+            self.counters["drop_malformed_in" if ip is None else "drop_fragment_in"] += 1
+            return None
+        ports = l4_ports(buf, ip) if ip.proto != PROTO_ICMP else None
+        c = self.outside.get((ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
+        if c is None:
+            self.counters["drop_no_connection"] += 1
+            return None
+        c.last = now
+        flags = buf[ip.l4 + 13] if ip.proto == PROTO_TCP else 0
+        self._track(c, flags, from_vm=False)
+        if not dec_ttl(buf, ip):
+            return self._expired()
+        if ip.total > c.ep.mtu and _df(buf, ip):  # the service learns the VPC's MTU
+            return self._frag_needed(buf, c.ep.source, c.ep.mtu, Verdict("out"))
+        rewrite_addr(buf, ip, src=c.ep.ip, dst=c.vm)
+        rewrite_port(buf, ip, dst=c.vm_port)
+        if c.pp is not None:
+            self._splice_in(c, buf, ip, flags)
+        self.counters["in"] += 1
+        return Verdict("in", c.ep.vni, c.vm, self._cut(buf, ip, c.ep.mtu))
+
+    def expire(self, now: float) -> int:
+        gone = [c for c in self.inside.values() if now - c.last > self._timeout(c)]
+        for c in gone:
+            self._drop(c)
+        return len(gone)
+
+    def absorb(self) -> None:
+        """Nothing is decided in C for this role."""
+
+    # --- parts -------------------------------------------------------------------------------------------------
+    def _admit(self, ep: EndpointPolicy, buf: bytearray, ip: Ip4, ports: tuple[int, int], flags: int,
+               now: float) -> Conn | None:
+        vm_port, port = ports
+        syn = flags & (TCP_SYN | TCP_ACK) == TCP_SYN
+        if ip.proto == PROTO_TCP and ep.proxy_protocol and not syn:
+            self.counters["drop_not_syn"] += 1  # the header must be the stream's first bytes
+            return None
+        if not ep.admits(ip.proto, ip.src, port):
+            self.counters["drop_security_group"] += 1
+            return None
+        svc = ep.addresses[hash((ep.vni, ip.src, vm_port)) % len(ep.addresses)]
+        sport = self._port(ep.source, ip.proto, svc, port, vm_port)
+        if sport is None:
+            self.counters["port_exhausted"] += 1
+            return None
+        c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, sport, now)
+        if ip.proto == PROTO_TCP and ep.proxy_protocol:
+            c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id)
+            c.isn = struct.unpack_from("!I", buf, ip.l4 + 4)[0]
+        self.inside[c.inside()] = c
+        self.outside[c.outside()] = c
+        self.counters["connections"] += 1
+        return c
+
+    def _port(self, source: int, proto: int, svc: int, port: int, want: int) -> int | None:
+        """The VM's own port if free on the source address toward this service port, else a free one."""
+        if want >= FIRST_PORT and (proto, svc, port, source, want) not in self.outside:
+            return want
+        for _ in range(64):
+            p = self.rng.randrange(FIRST_PORT, 65536)
+            if (proto, svc, port, source, p) not in self.outside:
+                return p
+        return None
+
+    @staticmethod
+    def _track(c: Conn, flags: int, from_vm: bool) -> None:
+        if flags & (TCP_FIN | TCP_RST):
+            c.closing = True
+        elif from_vm and flags & TCP_ACK and not flags & TCP_SYN:
+            c.established = True
+
+    @staticmethod
+    def _timeout(c: Conn) -> float:
+        if c.proto != PROTO_TCP:
+            return TIMEOUT_UDP
+        return TIMEOUT_ESTABLISHED if c.established and not c.closing else TIMEOUT_TRANSITORY
+
+    def _echo(self, vni: int, buf: bytearray, ip: Ip4, ep: EndpointPolicy) -> Verdict | None:
+        """The endpoint answers ping like a host of the subnet."""
+        end = ip.l4 - ip.ihl + ip.total
+        if end - ip.l4 < 8 or buf[ip.l4] != ICMP_ECHO or not ep.admits(PROTO_ICMP, ip.src, 0):
+            self.counters["drop_icmp"] += 1
+            return None
+        vm = ip.src
+        buf[ip.l4] = ICMP_ECHO_REPLY
+        struct.pack_into("!H", buf, ip.l4 + 2, 0)
+        struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
+        rewrite_addr(buf, ip, src=ep.ip, dst=vm)
+        self.counters["echo_answered"] += 1
+        return Verdict("in", vni, vm)
+
+    def _frag_needed(self, buf: bytearray, src: int, mtu: int, to: Verdict) -> Verdict:
+        """Fragmentation needed, from `src`, about the packet in `buf` (replaced by the answer), sent `to`."""
+        self.counters["frag_needed"] += 1
+        buf[:] = icmp_error(bytes(buf), 3, 4, src, struct.pack("!HH", 0, mtu))
+        return to
+
+    def _cut(self, buf: bytearray, ip: Ip4, mtu: int) -> tuple[bytes, ...]:
+        """The packet's fragments when it is bigger than `mtu` (no DF), else nothing (sent whole)."""
+        if ip.total <= mtu:
+            return ()
+        self.counters["fragmented"] += 1
+        return fragment(bytes(buf[:ip.l4 - ip.ihl + ip.total]), mtu)
+
+    def _expired(self) -> None:
+        self.counters["drop_ttl"] += 1
+        return None
+
+    # --- PROXY v2 in the VM's stream ---------------------------------------------------------------------------
+    def _splice_out(self, c: Conn, buf: bytearray, ip: Ip4, flags: int) -> None:
+        """The VM's segment with the header in front of its first byte, or its sequence number moved past it."""
+        assert c.pp is not None
+        l4, end = ip.l4, ip.l4 - ip.ihl + ip.total
+        if flags & TCP_SYN:
+            pp.strip_sack_permitted(buf, l4)
+            _tcp_checksum(buf, ip)
+            return
+        seq = struct.unpack_from("!I", buf, l4 + 4)[0]
+        if seq == (c.isn + 1) % SEQ and not c.header_acked:
+            payload = l4 + (buf[l4 + 12] >> 4) * 4
+            buf[:] = buf[:payload] + c.pp + buf[payload:end]
+            ip.total += len(c.pp)
+            struct.pack_into("!H", buf, ip.l4 - ip.ihl + 2, ip.total)
+            self.counters["proxy_headers"] += 1
+        else:
+            struct.pack_into("!I", buf, l4 + 4, (seq + len(c.pp)) % SEQ)
+        _ip_checksum(buf, ip)
+        _tcp_checksum(buf, ip)
+
+    def _splice_in(self, c: Conn, buf: bytearray, ip: Ip4, flags: int) -> None:
+        """The service's acknowledgement moved back below the header; its SYN's MSS lowered to leave room for it."""
+        assert c.pp is not None
+        l4 = ip.l4
+        if flags & TCP_SYN:
+            pp.clamp_mss(buf, l4, c.ep.mtu - 40 - len(c.pp))
+        if flags & TCP_ACK:
+            ack = struct.unpack_from("!I", buf, l4 + 8)[0]
+            past = (ack - c.isn - 1) % SEQ
+            if past < 1 << 31 and past >= len(c.pp):
+                c.header_acked = True
+                ack = (ack - len(c.pp)) % SEQ
+            elif past < 1 << 31:
+                ack = (c.isn + 1) % SEQ  # the header only partly acknowledged: none of the VM's bytes yet
+            struct.pack_into("!I", buf, l4 + 8, ack)
+        _tcp_checksum(buf, ip)
+
+
+def _df(buf: bytearray, ip: Ip4) -> bool:
+    return bool(buf[ip.l4 - ip.ihl + 6] & 0x40)
+
+
+def _ip_checksum(buf: bytearray, ip: Ip4) -> None:
+    off = ip.l4 - ip.ihl
+    struct.pack_into("!H", buf, off + 10, 0)
+    struct.pack_into("!H", buf, off + 10, checksum(bytes(buf[off:off + ip.ihl])))
+
+
+def _tcp_checksum(buf: bytearray, ip: Ip4) -> None:
+    end = ip.l4 - ip.ihl + ip.total
+    seg = buf[ip.l4:end]
+    struct.pack_into("!H", seg, 16, 0)
+    pseudo = struct.pack("!IIBBH", ip.src, ip.dst, 0, PROTO_TCP, len(seg))
+    struct.pack_into("!H", buf, ip.l4 + 16, checksum(pseudo + bytes(seg)))
+
+
+__all__ = ["Conn", "ServiceTable"]

@@ -1,0 +1,61 @@
+"""The service role: the VPC gateway to the cluster's services. The vSwitches tunnel a VM's packets to an endpoint's
+address here (the endpoint's port lives on the instance homing it); the stage (reference.ServiceTable) translates
+them onto the service network, from the endpoint's own source address, and the replies back into the VPC. The
+instance answers ARP on the service network for the source addresses of the endpoints it serves (the section's
+`eips`).
+
+With a native data plane, packet I/O is in C and every packet of this role is decided here (the data plane has no
+C stage for it: what it cannot decide it punts)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from nfv_gateways.core.options import GatewayOptions
+from nfv_gateways.core.role import PacketStage
+from nfv_gateways.core.sections import VpcParts
+from nfv_gateways.roles.service.policy import EndpointPolicy, endpoint_of
+from nfv_gateways.roles.service.reference import ServiceTable
+from tianji.southbound import GatewaySection
+
+if TYPE_CHECKING:
+    from nfv_gateways.native.dataplane import NativeDataPlane
+
+
+class ServiceRole:
+    name = "service"
+    expiry_interval = 5.0
+
+    def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
+        self.o, self.counters = o, counters
+        self.table = ServiceTable()
+        self._vni: dict[str, int] = {}  # VPC id -> the VNI its endpoints are installed under
+
+    def attach(self, dp: NativeDataPlane | None) -> PacketStage:
+        return self.table
+
+    def policy_of(self, section: GatewaySection) -> tuple[EndpointPolicy, ...]:
+        return tuple(endpoint_of(x) for x in section.services)
+
+    def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:
+        for vid in touched:
+            new = parts.get(vid)
+            old_vni = self._vni.pop(vid, None)
+            if old_vni is not None and (new is None or new.vni != old_vni):
+                self.table.update_vpc(old_vni, None)
+            if new is not None:
+                self.table.update_vpc(new.vni, new.policy)
+                self._vni[vid] = new.vni
+        self.counters["config_service_applies"] += 1
+
+    def expire(self, now: float) -> None:
+        """The connections' timers are the table's (the instance expires the stage)."""
+
+    def status(self) -> dict:
+        t = self.table
+        return {"endpoints": len(t.endpoints), "connections": len(t.inside), "service": dict(t.counters)}
+
+
+__all__ = ["ServiceRole"]
