@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, literal, null, select, text, union_all
+from sqlalchemy import bindparam, func, literal, null, select, text, union_all
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -27,6 +27,7 @@ _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
 _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table__
 _LINE_LEARNED = m.PrivateLineLearned.__table__
 _ENDPOINTS, _SERVICES = m.ServiceEndpoint.__table__, m.Service.__table__
+_PEP, _PPORT, _PVPC = _ENDPOINTS.alias("provider_side"), _PORTS.alias("provider_port"), _VPCS.alias("provider_vpc")
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
 # The host, and every VPC its config holds, in one statement: its own VPCs (those of its ports), once each with no
@@ -100,10 +101,13 @@ Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
     .outerjoin(_NATGW_EIPS, _NATGW_EIPS.c.nat_gateway_id == _NATGWS.c.id) \
     .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
 # bound ports, and service endpoints' ports (homed on a service instance by the compiler: endpoint_id not NULL)
+# (and an endpoint's port in a published load balancer's VPC, homed with it)
 Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip,
-                     _ENDPOINTS.c.id.label("endpoint_id")) \
+                     func.coalesce(_ENDPOINTS.c.id, _PEP.c.id).label("endpoint_id")) \
     .outerjoin(_HOSTS, _HOSTS.c.name == _PORTS.c.host).outerjoin(_ENDPOINTS, _ENDPOINTS.c.port_id == _PORTS.c.id) \
-    .where(in_ids(_PORTS.c.vpc_id, "vpcs"), (_HOSTS.c.name.is_not(None)) | (_ENDPOINTS.c.id.is_not(None))) \
+    .outerjoin(_PEP, _PEP.c.provider_port_id == _PORTS.c.id) \
+    .where(in_ids(_PORTS.c.vpc_id, "vpcs"),
+           _HOSTS.c.name.is_not(None) | _ENDPOINTS.c.id.is_not(None) | _PEP.c.id.is_not(None)) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
 Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
     .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
@@ -134,8 +138,10 @@ Q_GATEWAY_VIEW = text("""
                                    CASE WHEN id IN (SELECT vpc_id FROM load_balancers) THEN 'lb' END AS lb,
                                    CASE WHEN id IN (SELECT vpc_id FROM private_lines) THEN 'private-line' END
                                         AS line,
-                                   CASE WHEN id IN (SELECT vpc_id FROM service_endpoints) THEN 'service' END
-                                        AS svc,
+                                   CASE WHEN id IN (SELECT vpc_id FROM service_endpoints)
+                                          OR id IN (SELECT p.vpc_id FROM service_endpoints e
+                                                    JOIN ports p ON p.id = e.provider_port_id)
+                                        THEN 'service' END AS svc,
                                    CASE WHEN id IN (SELECT vpc_id FROM nat_gateways)
                                           OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)
                                         THEN 'nat' END AS nat
@@ -163,13 +169,23 @@ def gateway_view(s: Session, name: str) -> list[tuple]:
     return s.execute(Q_GATEWAY_VIEW, {"name": name}).tuples().all()
 
 
-# a row per (endpoint, security group of its port)
-Q_SERVICE_ENDPOINTS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.id, _PORTS.c.ip, _PORTS.c.mac,
+# a row per (endpoint, security group of its port); a published load balancer's: its VIP, VNI and provider port
+Q_SERVICE_ENDPOINTS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.id, _ENDPOINTS.c.tenant_id, _PORTS.c.ip, _PORTS.c.mac,
                              _ENDPOINTS.c.source_address, _SERVICES.c.addresses, _SERVICES.c.ports,
-                             _SERVICES.c.proxy_protocol, _SERVICES.c.load_balancer_id, _PSG.c.group_id) \
+                             _SERVICES.c.proxy_protocol, _SERVICES.c.load_balancer_id,
+                             _SERVICES.c.tenant_id.label("owner"), _SERVICES.c.allowed_tenants, _PSG.c.group_id,
+                             _PPORT.c.ip.label("provider_ip"), _LBS.c.vip_address, _PVPC.c.vni.label("provider_vni")) \
     .join(_PORTS, _PORTS.c.id == _ENDPOINTS.c.port_id).join(_SERVICES, _SERVICES.c.id == _ENDPOINTS.c.service_id) \
-    .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")) \
-    .order_by(_ENDPOINTS.c.id, _PSG.c.group_id)
+    .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id) \
+    .outerjoin(_PPORT, _PPORT.c.id == _ENDPOINTS.c.provider_port_id) \
+    .outerjoin(_LBS, _LBS.c.id == _SERVICES.c.load_balancer_id).outerjoin(_PVPC, _PVPC.c.id == _LBS.c.vpc_id) \
+    .where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.id, _PSG.c.group_id)
+# the endpoints of the published load balancers of these VPCs: their VIPs, which the service instances reach
+Q_PROVIDER_SIDES = select(_LBS.c.vpc_id, _ENDPOINTS.c.id, _LBS.c.vip_address, _VIP.c.id.label("vip_port_id"),
+                          _VIP.c.mac.label("vip_mac")) \
+    .join(_SERVICES, _SERVICES.c.load_balancer_id == _LBS.c.id) \
+    .join(_ENDPOINTS, _ENDPOINTS.c.service_id == _SERVICES.c.id).join(_VIP, _VIP.c.id == _LBS.c.vip_port_id) \
+    .where(in_ids(_LBS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.id)
 Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)

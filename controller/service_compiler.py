@@ -13,8 +13,10 @@ from typing import Any
 
 from controller.compiler import groups_fragments, service_home
 from controller.fragments import digest_of
+from controller.placement import home
+from controller.service_models import may_use
 from tianji.served import ServiceEndpointServed, ServicePortServed, ServiceRuleServed
-from tianji.southbound import GatewaySection, GatewayVpc
+from tianji.southbound import Endpoint, GatewaySection, GatewayVpc
 
 SERVICE_ROLE = "service"
 
@@ -31,11 +33,13 @@ def _rules(groups: list[str], vpc_groups: dict) -> list[ServiceRuleServed]:
     return out
 
 
-def service_sections(name: str, vpcs: dict[str, Any], rows: list, rule_rows: list, member_rows: list,
-                     endpoints: dict[str, tuple], live: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
-    """The sections of these VPCs for service instance `name`: the endpoints homed here that can carry traffic (a
-    source address allocated; the operator's services: a published load balancer is reached through its VIP in
-    its own VPC, which this data path does not do yet)."""
+def service_sections(name: str, vpcs: dict[str, Any], rows: list, sides: list, rule_rows: list, member_rows: list,
+                     endpoints: dict[str, tuple], live: dict[str, str],
+                     lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
+    """The sections of these VPCs for service instance `name`: the endpoints homed here that may carry traffic
+    (a source allocated, the tenant still allowed), each VPC's ports (the replies' way back); and for a VPC whose
+    load balancer is published with endpoints homed here, its VIP, reached through one of its LB instances (the
+    provider's side of those endpoints: their provider ports are the VPC's, homed here)."""
     eps: dict[str, Any] = {}
     groups_of: dict[str, list[str]] = defaultdict(list)
     for r in rows:
@@ -43,23 +47,36 @@ def service_sections(name: str, vpcs: dict[str, Any], rows: list, rule_rows: lis
         if r.group_id is not None:
             groups_of[r.id].append(r.group_id)
     groups = groups_fragments(rule_rows, member_rows, list(vpcs))
-    by_vpc: dict[str, list[ServiceEndpointServed]] = defaultdict(list)
+    served: dict[str, list[ServiceEndpointServed]] = defaultdict(list)
     for eid, r in eps.items():
-        if r.source_address is None or r.load_balancer_id is not None or service_home(eid, live) != name:
+        if service_home(eid, live) != name or not may_use(r.owner, r.allowed_tenants, r.tenant_id):
+            continue
+        published = r.load_balancer_id is not None
+        source = r.provider_ip if published else r.source_address
+        if source is None:
             continue
         v = vpcs[r.vpc_id]
-        by_vpc[r.vpc_id].append(ServiceEndpointServed.model_construct(
-            id=eid, vni=v.vni, ip=r.ip, mac=r.mac, source=r.source_address, addresses=list(r.addresses),
-            ports=[ServicePortServed.model_construct(protocol=p["protocol"], port=p["port"]) for p in r.ports],
+        served[r.vpc_id].append(ServiceEndpointServed.model_construct(
+            id=eid, vni=v.vni, ip=r.ip, mac=r.mac, source=source,
+            addresses=[r.vip_address] if published else list(r.addresses),
+            ports=[] if published else [ServicePortServed.model_construct(protocol=p["protocol"], port=p["port"])
+                                        for p in r.ports],
             proxy_protocol=bool(r.proxy_protocol), rules=_rules(sorted(groups_of[eid]), groups[r.vpc_id]),
-            mtu=v.mtu))
+            mtu=v.mtu, via_vni=r.provider_vni if published else 0))
+    vips: dict[str, dict[str, Endpoint]] = defaultdict(dict)  # provider VPC -> VIP -> the LB instance reached
+    for r in sides:
+        lb = home(f"vip:{r.vip_port_id}", lb_instances)
+        if service_home(r.id, live) == name and lb is not None:
+            vips[r.vpc_id][r.vip_address] = Endpoint.model_construct(
+                port_id=r.vip_port_id, vpc_id=r.vpc_id, vni=vpcs[r.vpc_id].vni, ip=r.vip_address, mac=r.vip_mac,
+                host=lb, vtep_ip=lb_instances[lb])
     out = {}
-    for vid, served in by_vpc.items():
-        v = vpcs[vid]
+    for vid in served.keys() | vips.keys():
+        v, mine = vpcs[vid], served.get(vid, [])
         sec = GatewaySection.model_construct(
             vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
-            static=[], dnat=[], endpoints=list(endpoints[vid]), eips=sorted(e.source for e in served), lbs=[],
-            lines=[], services=served)
+            static=[], dnat=[], endpoints=[*endpoints[vid], *vips.get(vid, {}).values()],
+            eips=sorted(e.source for e in mine if not e.via_vni), lbs=[], lines=[], services=mine)
         out[vid] = (sec, digest_of(sec.model_dump_json()))
     return out
 

@@ -40,7 +40,17 @@ class ServiceEndpoint(Base):
     port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), unique=True)
     address: Mapped[str] = mapped_column(String(15))
     dns_name: Mapped[str] = mapped_column(String(253))
-    # its own address on the service network (TIANJI_SERVICE_SOURCE_POOL): the service tells endpoints apart by it
+    # the source the service sees: its own address on the service network (TIANJI_SERVICE_SOURCE_POOL), or for a
+    # published load balancer the address of a port of its own in the provider's VPC (provider_port_id)
     source_address: Mapped[str | None] = mapped_column(String(15), nullable=True, unique=True)
+    provider_port_id: Mapped[str | None] = mapped_column(ForeignKey("ports.id"), nullable=True, unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     __table_args__ = (UniqueConstraint("vpc_id", "service_id", name="uq_endpoint_vpc_service"),)
+
+
+def may_use(owner: str | None, allowed: list | None, tenant: str) -> bool:
+    """Whether a tenant may reach a service: its own, one shared with every tenant (the operator's without a list),
+    or one whose list names it (the API's check, and the data path's: an endpoint of a tenant no longer allowed
+    carries nothing)."""
+    return owner == tenant or (allowed is None and owner is None) or tenant in (allowed or [])
+

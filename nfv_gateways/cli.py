@@ -114,7 +114,7 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
     t.add_column("counter")
     t.add_column("value", justify="right")
     rows = {"role": st.get("role", "nat"), **st["counters"],
-            **{f"{part}.{k}": v for part in ("nat", "lb") for k, v in st.get(part, {}).items()},
+            **{f"{part}.{k}": v for part in ("nat", "lb", "service") for k, v in st.get(part, {}).items()},
             **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()},
             **{f"{part}.{k}": v for part in ("dataplane_held", "dataplane_crossed", "nat_crossed", "lb_crossed")
                for k, v in st.get(part, {}).items()}}
@@ -123,6 +123,19 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
     console.print(t)
     for line in st.get("lines", []):
         console.print(line_table(line))
+    if served := st.get("endpoints_served"):
+        console.print(endpoints_table(served))
+
+
+def endpoints_table(served: list[dict]) -> Table:
+    """The service endpoints an instance serves: where each leads, from which source, its connections now."""
+    t = Table(title="service endpoints served", header_style="bold cyan")
+    for c in ("endpoint", "VNI", "address", "source", "service", "ports", "PROXY v2", "connections"):
+        t.add_column(c, overflow="fold")
+    for e in served:
+        t.add_row(e["id"], str(e["vni"]), e["ip"], e["source"], ", ".join(e["addresses"]), ", ".join(e["ports"]),
+                  "yes" if e["proxy_protocol"] else "no", str(e["connections"]))
+    return t
 
 
 def line_table(line: dict) -> Table:

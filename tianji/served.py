@@ -83,7 +83,8 @@ class ServicePortServed(Wire):
 class ServiceEndpointServed(Wire):
     """An endpoint a service instance serves: what a VM of VNI `vni` sends to `ip` (the endpoint's address in its
     subnet) on one of `ports` leaves for one of the service's `addresses` from `source` (the endpoint's own address
-    on the service network, which tells the service who it is); `proxy_protocol`: TCP streams begin with a PROXY v2
+    on the service network, which tells the service who it is; a published load balancer's: `via_vni`, and no
+    `ports`, its listeners decide); `proxy_protocol`: TCP streams begin with a PROXY v2
     header naming the VM and the endpoint (`id`). `rules`: the endpoint's ingress security-group rules."""
 
     id: str
@@ -96,3 +97,4 @@ class ServiceEndpointServed(Wire):
     proxy_protocol: bool = False
     rules: list[ServiceRuleServed] = Field(default_factory=list)
     mtu: int = OVERLAY_MTU
+    via_vni: int = 0  # a published load balancer's: its VIP (`addresses`) is in this VNI, `source` a port there

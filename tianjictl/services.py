@@ -10,7 +10,8 @@ from tianjictl.main import call, console, resource, show
 service = resource("service", "Services outside the VPCs that tenants reach through endpoints.")
 endpoint = resource("endpoint", "A service's address and name in one of your subnets.")
 SERVICE_COLS = ["id", "name", "kind", "ports", "proxy_protocol", "addresses", "allowed_tenants", "endpoints"]
-ENDPOINT_COLS = ["id", "service_name", "vpc_id", "subnet_id", "address", "dns_name", "security_group_ids"]
+ENDPOINT_COLS = ["id", "service_name", "vpc_id", "subnet_id", "address", "dns_name", "source_address",
+                 "security_group_ids"]
 
 
 def _ports(specs: list[str]) -> list[dict]:

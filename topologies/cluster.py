@@ -17,9 +17,10 @@ from pathlib import Path
 
 from tianji.southbound import GATEWAY_ROLES
 from tianjictl.client import ApiFailure, Client
+from topologies import service_host
 from topologies.cluster_state import State, load_topology
 from topologies.hosts import read_status
-from topologies.machines import GatewayHost, Hypervisor, Vm, spawn
+from topologies.machines import GatewayHost, Hypervisor, Vm
 from topologies.wiring import underlay_mtu, wire
 from vswitch_agent.ovsdb import AFXDP
 
@@ -92,9 +93,7 @@ class Cluster:
                 c.start_agent(hv_name)
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
-            for n, i in st.nodes.items():
-                if i["role"] == "service-host":
-                    c.start_services(n)
+            service_host.start_all(st)
             if gateways := [n for n, i in st.nodes.items() if i["role"] == "gateway"]:
                 c.admin.post("/v1/eip-pools", {"cidr": EIP_POOL})
                 for n in gateways:
@@ -265,25 +264,9 @@ class Cluster:
         return r
 
     # --- the service network -------------------------------------------------------------------------------
-    def start_services(self, name: str) -> int:
-        """The services of service host `name` (topologies/service_host.py): an object store, a database."""
-        st = self.state
-        info = st.nodes[name]
-        args = [f"--{kind}={where}" for kind, where in sorted(info["services"].items())]
-        pid = spawn(info["ns"], [sys.executable, "-m", "topologies.service_host", *args],
-                    Path(st.dir) / f"services-{name}.log")
-        info["pid"] = pid
-        st.pids.append(pid)
-        st.save()
-        return pid
-
     def service_address(self, kind: str) -> tuple[str, int]:
         """Where the emulated service `kind` (store, db) listens on the service network."""
-        for i in self.state.nodes.values():
-            if kind in i.get("services", {}):
-                host, port = i["services"][kind].rsplit(":", 1)
-                return host, int(port)
-        raise KeyError(f"no service host runs {kind!r} in this topology")
+        return service_host.address_of(self.state, kind)
 
     # --- gateways ------------------------------------------------------------------------------------------
     def start_gateway(self, name: str, *extra: str) -> int:

@@ -1,4 +1,5 @@
-"""`make demo`: the `small` cluster, two tenants with the same addresses, peering, isolation, security groups.
+"""`make demo`: the `small` cluster, two tenants with the same addresses, peering, isolation, security groups, a load
+balancer, a private line, the cluster's object store through service endpoints.
 
     python -m topologies.demo [--keep]
 
@@ -95,6 +96,61 @@ def private_line(c: Cluster, ea: dict, vpc: dict, vms: dict, results: Table) -> 
         results.add_row(check, "acme/web1" if "VM ->" in check else "site1 LAN",
                         site.lan_host if "VM ->" in check else vms["acme/web1"]["ip"], "reach",
                         "[green]ok" if ok else "[red]FAIL", "-", "-")
+    return failures
+
+
+# what a VM runs to fetch by name: ask the resolver its DHCP answer named (its resolv.conf), then GET the object
+FETCH_BY_NAME = r"""
+import http.client, socket, struct, sys
+name, path, conf = sys.argv[1], sys.argv[2], open(sys.argv[3]).read()
+server = next(l.split()[1] for l in conf.splitlines() if l.startswith("nameserver"))
+q = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"".join(
+    bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
+for _ in range(10):  # the name is there once the VM's switch has the endpoint
+    s.sendto(q, (server, 53))
+    try:
+        a = s.recv(512)
+    except OSError:
+        continue
+    if a[7]:  # an answer, not NXDOMAIN
+        break
+addr = socket.inet_ntoa(a[-4:])
+for _ in range(10):
+    try:
+        h = http.client.HTTPConnection(addr, 80, timeout=2); h.request("GET", path)
+        print(addr, h.getresponse().read().decode().strip()); break
+    except OSError:
+        pass
+"""
+
+
+def services(c: Cluster, env: dict, tenants: dict, vms: dict, results: Table) -> int:
+    """The operator registers the cluster's object store; acme and globex (the same CIDR, the same VM addresses)
+    each make an endpoint in their web subnet, and their web1 fetches an object through it by name. Returns the
+    failed checks."""
+    from pathlib import Path
+
+    addr, port = c.service_address("store")
+    svc = tj(env, "service", "create", "store", "--address", addr, "--port", f"tcp/{port}", show=False)
+    tj(env, "service", "list")
+    failures, eps = 0, {}
+    for label, (e, vpc, web) in tenants.items():
+        eps[label] = tj(e, "endpoint", "create", "--service", svc["id"], "--vpc", vpc["id"], "--subnet", web["id"],
+                        show=False)
+        tj(e, "endpoint", "list")
+    c.wait_converged()
+    for label, ep in eps.items():
+        vm = vms[f"{label}/web1"]
+        conf = Path(c.state.dir) / f"{vm['name']}.resolv.conf"
+        r = c.vm_exec(vm["name"], sys.executable, "-c", FETCH_BY_NAME, ep["dns_name"], "/objects/hello.txt",
+                      str(conf))
+        got = r.stdout.strip()
+        good = got.startswith(f"{ep['address']} hello from the cluster's object store")
+        failures += not good
+        results.add_row(f"service endpoint: {ep['dns_name']}", f"{label}/web1", f"store {addr}:{port}",
+                        f"object, seen as {ep['source_address']}", "[green]ok" if good else f"[red]FAIL ({got!r})",
+                        "-", "-")
     return failures
 
 
@@ -265,6 +321,9 @@ def main() -> None:
                         f"{answers.count('web1')} / {answers.count('web2')} of 20", "-")
         step("4b. a private line: acme's data center (site1) on VLAN 100, BGP and BFD to both private-line instances")
         failures += private_line(c, ea, avpc, vms, results)
+        step("4c. the cluster's object store: acme and globex (the same CIDR) fetch from it through their endpoints, "
+             "by name")
+        failures += services(c, env, {"acme": (ea, avpc, aweb), "globex": (eg, gvpc, gweb)}, vms, results)
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()
         row("peering deleted", "acme/web1", "acme/db1", False)

@@ -14,14 +14,22 @@ import argparse
 import http.server
 import socket
 import socketserver
+import sys
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nfv_gateways.roles.service import proxy_protocol as pp
+from topologies.machines import spawn
+
+if TYPE_CHECKING:
+    from topologies.cluster_state import State
 
 OBJECTS: dict[str, bytes] = {"hello.txt": b"hello from the cluster's object store\n"}
 
 
 class Store(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # connections kept open between requests
     def do_GET(self) -> None:
         if self.path == "/whoami":
             return self._send(200, self.client_address[0].encode())
@@ -69,6 +77,25 @@ class Db(socketserver.StreamRequestHandler):
             self.request.sendall(b"OK " + rest.split(b"\n")[0] + b"\n")
         for line in f:
             self.request.sendall(b"OK " + line)
+
+
+def start_all(st: State) -> None:
+    """The services of every service host of the cluster (`st`), each in its namespace, stopped with it."""
+    for n, info in st.nodes.items():
+        if info["role"] == "service-host":
+            args = [f"--{kind}={where}" for kind, where in sorted(info["services"].items())]
+            info["pid"] = spawn(info["ns"], [sys.executable, "-m", "topologies.service_host", *args],
+                                Path(st.dir) / f"services-{n}.log")
+            st.pids.append(info["pid"])
+            st.save()
+
+
+def address_of(st: State, kind: str) -> tuple[str, int]:
+    for i in st.nodes.values():
+        if kind in i.get("services", {}):
+            host, port = i["services"][kind].rsplit(":", 1)
+            return host, int(port)
+    raise KeyError(f"no service host runs {kind!r} in this topology")
 
 
 class Threaded(socketserver.ThreadingTCPServer):

@@ -318,9 +318,11 @@ def delete_port(port_id: str, request: Request, p: Principal = Depends(require_p
         if (lb := t.session.execute(select(m.LoadBalancer.id).where(m.LoadBalancer.vip_port_id == port_id))
                 .scalar()) is not None:
             raise conflict(None, f"port {port_id} holds the VIP of load balancer {lb}; delete the load balancer")
-        if (ep := t.session.execute(select(m.ServiceEndpoint.id).where(m.ServiceEndpoint.port_id == port_id))
+        if (ep := t.session.execute(select(m.ServiceEndpoint.id).where(
+                (m.ServiceEndpoint.port_id == port_id) | (m.ServiceEndpoint.provider_port_id == port_id)))
                 .scalar()) is not None:
-            raise conflict(None, f"port {port_id} holds service endpoint {ep}; delete the endpoint")
+            raise conflict(None, f"port {port_id} holds service endpoint {ep} (or its side in a published load "
+                                 "balancer's VPC); delete the endpoint")
         pools = t.session.execute(select(m.LbMember.pool_id).where(m.LbMember.port_id == port_id)).scalars().all()
         if pools:
             raise conflict(None, f"port {port_id} is a member of pool(s) {', '.join(sorted(set(pools)))}; "

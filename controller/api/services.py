@@ -25,6 +25,7 @@ from controller.api.schemas import PortCreate
 from controller.api.service_schemas import EndpointCreate, EndpointOut, ServiceCreate, ServiceOut, ServiceUpdate
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid
+from controller.service_models import may_use
 from controller.settings import Settings
 
 router = APIRouter(tags=["services"], route_class=WriteRoute)
@@ -33,8 +34,7 @@ router = APIRouter(tags=["services"], route_class=WriteRoute)
 def usable_by(svc: m.Service, tenant_id: str) -> bool:
     """Whether a tenant may reach the service: its own, one shared with every tenant (the operator's without a
     list), or one whose list names it."""
-    return svc.tenant_id == tenant_id or (svc.allowed_tenants is None and svc.tenant_id is None) or \
-        tenant_id in (svc.allowed_tenants or [])
+    return may_use(svc.tenant_id, svc.allowed_tenants, tenant_id)
 
 
 def _sees_whole(p: Principal, svc: m.Service) -> bool:
@@ -204,13 +204,30 @@ def endpoint_out(s: Session, ep: m.ServiceEndpoint) -> EndpointOut:
     return EndpointOut(id=ep.id, tenant_id=ep.tenant_id, vpc_id=ep.vpc_id, subnet_id=ep.subnet_id,
                        service_id=ep.service_id, service_name=s.get(m.Service, ep.service_id).name,
                        port_id=ep.port_id, address=ep.address, dns_name=ep.dns_name, security_group_ids=groups,
-                       source_address=ep.source_address, created_at=ep.created_at)
+                       source_address=ep.source_address or (s.get(m.Port, ep.provider_port_id).ip
+                                                            if ep.provider_port_id else None),
+                       created_at=ep.created_at)
 
 
 def _endpoint_port(t, body: EndpointCreate, svc: m.Service, p: Principal, settings: Settings):
     return insert_ports(t, [PortCreate(subnet_id=body.subnet_id, name=f"endpoint-{svc.name}"[:64], ip=body.ip,
                                        security_group_ids=body.security_group_ids)],
                         p, bulk=False, quota=settings.quotas)[0]
+
+
+def _provider_port(t, lb: m.LoadBalancer, vpc: m.Vpc, settings: Settings):
+    """A published load balancer's side of an endpoint: a port in the provider's VIP subnet, its connections'
+    source there (the provider tells consumers apart by it, or by the PROXY header), on the provider's quota."""
+    owner = Principal(kind="tenant", tenant_id=lb.tenant_id)
+    return insert_ports(t, [PortCreate(subnet_id=lb.subnet_id, name=f"consumer-{_label(vpc.name)}"[:64])], owner,
+                        bulk=False, quota=settings.quotas)[0]
+
+
+def _endpoint_tenants(p: Principal, body: EndpointCreate):
+    """The consumer's tenant, and a published load balancer's owner (its VPC gets the endpoint's provider port)."""
+    mine = tenant_of(p, m.Vpc, body.vpc_id)
+    return lambda s: [*mine(s), s.execute(select(m.Service.tenant_id).where(m.Service.id == body.service_id))
+                      .scalar()]
 
 
 def _source_address(s: Session, settings: Settings) -> str | None:
@@ -234,7 +251,7 @@ def create_endpoint(body: EndpointCreate, request: Request, p: Principal = Depen
     settings: Settings = request.app.state.settings
 
     def txn() -> EndpointOut:  # again if a concurrent create won the address or the (VPC, service) pair
-        with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
+        with db_of(request).write(tenants=_endpoint_tenants(p, body)) as t:
             s = t.session
             vpc = owned(s, m.Vpc, body.vpc_id, p, "VPC", "vpc_id")
             subnet = owned(s, m.Subnet, body.subnet_id, p, "subnet", "subnet_id", tenant=vpc.tenant_id)
@@ -250,11 +267,13 @@ def create_endpoint(body: EndpointCreate, request: Request, p: Principal = Depen
                                              "per service and VPC")
             quotas.check(s, settings.quotas, vpc.tenant_id, "service_endpoints")
             port = _endpoint_port(t, body, svc, p, settings)
-            t.flush_deferred()  # the endpoint's port row, which the endpoint refers to
+            provider = _provider_port(t, lb, vpc, settings) if svc.load_balancer_id else None
+            t.flush_deferred()  # the endpoint's port rows, which the endpoint refers to
             ep = m.ServiceEndpoint(tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id, service_id=svc.id,
                                    port_id=port.id, address=port.ip,
                                    dns_name=f"{svc.name}.{_label(vpc.name)}.internal",
-                                   source_address=_source_address(s, settings))
+                                   source_address=None if provider else _source_address(s, settings),
+                                   provider_port_id=provider.id if provider else None)
             s.add(ep)
             s.flush()
             return endpoint_out(s, ep)
@@ -281,10 +300,18 @@ def get_endpoint(endpoint_id: str, request: Request, p: Principal = Depends(requ
 @router.delete("/service-endpoints/{endpoint_id}", status_code=204)
 def delete_endpoint(endpoint_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     """The endpoint and its port: the address goes back to the subnet."""
-    with db_of(request).write(tenants=tenant_of(p, m.ServiceEndpoint, endpoint_id)) as t:
+    mine = tenant_of(p, m.ServiceEndpoint, endpoint_id)
+
+    def tenants(s: Session) -> list[str | None]:  # and a published load balancer's owner (the provider port)
+        return [*mine(s), s.execute(select(m.Service.tenant_id).join(
+            m.ServiceEndpoint, m.ServiceEndpoint.service_id == m.Service.id).where(
+            m.ServiceEndpoint.id == endpoint_id)).scalar()]
+
+    with db_of(request).write(tenants=tenants) as t:
         s = t.session
         ep = owned(s, m.ServiceEndpoint, endpoint_id, p, "service endpoint")
-        port = s.get(m.Port, ep.port_id)
+        ports = [s.get(m.Port, i) for i in (ep.port_id, ep.provider_port_id) if i]
         s.delete(ep)
         s.flush()
-        s.delete(port)
+        for port in ports:
+            s.delete(port)

@@ -12,7 +12,9 @@ service network holds an object store (100.100.0.10:80) and a database-like serv
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,82 @@ def test_svc_deleting_the_endpoint_cuts_the_traffic(cluster, tenants, store) -> 
     n.client.delete(f"/v1/service-endpoints/{ep['id']}")
     wait_for(lambda: http_get(cluster, vm, url, 1) is None, 10, "the traffic to stop")
     assert http_get(cluster, vm, url, 2) is None
+
+
+KEEP_ALIVE = r"""
+import http.client, sys
+h = http.client.HTTPConnection(sys.argv[1], 80, timeout=5)
+for _ in range(2):
+    h.request("GET", "/whoami")
+    print(h.getresponse().read().decode(), flush=True)
+    sys.stdin.readline()
+"""
+
+
+def serving(cluster, endpoint_id: str) -> str | None:
+    return next((g for g in ("svc1", "svc2") if any(
+        e["id"] == endpoint_id for e in cluster.gateway_status(g).get("endpoints_served", []))), None)
+
+
+def test_svc_a_killed_instance_moves_its_endpoints_and_their_connections_go_on(cluster, tenants, store) -> None:
+    """The instance serving an endpoint is killed: the endpoint moves to the other one, and a connection opened
+    before the kill carries on through it (the translation is a function of the endpoint and the VM's address and
+    port, so the survivor makes the same one)."""
+    n = tenants()
+    n.vpc("prod", "10.65.0.0/16", {"s": "10.65.1.0/24"})
+    vm = n.vm("s", "hv2")
+    ep = endpoint(n, store)
+    url = f"http://{ep['address']}/whoami"
+    wait_for(lambda: http_get(cluster, vm, url, 1) is not None, 20, "the store through the endpoint")
+    wait_for(lambda: serving(cluster, ep["id"]), 5, "an instance to report the endpoint")
+    home = serving(cluster, ep["id"])
+    other = "svc2" if home == "svc1" else "svc1"
+    conn = subprocess.Popen(["ip", "netns", "exec", vm["ns"], sys.executable, "-c", KEEP_ALIVE, ep["address"]],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert conn.stdout.readline().strip() == ep["source_address"]
+    t0 = time.monotonic()
+    cluster.kill_gateway(home)
+    try:
+        wait_for(lambda: http_get(cluster, vm, url, 1) == ep["source_address"], 10,
+                 "a new connection through the surviving instance")
+        moved_in = time.monotonic() - t0
+        assert serving(cluster, ep["id"]) in (other, None)  # its status file may lag; the traffic does not
+        out, _ = conn.communicate("go\n", timeout=20)
+        assert out.strip() == ep["source_address"], f"the connection opened before the kill: {out!r}"
+        assert moved_in < 10
+    finally:
+        conn.kill()
+        cluster.start_gateway(home)
+        cluster.wait_gateways(timeout=30)
+
+
+def test_svc_a_published_load_balancer_serves_the_tenants_it_names_only(cluster, tenants) -> None:
+    """A tenant publishes its load balancer to one other tenant (both use 10.70.0.0/16): the allowed tenant's VM
+    reaches the members through its endpoint, and they see the endpoint's own port in their VPC as the client;
+    a tenant not named cannot make an endpoint (the service does not exist for it)."""
+    import uuid
+
+    from tests.scenarios.lb_support import connect_many, make_lb
+
+    a, b, prov = tenants(), tenants(), tenants()  # consumers first: their endpoints go before the service
+    for n in (a, b, prov):
+        n.vpc("prod", "10.70.0.0/16", {"s": "10.70.1.0/24"})
+    backs = [prov.vm("s", h) for h in ("hv1", "hv2")]
+    lb = make_lb(prov, "prod", "s", backs)
+    try:
+        svc = prov.client.post("/v1/services", {"load_balancer_id": lb.lb["id"], "name": f"web-{uuid.uuid4().hex[:6]}",
+                                                "allowed_tenants": [a.vpcs["prod"]["tenant_id"]]})
+        vm = a.vm("s", "hv3")
+        ep = endpoint(a, svc)
+        assert ep["source_address"].startswith("10.70.1.") and ep["source_address"] != lb.vip
+        wait_for(lambda: len(connect_many(a, vm, ep["address"], 10, 80, workers=4)[0]) == 2, 30,
+                 "both members answering through the endpoint")
+        got, seen, fails = connect_many(a, vm, ep["address"], 40, 80, workers=8)
+        assert fails == 0 and set(got) == {x["name"] for x in backs}, got
+        assert set().union(*seen.values()) == {ep["source_address"]}, seen
+        r = b.client.http.post("/v1/service-endpoints", json={"vpc_id": b.vpcs["prod"]["id"],
+                                                             "subnet_id": b.subnets["s"]["id"],
+                                                             "service_id": svc["id"]})
+        assert r.status_code == 404, r.text
+    finally:
+        lb.stop()

@@ -149,3 +149,21 @@ def test_garbage_never_raises(data: bytes, where: int) -> None:
     buf = bytearray(base[:where * 10] + data if where else data)
     t.outbound(100, buf, 0.0)
     t.inbound(bytearray(data), 0.0)
+
+
+def test_a_published_load_balancer_is_reached_in_its_own_vpc_and_answers_from_there() -> None:
+    """Endpoint of a tenant's load balancer: the VM's packet goes into the provider's VNI to the VIP, from the
+    endpoint's provider port; the member's answer (from the VIP, in that VNI) comes back to the VM."""
+    x = served("e1", 100, "10.9.1.50").model_copy(update={"addresses": ["10.9.1.100"], "ports": [], "via_vni": 900})
+    t = table(x)
+    v, p = out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / TCP(sport=40000, dport=8443, flags="S"))
+    assert (v.direction, v.vni, v.ip) == ("in", 900, ip2int("10.9.1.100"))  # any port: its listeners decide
+    assert (p.src, p.dst, p[TCP].dport) == ("10.9.1.50", "10.9.1.100", 8443)
+    reply = IP(src="10.9.1.100", dst="10.9.1.50") / TCP(sport=8443, dport=40000, flags="SA")
+    assert t.outbound(100, bytearray(bytes(reply)), 0.0) is None  # not from the provider's VNI
+    buf = bytearray(bytes(reply))
+    v = t.outbound(900, buf, 0.0)
+    r = IP(bytes(buf))
+    assert (v.direction, v.vni, v.ip, r.src, r.dst, r[TCP].sport) == ("in", 100, ip2int("10.0.1.5"), EP_IP,
+                                                                      "10.0.1.5", 8443)
+    assert out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / ICMP())[0] is not None  # ping is the endpoint's

@@ -32,7 +32,8 @@ class Rule:
 @dataclass(frozen=True)
 class EndpointPolicy:
     """What one endpoint does: its address `ip` in VNI `vni`, the service's `addresses` and (protocol, port)s, its
-    own `source` on the service network, whether TCP streams begin with a PROXY v2 header."""
+    own `source` on the service network (or in a published load balancer's VNI `via_vni`), whether TCP streams
+    begin with a PROXY v2 header."""
 
     id: str
     vni: int
@@ -43,9 +44,14 @@ class EndpointPolicy:
     proxy_protocol: bool
     rules: tuple[Rule, ...]
     mtu: int
+    via_vni: int = 0  # a published load balancer's VNI (its VIP is `addresses`, `source` a port there); 0: outside
 
     def admits(self, proto: int, src: int, dport: int) -> bool:
         return any(r.allows(proto, src, dport) for r in self.rules)
+
+    def serves(self, proto: int, port: int) -> bool:
+        """A published load balancer's listeners decide (it drops what is for none); else the service's ports."""
+        return (proto, port) in self.ports or (self.via_vni != 0 and proto in (PROTO_TCP, PROTO_UDP))
 
 
 def rule_of(r: ServiceRuleServed) -> Rule:
@@ -57,7 +63,7 @@ def rule_of(r: ServiceRuleServed) -> Rule:
 def endpoint_of(x: ServiceEndpointServed) -> EndpointPolicy:
     return EndpointPolicy(x.id, x.vni, ip2int(x.ip), ip2int(x.source), tuple(ip2int(a) for a in x.addresses),
                           frozenset((PROTO[p.protocol], p.port) for p in x.ports), x.proxy_protocol,
-                          tuple(rule_of(r) for r in x.rules), x.mtu)
+                          tuple(rule_of(r) for r in x.rules), x.mtu, x.via_vni)
 
 
 __all__ = ["EndpointPolicy", "Rule", "endpoint_of"]

@@ -80,6 +80,7 @@ class ServiceTable:
 
     def __init__(self) -> None:
         self.endpoints: dict[tuple[int, int], EndpointPolicy] = {}
+        self.sides: dict[tuple[int, int], EndpointPolicy] = {}  # (VNI, provider port's address): a published LB's
         self.by_vni: dict[int, tuple[EndpointPolicy, ...]] = {}
         self.inside: dict[Inside, Conn] = {}
         self.outside: dict[Outside, Conn] = {}
@@ -91,10 +92,13 @@ class ServiceTable:
         """One VPC's endpoints replaced; the connections of an endpoint that went or changed end."""
         for e in self.by_vni.pop(vni, ()):
             self.endpoints.pop((e.vni, e.ip), None)
+            if e.via_vni:
+                self.sides.pop((e.via_vni, e.source), None)
         keep = set(eps or ())
         if eps:
             self.by_vni[vni] = eps
             self.endpoints.update(((e.vni, e.ip), e) for e in eps)
+            self.sides.update(((e.via_vni, e.source), e) for e in eps if e.via_vni)
         for c in [c for c in self.inside.values() if c.ep.vni == vni and c.ep not in keep]:
             self._drop(c)
 
@@ -111,12 +115,17 @@ class ServiceTable:
             return None
         ep = self.endpoints.get((vni, ip.dst))
         if ep is None:
+            if (vni, ip.dst) in self.sides:  # a published load balancer's member answering, from its VPC
+                return self._reply(buf, ip, now)
             self.counters["drop_no_endpoint"] += 1
             return None
         if ip.proto == PROTO_ICMP:
             return self._echo(vni, buf, ip, ep)
         ports = l4_ports(buf, ip)
-        if ports is None or (ip.proto, ports[1]) not in ep.ports:
+        if ip.proto == PROTO_TCP and not _tcp_whole(buf, ip):
+            self.counters["drop_malformed"] += 1
+            return None
+        if ports is None or not ep.serves(ip.proto, ports[1]):
             self.counters["drop_port"] += 1
             return None
         c = self.inside.get((vni, ip.src, ports[0], ip.proto, ip.dst, ports[1]))
@@ -134,6 +143,8 @@ class ServiceTable:
         if c.pp is not None:
             self._splice_out(c, buf, ip, flags)
         self.counters["out"] += 1
+        if ep.via_vni:  # into the provider's VPC, to its VIP
+            return Verdict("in", ep.via_vni, c.svc, self._cut(buf, ip, ep.mtu))
         return Verdict("out", fragments=self._cut(buf, ip, SERVICE_MTU))
 
     def inbound(self, buf: bytearray, now: float) -> Verdict | None:
@@ -142,7 +153,13 @@ class ServiceTable:
         if ip is None or ip.is_fragment:
             self.counters["drop_malformed_in" if ip is None else "drop_fragment_in"] += 1
             return None
+        return self._reply(buf, ip, now)
+
+    def _reply(self, buf: bytearray, ip: Ip4, now: float) -> Verdict | None:
+        """The service's answer (from the service network, or a published load balancer's VPC), back to the VM."""
         ports = l4_ports(buf, ip) if ip.proto != PROTO_ICMP else None
+        if ip.proto == PROTO_TCP and not _tcp_whole(buf, ip):
+            ports = None
         c = self.outside.get((ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
         if c is None:
             self.counters["drop_no_connection"] += 1
@@ -153,7 +170,8 @@ class ServiceTable:
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > c.ep.mtu and _df(buf, ip):  # the service learns the VPC's MTU
-            return self._frag_needed(buf, c.ep.source, c.ep.mtu, Verdict("out"))
+            back = Verdict("in", c.ep.via_vni, ip.src) if c.ep.via_vni else Verdict("out")
+            return self._frag_needed(buf, c.ep.source, c.ep.mtu, back)
         rewrite_addr(buf, ip, src=c.ep.ip, dst=c.vm)
         rewrite_port(buf, ip, dst=c.vm_port)
         if c.pp is not None:
@@ -286,6 +304,12 @@ class ServiceTable:
                 ack = (c.isn + 1) % SEQ  # the header only partly acknowledged: none of the VM's bytes yet
             struct.pack_into("!I", buf, l4 + 8, ack)
         _tcp_checksum(buf, ip)
+
+
+def _tcp_whole(buf: bytearray, ip: Ip4) -> bool:
+    """The TCP header's own length (options included) inside the packet: what the option walkers rely on."""
+    end = ip.l4 - ip.ihl + ip.total
+    return end - ip.l4 >= 20 and 20 <= (buf[ip.l4 + 12] >> 4) * 4 <= end - ip.l4
 
 
 def _df(buf: bytearray, ip: Ip4) -> bool:

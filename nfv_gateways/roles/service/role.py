@@ -9,6 +9,7 @@ C stage for it: what it cannot decide it punts)."""
 
 from __future__ import annotations
 
+import socket
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -54,8 +55,21 @@ class ServiceRole:
         """The connections' timers are the table's (the instance expires the stage)."""
 
     def status(self) -> dict:
+        """The endpoints served here (each with its connections now) and the stage's counters."""
         t = self.table
-        return {"endpoints": len(t.endpoints), "connections": len(t.inside), "service": dict(t.counters)}
+        held = Counter(c.ep.id for c in t.inside.values())
+        served = [{"id": e.id, "vni": e.vni, "ip": _ip(e.ip), "source": _ip(e.source),
+                   "addresses": [_ip(a) for a in e.addresses], "ports": sorted(f"{_PROTO[p]}/{n}" for p, n in e.ports),
+                   "proxy_protocol": e.proxy_protocol, "connections": held[e.id]} for e in t.endpoints.values()]
+        return {"endpoints": len(t.endpoints), "connections": len(t.inside), "service": dict(t.counters),
+                "endpoints_served": sorted(served, key=lambda x: (x["vni"], x["ip"]))}
+
+
+_PROTO = {6: "tcp", 17: "udp"}
+
+
+def _ip(n: int) -> str:
+    return socket.inet_ntoa(n.to_bytes(4, "big"))
 
 
 __all__ = ["ServiceRole"]
