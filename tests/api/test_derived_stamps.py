@@ -29,7 +29,7 @@ from tianji.southbound import (
 )
 
 HOSTS = ["hv1", "hv2", "hv3"]
-GATEWAYS = {"gw-nat": "nat", "gw-lb": "lb", "gw-pl": "private-line"}
+GATEWAYS = {"gw-nat": "nat", "gw-lb": "lb", "gw-pl": "private-line", "gw-svc": "service"}
 
 
 def _diff(a: dict, b: dict) -> str:
@@ -96,7 +96,8 @@ class Fleet:
 def quiet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Controller]:
     """No host or gateway instance here beats: the liveness checker must not move the topology under the test's
     feet between a delta and the compile it is compared with (only the test's own liveness step does)."""
-    with served(request.param, tmp_path, host_down_after=3600, gateway_down_after=3600) as c:
+    with served(request.param, tmp_path, host_down_after=3600, gateway_down_after=3600,
+                service_network="100.100.0.0/16", service_source_pool="100.100.128.0/17") as c:
         yield c
 
 
@@ -120,7 +121,7 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
     fleet.sync("setup")
     objs: dict[str, list] = {k: [] for k in ("ports", "groups", "rules", "routes", "peerings", "eips", "natgws",
                                              "snat", "dnat", "lbs", "listeners", "pools", "members", "monitors",
-                                             "lines")}
+                                             "lines", "services", "published", "endpoints")}
     n = 0
 
     def vpc() -> dict:
@@ -295,8 +296,10 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
                     "members": {x[1]: rng.choice(["ONLINE", "OFFLINE"])}})
 
     def lb_delete() -> None:
-        lb = take("lbs")
+        published = {p["load_balancer_id"] for p in objs["published"]}
+        lb = next((x for x in objs["lbs"] if x["id"] not in published), None)  # a published one: 409
         if lb:
+            objs["lbs"].remove(lb)
             pools = {p["id"] for p in objs["pools"] if p["load_balancer_id"] == lb["id"]}
             objs["pools"] = [p for p in objs["pools"] if p["id"] not in pools]
             objs["members"] = [x for x in objs["members"] if x[0] not in pools]
@@ -341,6 +344,40 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
         if x := take("lines"):
             t.delete(f"/v1/private-lines/{x['id']}")
 
+    def service() -> None:  # the operator's, on the service network
+        objs["services"].append(adm.post("/v1/services", {"name": f"svc{n}", "addresses": [f"100.100.0.{n % 250 + 1}"],
+                                                          "ports": [{"protocol": "tcp", "port": 80}],
+                                                          "proxy_protocol": rng.random() < 0.5}))
+
+    def publish() -> None:  # t's load balancer, for t2
+        lb = next((x for x in objs["lbs"] if x["id"] not in {p["load_balancer_id"] for p in objs["published"]}), None)
+        if lb:
+            objs["published"].append(t.post("/v1/services", {"load_balancer_id": lb["id"], "name": f"pub{n}",
+                                                             "allowed_tenants": [other["tenant_id"]]}))
+
+    def consume() -> None:  # t2 consumes t's load balancer: a port of the endpoint's in t's VPC
+        if svc := pick("published"):
+            r = t2.http.post("/v1/service-endpoints", json={"vpc_id": other["id"], "subnet_id": osub["id"],
+                                                            "service_id": svc["id"]})
+            if r.status_code == 201:
+                objs["endpoints"].append((t2, r.json()))
+
+    def endpoint() -> None:
+        if svc := pick("services"):
+            v = vpc()
+            r = t.http.post("/v1/service-endpoints", json={"vpc_id": v["id"], "subnet_id": sub_of(v)["id"],
+                                                           "service_id": svc["id"]})
+            if r.status_code == 201:
+                objs["endpoints"].append((t, r.json()))
+
+    def endpoint_delete() -> None:
+        if x := take("endpoints"):
+            x[0].delete(f"/v1/service-endpoints/{x[1]['id']}")
+
+    def service_allow() -> None:  # the owner names who may use it: endpoints of others carry nothing
+        if svc := pick("published"):
+            t.patch(f"/v1/services/{svc['id']}", {"allowed_tenants": rng.choice([[], [other["tenant_id"]]])})
+
     def other_tenant() -> None:  # writes elsewhere: nobody's config here changes, nothing may go stale
         orch.post("/v1/ports", {"subnet_id": osub["id"], "name": f"o{n}", "host": rng.choice(HOSTS)})
 
@@ -349,14 +386,19 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
                                                    cross_peering, unpeer, route_delete, eip_associate, eip_release,
                                                    natgw, dnat, natgw_delete, lb, member, member_weight, monitor,
                                                    health, lb_delete, host_move, host_down_up, other_tenant,
-                                                   line, line, line_update, line_learns, line_learns, line_delete]
-    done = set()
-    for n in range(170):
+                                                   line, line, line_update, line_learns, line_learns, line_delete,
+                                                   service, publish, publish, endpoint, endpoint, consume, consume,
+                                                   consume, endpoint_delete, service_allow]
+    done, served_kinds = set(), set()
+    for n in range(200):
         op = rng.choice(ops)
         op()
         done.add(op.__name__)
         fleet.sync(f"step {n} ({op.__name__})")
+        served_kinds |= {"published" if x.via_vni else "operator's"
+                         for sec in fleet.gateways["gw-svc"].sections.values() for x in sec.services}
     assert len(done) >= len(set(ops)) - 2, sorted({o.__name__ for o in ops} - done)
+    assert served_kinds == {"published", "operator's"}, served_kinds  # the service instance's sections were held
 
 
 def test_a_core_write_the_stamps_cannot_see_is_refused(controller: Controller) -> None:
