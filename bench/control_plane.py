@@ -44,7 +44,8 @@ BIN = Path(sys.executable).parent / "tianji"
 class ControllerProcess:
     """The controller as its own process(es), as deployed: the bench's clients must not share its GIL."""
 
-    def __init__(self, database_url: str | None, workers: int, listen: str = "127.0.0.1") -> None:
+    def __init__(self, database_url: str | None, workers: int, listen: str = "127.0.0.1",
+                 env: dict[str, str] | None = None) -> None:
         self.state = Path(mkdtemp(prefix="tianji-bench-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -55,7 +56,7 @@ class ControllerProcess:
             cmd += ["--database-url", database_url]
         # the benches measure what the controller can do, not its per-credential rate limit (TIANJI_RATE_LIMIT)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "w"),
-                                     env=os.environ | {"TIANJI_RATE_LIMIT": "0"})
+                                     env=os.environ | {"TIANJI_RATE_LIMIT": "0"} | (env or {}))
         deadline = time.time() + 30
         while True:
             try:

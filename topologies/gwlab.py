@@ -60,7 +60,7 @@ class GatewayLab:
         return self
 
     def up_with_controller(self, url_port: int, token: str, fastpath: str = "auto", name: str = "gw1",
-                           eips: str = "203.0.113.0/24") -> GatewayLab:
+                           eips: str = "203.0.113.0/24", role: str = "nat") -> GatewayLab:
         """A gateway instance watching a controller that listens on every address at `url_port` of the root
         namespace (reached over a management veth, 10.250.0.1), EIPs from `eips` on-link at the server."""
         self.plumb("tianji")
@@ -69,13 +69,13 @@ class GatewayLab:
         netns.address(self.gw, "mgmt0", "10.250.0.2/30")
         sh("ip", "-n", self.server, "route", "add", eips, "dev", "eth0")
         self.name = name
-        self._start(fastpath, "--controller", f"http://10.250.0.1:{url_port}", "--token", token)
+        self._start(fastpath, "--controller", f"http://10.250.0.1:{url_port}", "--token", token, role=role)
         return self
 
-    def _start(self, fastpath: str, *source: str) -> None:
-        """A tianji gateway instance on the lab's interfaces; `source`: where its config comes from."""
+    def _start(self, fastpath: str, *source: str, role: str = "nat") -> None:
+        """A tianji gateway instance of `role` on the lab's interfaces; `source`: where its config comes from."""
         self.log = self.dir / "gateway.log"
-        host = GatewayHost(self.name, self.gw, f"{GW_VTEP}/24")
+        host = GatewayHost(self.name, self.gw, f"{GW_VTEP}/24", role)
         cmd = ["ip", "netns", "exec", self.gw, *host.command(TIANJI, list(source), self.dir, "--fastpath", fastpath)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

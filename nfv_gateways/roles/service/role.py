@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 class ServiceRole:
     name = "service"
     expiry_interval = 5.0
+    python_stage = True  # no C stage yet: the native data plane moves the packets, the reference decides them
 
     def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
         self.o, self.counters = o, counters
