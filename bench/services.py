@@ -45,7 +45,7 @@ from topologies.netns import sh
 
 EP_IP, EP_MAC, SOURCE = "10.0.1.9", "02:00:00:00:01:09", "198.51.100.200"
 GW_EXT = "198.51.100.254"  # the kernel router's address on the service side (baseline)
-SERVICE_NET, SOURCE_POOL = "198.51.100.0/24", "198.51.100.128/25"
+SOURCE_POOL = "100.127.0.0/20"  # the endpoints' sources (on-link at the server: the instance answers ARP for them)
 now = time.monotonic
 
 
@@ -186,7 +186,7 @@ def scale(tenants: int, reps: int, backend: str, fastpath: str) -> dict:
 
         pg = PgDatabase()
     ctl = ControllerProcess(pg.url if pg else None, 2 if pg else 1, listen="0.0.0.0",
-                            env={"TIANJI_SERVICE_NETWORK": SERVICE_NET, "TIANJI_SERVICE_SOURCE_POOL": SOURCE_POOL})
+                            env={"TIANJI_SERVICE_SOURCE_POOL": SOURCE_POOL})
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     lab = GatewayLab("tjss")

@@ -85,8 +85,8 @@ class Instance:
             self.fastpath = "python"
         elif dataplane is not None:
             self.fastpath = self.dp.backend
-        elif getattr(self.role, "python_stage", False):  # a role without a C stage: the loop punts it all
-            self.fastpath = f"{self.dp.backend} (packet I/O in C, every packet decided in Python)"
+        elif label := getattr(self.role, "fastpath_label", None):  # what the role's stage does in C, if not all
+            self.fastpath = f"{self.dp.backend} ({label})"
         else:
             self.fastpath = f"{self.dp.backend} (packet I/O, new and established flows in C)"
         self.packets = PacketPath(self.mac, self.vtep, self.vtep_int, self.fwd, self.dp, self.counters, self.lock)

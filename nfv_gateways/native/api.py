@@ -21,7 +21,8 @@ from typing import Any
 
 NATIVE = Path(__file__).parent
 INCLUDE = NATIVE / "include"
-PUBLIC = ("tj_api.h", "tj_nat.h", "tj_lb.h", "tj_line.h", "tj_dp.h")  # what Python reads; the other headers are C's own
+# what Python reads; the other headers are C's own
+PUBLIC = ("tj_api.h", "tj_nat.h", "tj_lb.h", "tj_line.h", "tj_svc.h", "tj_dp.h")
 
 _PRIMITIVES: dict[str, type] = {
     "int": ctypes.c_int, "unsigned int": ctypes.c_uint, "double": ctypes.c_double, "char": ctypes.c_char,

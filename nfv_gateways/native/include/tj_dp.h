@@ -15,6 +15,7 @@
 #include "tj_lb.h"
 #include "tj_line.h"
 #include "tj_nat.h"
+#include "tj_svc.h"
 
 typedef struct dp dp_t;
 
@@ -72,6 +73,14 @@ TJ_API int dp_remove_line(dp_t *dp, uint16_t vlan);
 TJ_API int dp_set_line_routes(dp_t *dp, uint32_t vni, const tj_line_route_t *routes, uint32_t n);
 /* a customer router's MAC on a VLAN (learned from its ARP by Python) */
 TJ_API int dp_set_line_neigh(dp_t *dp, uint16_t vlan, uint32_t ip, const uint8_t *mac);
+/* the service endpoint's stage (tj_svc.h); its connections added (0; 1 when the keys are taken, the connection
+ * stays Python's; -1 out of memory), removed (0, or -1 when C did not hold it), and when C last carried one
+ * (wall-clock seconds; 0 never; -1 not held) */
+TJ_API void dp_use_svc(dp_t *dp);
+TJ_API int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn);
+TJ_API int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn);
+TJ_API double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn);
+TJ_API uint32_t dp_svc_count(dp_t *dp);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);

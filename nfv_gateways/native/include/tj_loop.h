@@ -28,7 +28,7 @@
     X(rx_ul) X(rx_ext) X(tx_ul) X(tx_ext) X(fast_out) X(fast_in) X(punt) X(punt_full) X(drop_unknown_vtep)          \
     X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)  \
     X(lb_to_member) X(lb_no_member) X(line_out) X(line_in) X(drop_no_route) X(drop_untagged) X(drop_unknown_vlan)  \
-    X(drop_not_in_vpc) X(busy_ns)
+    X(drop_not_in_vpc) X(svc_out) X(svc_in) X(busy_ns)
 #define TJ_COUNTER_ENUM(name) C_##name,
 enum { TJ_DP_COUNTERS(TJ_COUNTER_ENUM) C_COUNT };
 
@@ -69,6 +69,7 @@ typedef struct {
 extern const stage_t STAGE_NAT;
 extern const stage_t STAGE_LB;
 extern const stage_t STAGE_LINE;
+extern const stage_t STAGE_SVC;
 
 /* the load balancer's lookups (dp_lb.c), per VPC: a VPC's listeners and members are replaced alone */
 typedef struct {
@@ -107,6 +108,7 @@ struct dp {
     lb_t *lb;
     lb_maps_t lbm;
     line_maps_t line;
+    map_t *svc_in, *svc_out;                   /* the service stage's connections (dp_svc.c): hash -> svc_conn_t * */
     const backend_t *be;
     void *bs;                                   /* backend state */
     uint8_t mac[2][6];

@@ -20,7 +20,6 @@ endpoints, two sources.
 
 from __future__ import annotations
 
-import random
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ TIMEOUT_ESTABLISHED, TIMEOUT_TRANSITORY, TIMEOUT_UDP = 3600.0, 120.0, 120.0
 SERVICE_MTU = 1500  # the service network's
 FIRST_PORT = 1024  # below it a VM's port is moved: the service may treat privileged sources apart
 Inside = tuple[int, int, int, int, int, int]  # (vni, VM ip, VM port, proto, endpoint ip, port)
-Outside = tuple[int, int, int, int, int]  # (proto, service ip, port, source, source port)
+Outside = tuple[int, int, int, int, int, int]  # (via VNI, proto, service ip, port, source, source port)
 
 
 @dataclass(slots=True)
@@ -72,7 +71,7 @@ class Conn:
         return self.ep.vni, self.vm, self.vm_port, self.proto, self.ep.ip, self.port
 
     def outside(self) -> Outside:
-        return self.proto, self.svc, self.port, self.ep.source, self.sport
+        return self.ep.via_vni, self.proto, self.svc, self.port, self.ep.source, self.sport
 
 
 class ServiceTable:
@@ -85,7 +84,6 @@ class ServiceTable:
         self.inside: dict[Inside, Conn] = {}
         self.outside: dict[Outside, Conn] = {}
         self.counters: Counter[str] = Counter()
-        self.rng = random.Random()
 
     # --- policy ------------------------------------------------------------------------------------------------
     def update_vpc(self, vni: int, eps: tuple[EndpointPolicy, ...] | None) -> None:
@@ -105,6 +103,17 @@ class ServiceTable:
     def _drop(self, c: Conn) -> None:
         self.inside.pop(c.inside(), None)
         self.outside.pop(c.outside(), None)
+        self._forget(c)
+
+    # what a native stage mirrors (native.NativeServiceTable): a connection it may carry, one gone, its last packet
+    def _carry(self, c: Conn) -> None:
+        """A new connection: the reference carries it itself."""
+
+    def _forget(self, c: Conn) -> None:
+        """A connection gone."""
+
+    def _seen(self, c: Conn) -> float:
+        return c.last
 
     # --- packets -----------------------------------------------------------------------------------------------
     def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
@@ -116,7 +125,7 @@ class ServiceTable:
         ep = self.endpoints.get((vni, ip.dst))
         if ep is None:
             if (vni, ip.dst) in self.sides:  # a published load balancer's member answering, from its VPC
-                return self._reply(buf, ip, now)
+                return self._reply(buf, ip, now, vni)
             self.counters["drop_no_endpoint"] += 1
             return None
         if ip.proto == PROTO_ICMP:
@@ -133,7 +142,8 @@ class ServiceTable:
         if c is None and (c := self._admit(ep, buf, ip, ports, flags, now)) is None:
             return None
         c.last = now
-        self._track(c, flags, from_vm=True)
+        if self._track(c, flags, from_vm=True):
+            self._carry(c)  # established: its packets may go without Python now
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > SERVICE_MTU and _df(buf, ip):  # the VM learns the service network's MTU
@@ -155,12 +165,12 @@ class ServiceTable:
             return None
         return self._reply(buf, ip, now)
 
-    def _reply(self, buf: bytearray, ip: Ip4, now: float) -> Verdict | None:
+    def _reply(self, buf: bytearray, ip: Ip4, now: float, via: int = 0) -> Verdict | None:
         """The service's answer (from the service network, or a published load balancer's VPC), back to the VM."""
         ports = l4_ports(buf, ip) if ip.proto != PROTO_ICMP else None
         if ip.proto == PROTO_TCP and not _tcp_whole(buf, ip):
             ports = None
-        c = self.outside.get((ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
+        c = self.outside.get((via, ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
         if c is None:
             self.counters["drop_no_connection"] += 1
             return None
@@ -180,7 +190,11 @@ class ServiceTable:
         return Verdict("in", c.ep.vni, c.vm, self._cut(buf, ip, c.ep.mtu))
 
     def expire(self, now: float) -> int:
-        gone = [c for c in self.inside.values() if now - c.last > self._timeout(c)]
+        gone = []
+        for c in [c for c in self.inside.values() if now - c.last > self._timeout(c)]:
+            c.last = max(c.last, self._seen(c))  # carried in C meanwhile?
+            if now - c.last > self._timeout(c):
+                gone.append(c)
         for c in gone:
             self._drop(c)
         return len(gone)
@@ -200,7 +214,7 @@ class ServiceTable:
             self.counters["drop_security_group"] += 1
             return None
         svc = ep.addresses[hash((ep.vni, ip.src, vm_port)) % len(ep.addresses)]
-        sport = self._port(ep.source, ip.proto, svc, port, vm_port)
+        sport = self._port(ep.via_vni, ep.source, ip.proto, svc, port, vm_port, ip.src)
         if sport is None:
             self.counters["port_exhausted"] += 1
             return None
@@ -211,24 +225,32 @@ class ServiceTable:
         self.inside[c.inside()] = c
         self.outside[c.outside()] = c
         self.counters["connections"] += 1
+        if c.proto != PROTO_TCP:
+            self._carry(c)
         return c
 
-    def _port(self, source: int, proto: int, svc: int, port: int, want: int) -> int | None:
-        """The VM's own port if free on the source address toward this service port, else a free one."""
-        if want >= FIRST_PORT and (proto, svc, port, source, want) not in self.outside:
+    def _port(self, via: int, source: int, proto: int, svc: int, port: int, want: int, vm: int) -> int | None:
+        """The VM's own port if free on the source address toward this service port, else the first free one of a
+        sequence the connection's own numbers decide: any instance (a survivor after a failover, the C stage's
+        twin in the tests) picks the same one for the same connection and the same table."""
+        if want >= FIRST_PORT and (via, proto, svc, port, source, want) not in self.outside:
             return want
-        for _ in range(64):
-            p = self.rng.randrange(FIRST_PORT, 65536)
-            if (proto, svc, port, source, p) not in self.outside:
+        span = 65536 - FIRST_PORT
+        for i in range(64):
+            p = FIRST_PORT + hash((vm, want, proto, i)) % span
+            if (via, proto, svc, port, source, p) not in self.outside:
                 return p
         return None
 
     @staticmethod
-    def _track(c: Conn, flags: int, from_vm: bool) -> None:
+    def _track(c: Conn, flags: int, from_vm: bool) -> bool:
+        """A TCP connection's state from its flags; whether it became established now."""
         if flags & (TCP_FIN | TCP_RST):
             c.closing = True
-        elif from_vm and flags & TCP_ACK and not flags & TCP_SYN:
+        elif from_vm and flags & TCP_ACK and not flags & TCP_SYN and not c.established:
             c.established = True
+            return not c.closing
+        return False
 
     @staticmethod
     def _timeout(c: Conn) -> float:

@@ -4,8 +4,9 @@ them onto the service network, from the endpoint's own source address, and the r
 instance answers ARP on the service network for the source addresses of the endpoints it serves (the section's
 `eips`).
 
-With a native data plane, packet I/O is in C and every packet of this role is decided here (the data plane has no
-C stage for it: what it cannot decide it punts)."""
+With a native data plane, the C stage (native/dp_svc.c) carries the established connections both ways; every new
+connection, and what C is not sure about, is decided here by the reference (native.NativeServiceTable hands C the
+connections it may carry alone)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class ServiceRole:
     name = "service"
     expiry_interval = 5.0
-    python_stage = True  # no C stage yet: the native data plane moves the packets, the reference decides them
+    fastpath_label = "packet I/O and established connections in C, new ones decided in Python"
 
     def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
         self.o, self.counters = o, counters
@@ -36,6 +37,10 @@ class ServiceRole:
         self._vni: dict[str, int] = {}  # VPC id -> the VNI its endpoints are installed under
 
     def attach(self, dp: NativeDataPlane | None) -> PacketStage:
+        if dp is not None and dp.lib is not None:  # established connections carried by the C stage
+            from nfv_gateways.roles.service.native import NativeServiceTable
+
+            self.table = NativeServiceTable(dp)
         return self.table
 
     def policy_of(self, section: GatewaySection) -> tuple[EndpointPolicy, ...]:

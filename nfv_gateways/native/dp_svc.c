@@ -1,0 +1,200 @@
+/* The service endpoint's stage of the packet loop (include/tj_svc.h): established connections through an endpoint,
+ * both ways. Connections are keyed twice, as the reference keys them: from the VM (vni, VM address and port,
+ * protocol, endpoint address and port) and from the service (via VNI, protocol, service address and port, source
+ * and source port); a key is a 64-bit hash checked against the connection it finds. */
+#include <string.h>
+
+#include "tj_ip4.h"
+#include "tj_loop.h"
+
+#define SERVICE_MTU 1500  /* the service network's (the reference's SERVICE_MTU) */
+#define TCP_SYN_FIN_RST 0x07
+
+typedef struct { tj_svc_conn_t c; double last; } svc_conn_t;
+
+static void no_lock(dp_t *dp) { (void)dp; }
+
+static uint64_t hkey(uint64_t a, uint64_t b) {
+    uint64_t k = (uint64_t)mix(a ^ 0x9e3779b97f4a7c15ULL) << 32 | mix(b ^ (a >> 7));
+    return k ? k : 1;  /* 0 is the map's empty slot */
+}
+static uint64_t key_in(uint32_t vni, uint32_t vm, uint16_t vm_port, uint8_t proto, uint32_t ep, uint16_t port) {
+    return hkey((uint64_t)vni << 32 | vm, (uint64_t)ep << 32 | (uint64_t)vm_port << 16 | port | (uint64_t)proto << 60);
+}
+static uint64_t key_out(uint32_t via, uint8_t proto, uint32_t svc, uint16_t port, uint32_t src, uint16_t sport) {
+    return hkey((uint64_t)via << 32 | svc, (uint64_t)src << 32 | (uint64_t)port << 16 | sport | (uint64_t)proto << 60);
+}
+static uint64_t conn_in(const tj_svc_conn_t *c) {
+    return key_in(c->vni, c->vm, c->vm_port, c->proto, c->ep_ip, c->port);
+}
+static uint64_t conn_out(const tj_svc_conn_t *c) {
+    return key_out(c->via_vni, c->proto, c->svc, c->port, c->source, c->sport);
+}
+
+static svc_conn_t *find_in(const dp_t *dp, uint32_t vni, const ip4_t *ip, uint16_t sp, uint16_t dport) {
+    uint64_t p;
+    if (!map_get(dp->svc_in, key_in(vni, ip->src, sp, ip->proto, ip->dst, dport), &p)) return NULL;
+    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
+    const tj_svc_conn_t *c = &s->c;
+    return c->vni == vni && c->vm == ip->src && c->vm_port == sp && c->proto == ip->proto && c->ep_ip == ip->dst &&
+           c->port == dport ? s : NULL;
+}
+static svc_conn_t *find_out(const dp_t *dp, uint32_t via, const ip4_t *ip, uint16_t sp, uint16_t dport) {
+    uint64_t p;
+    if (!map_get(dp->svc_out, key_out(via, ip->proto, ip->src, sp, ip->dst, dport), &p)) return NULL;
+    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
+    const tj_svc_conn_t *c = &s->c;
+    return c->via_vni == via && c->proto == ip->proto && c->svc == ip->src && c->port == sp && c->source == ip->dst &&
+           c->sport == dport ? s : NULL;
+}
+
+/* TCP or UDP, whole, not a fragment, TTL to spare, no SYN/FIN/RST: what C may carry; the ports into *sp, *dport */
+static int plain(const uint8_t *b, const ip4_t *ip, uint16_t *sp, uint16_t *dport) {
+    uint8_t icmp;
+    if (ip->frag || (ip->proto != 6 && ip->proto != 17) || !ip4_ports(b, ip, sp, dport, &icmp) || b[8] <= 1)
+        return 0;
+    if (ip->proto == 6) {
+        uint32_t doff = (uint32_t)(b[ip->l4 + 12] >> 4) * 4;
+        if (doff < 20 || doff > ip->total - ip->l4 || (b[ip->l4 + 13] & TCP_SYN_FIN_RST)) return 0;
+    }
+    return 1;
+}
+
+/* a reply (the packet at pkt, ilen bytes) to the connection's VM: rewritten, encapsulated to its hypervisor; the
+ * inner Ethernet header goes at e (14 bytes before pkt), the outer ENCAP bytes before that */
+static int to_vm(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, double now, uint8_t **out, uint32_t *out_len) {
+    const tj_svc_conn_t *c = &s->c;
+    if (ip->total > c->mtu) return ACT_PUNT;  /* fragments or fragmentation needed: Python's */
+    uint64_t rmac = 0, nh = 0;
+    const tj_endpoint_t *ep = dp_endpoint(dp, c->vni, c->vm);
+    if (!ep || !map_get(dp->routers, c->vni | 1ULL << 32, &rmac) || !map_get(dp->neigh[DP_UL], ep->vtep | 1ULL << 32, &nh))
+        return ACT_PUNT;
+    ip4_dec_ttl(pkt);
+    ip4_rewrite_addr(pkt, ip, 1, c->ep_ip);
+    ip4_rewrite_addr(pkt, ip, 0, c->vm);
+    ip4_rewrite_port(pkt, ip, 0, c->vm_port);
+    s->last = now;
+    uint8_t *e = pkt - 14;
+    dp_encap_to(dp, e - ENCAP, e, ip->total + 14, ep->mac, rmac, nh, ep->vtep, c->vni);
+    *out = e - ENCAP; *out_len = ENCAP + 14 + ip->total;
+    dp->c[C_svc_in]++;
+    return DP_UL;
+}
+
+/* a VM's packet of a connection: to the service, on the external side or into a published load balancer's VNI */
+static int to_service(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, double now, uint8_t **out,
+                      uint32_t *out_len) {
+    const tj_svc_conn_t *c = &s->c;
+    uint64_t mac = 0, rmac = 0, nh = 0;
+    const tj_endpoint_t *ep = NULL;
+    if (c->via_vni) {
+        if (ip->total > c->mtu || !(ep = dp_endpoint(dp, c->via_vni, c->svc)) ||
+            !map_get(dp->routers, c->via_vni | 1ULL << 32, &rmac) ||
+            !map_get(dp->neigh[DP_UL], ep->vtep | 1ULL << 32, &nh)) return ACT_PUNT;
+    } else if (ip->total > SERVICE_MTU || !map_get(dp->neigh[DP_EXT], dp_ext_hop(dp, c->svc) | 1ULL << 32, &mac)) {
+        return ACT_PUNT;
+    }
+    ip4_dec_ttl(pkt);
+    ip4_rewrite_addr(pkt, ip, 1, c->source);
+    ip4_rewrite_addr(pkt, ip, 0, c->svc);
+    ip4_rewrite_port(pkt, ip, 1, c->sport);
+    s->last = now;
+    uint8_t *e = pkt - 14;
+    dp->c[C_svc_out]++;
+    if (c->via_vni) {
+        dp_encap_to(dp, e - ENCAP, e, ip->total + 14, ep->mac, rmac, nh, ep->vtep, c->via_vni);
+        *out = e - ENCAP; *out_len = ENCAP + 14 + ip->total;
+        return DP_UL;
+    }
+    mac_out(e, mac); memcpy(e + 6, dp->mac[DP_EXT], 6); wr16(e + 12, 0x0800);
+    *out = e; *out_len = 14 + ip->total;
+    return DP_EXT;
+}
+
+static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    uint32_t vni;
+    int act = dp_vxlan_in(dp, d, len, &vni);
+    if (act != 0) return act;
+    uint8_t *pkt = d + ENCAP + 14;
+    ip4_t ip;
+    uint16_t sp, dport;
+    if (!ip4_parse(pkt, len - ENCAP - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    svc_conn_t *s = find_in(dp, vni, &ip, sp, dport);
+    if (s) return to_service(dp, s, pkt, &ip, now, out, out_len);
+    if ((s = find_out(dp, vni, &ip, sp, dport))) return to_vm(dp, s, pkt, &ip, now, out, out_len);
+    return ACT_PUNT;  /* a new connection, or nothing: the reference decides */
+}
+
+static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    int act = dp_ipv4_for_us(dp, DP_EXT, d, len);
+    if (act != 0) return act;
+    uint8_t *pkt = d + 14;
+    ip4_t ip;
+    uint16_t sp, dport;
+    if (!ip4_parse(pkt, len - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
+    if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    svc_conn_t *s = find_out(dp, 0, &ip, sp, dport);
+    return s ? to_vm(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
+}
+
+static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
+    if (port == DP_EXT) return from_external(dp, d, len, now, out, out_len);
+    int act = dp_ipv4_for_us(dp, port, d, len);
+    return act != 0 ? act : from_underlay(dp, d, len, now, out, out_len);
+}
+
+const stage_t STAGE_SVC = {no_lock, no_lock, decide};
+
+void dp_use_svc(dp_t *dp) {
+    pthread_mutex_lock(&dp->cfg);
+    dp->stage = &STAGE_SVC;
+    pthread_mutex_unlock(&dp->cfg);
+}
+
+int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn) {
+    svc_conn_t *s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    s->c = *conn;
+    uint64_t ki = conn_in(conn), ko = conn_out(conn), p;
+    pthread_mutex_lock(&dp->cfg);
+    int r = 0;
+    if (map_get(dp->svc_in, ki, &p) || map_get(dp->svc_out, ko, &p)) r = 1;  /* taken (or a hash twin): Python's */
+    else if (map_reserve(&dp->svc_in, 1) || map_reserve(&dp->svc_out, 1)) r = -1;
+    else { map_put(dp->svc_in, ki, (uint64_t)(uintptr_t)s); map_put(dp->svc_out, ko, (uint64_t)(uintptr_t)s); }
+    pthread_mutex_unlock(&dp->cfg);
+    if (r) free(s);
+    return r;
+}
+
+/* the connection's entry, if this very connection holds it (under dp->cfg) */
+static svc_conn_t *held(const dp_t *dp, const tj_svc_conn_t *c) {
+    uint64_t p;
+    if (!map_get(dp->svc_in, conn_in(c), &p)) return NULL;
+    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
+    return memcmp(&s->c, c, sizeof *c) == 0 ? s : NULL;
+}
+
+int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn) {
+    pthread_mutex_lock(&dp->cfg);
+    svc_conn_t *s = held(dp, conn);
+    if (s) { map_del(dp->svc_in, conn_in(conn)); map_del(dp->svc_out, conn_out(conn)); }
+    pthread_mutex_unlock(&dp->cfg);
+    free(s);
+    return s ? 0 : -1;
+}
+
+double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn) {
+    pthread_mutex_lock(&dp->cfg);
+    svc_conn_t *s = held(dp, conn);
+    double last = s ? s->last : -1.0;
+    pthread_mutex_unlock(&dp->cfg);
+    return last;
+}
+
+uint32_t dp_svc_count(dp_t *dp) {
+    pthread_mutex_lock(&dp->cfg);
+    uint32_t n = dp->svc_in ? dp->svc_in->n : 0;
+    pthread_mutex_unlock(&dp->cfg);
+    return n;
+}

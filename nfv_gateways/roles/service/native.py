@@ -1,0 +1,55 @@
+"""The service endpoint's native stage (native/dp_svc.c, include/tj_svc.h) behind ctypes: the reference decides
+every new connection and keeps its state and timers; each connection it may carry alone (not PROXY v2: that
+rewrites the stream) crosses into C once, when admitted, and out when it ends."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any
+
+from nfv_gateways.native.api import structure
+from nfv_gateways.roles.service.reference import Conn, Inside, ServiceTable
+
+if TYPE_CHECKING:
+    from nfv_gateways.native.dataplane import NativeDataPlane
+
+
+class NativeServiceTable(ServiceTable):
+    """ServiceTable whose plain connections are also the C stage's (`dp`'s loop runs it)."""
+
+    def __init__(self, dp: NativeDataPlane) -> None:
+        super().__init__()
+        self.dp = dp
+        self.conn_t = structure("tj_svc_conn_t")
+        self.in_c: dict[Inside, Any] = {}  # what C holds, as it was handed over (deleted by the same record)
+        dp.lib.dp_use_svc(dp.h)
+
+    def _carry(self, c: Conn) -> None:
+        if c.pp is not None:
+            return
+        e = c.ep
+        rec = self.conn_t(e.vni, c.vm, e.ip, c.svc, e.source, e.via_vni, e.mtu, c.vm_port, c.port, c.sport, c.proto, 0)
+        r = self._call("dp_svc_add", ctypes.byref(rec))
+        if r == 0:
+            self.in_c[c.inside()] = rec
+        elif r < 0:
+            raise MemoryError("dp_svc_add failed (out of memory)")
+        else:
+            self.counters["kept_in_python"] += 1  # its keys taken in C (a hash twin): the reference carries it
+
+    def _forget(self, c: Conn) -> None:
+        if (rec := self.in_c.pop(c.inside(), None)) is not None:
+            self._call("dp_svc_del", ctypes.byref(rec))
+
+    def _seen(self, c: Conn) -> float:
+        rec = self.in_c.get(c.inside())
+        return max(c.last, self._call("dp_svc_last", ctypes.byref(rec)) or 0.0) if rec is not None else c.last
+
+    def _call(self, fn: str, *args: object) -> Any:
+        if (h := self.dp.h) is None:
+            return 0  # closed: a config arriving while the instance stops
+        self.dp.crossed["calls"] += 1
+        return getattr(self.dp.lib, fn)(h, *args)
+
+
+__all__ = ["NativeServiceTable"]
