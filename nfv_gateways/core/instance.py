@@ -310,7 +310,13 @@ class Instance:
             | self.role.status()
 
     def write_status(self) -> None:
-        write_atomic(self.o.state_dir / f"gateway-{self.o.name}.json", json.dumps(self.status(), indent=1))
+        """The status file; a failure to make it is counted and logged, never the end of the loop that calls it
+        (the heartbeat's: an instance that stops beating is failed over)."""
+        try:
+            write_atomic(self.o.state_dir / f"gateway-{self.o.name}.json", json.dumps(self.status(), indent=1))
+        except Exception as e:
+            self.counters["status_errors"] += 1
+            log.warning("status file: %s", e)
 
     def metrics(self) -> bytes:
         return metrics.exposition(self)

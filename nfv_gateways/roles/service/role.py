@@ -63,15 +63,19 @@ class ServiceRole:
     def status(self) -> dict:
         """The endpoints served here (each with its connections now) and the stage's counters."""
         t = self.table
-        held = Counter(c.ep.id for c in t.inside.values())
+        # copies first: the status is made outside the instance's lock, while a config or a packet changes these
+        endpoints, conns = list(t.endpoints.values()), list(t.inside.values())
+        held = Counter(c.ep.id for c in conns)
+        first = sorted(endpoints, key=lambda e: (e.vni, e.ip))[:STATUS_ENDPOINTS]
         served = [{"id": e.id, "vni": e.vni, "ip": _ip(e.ip), "source": _ip(e.source),
                    "addresses": [_ip(a) for a in e.addresses], "ports": sorted(f"{_PROTO[p]}/{n}" for p, n in e.ports),
-                   "proxy_protocol": e.proxy_protocol, "connections": held[e.id]} for e in t.endpoints.values()]
-        return {"endpoints": len(t.endpoints), "connections": len(t.inside), "service": dict(t.counters),
-                "endpoints_served": sorted(served, key=lambda x: (x["vni"], x["ip"]))}
+                   "proxy_protocol": e.proxy_protocol, "connections": held[e.id]} for e in first]
+        return {"endpoints": len(endpoints), "connections": len(conns), "service": dict(t.counters),
+                "endpoints_served": served}
 
 
 _PROTO = {6: "tcp", 17: "udp"}
+STATUS_ENDPOINTS = 100  # the status file lists this many endpoints (by VNI), and counts them all
 
 
 def _ip(n: int) -> str:
