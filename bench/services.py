@@ -158,7 +158,8 @@ class Prober:
 
     def frame(self, vni: int, vm: dict, ep: dict, sport: int, tag: bytes) -> bytes:
         udp = struct.pack("!HHHH", sport, PROBE_PORT, 8 + len(tag), 0) + tag
-        inner = bytes.fromhex(ep["mac"].replace(":", "")) + bytes.fromhex(vm["mac"].replace(":", "")) + \
+        # to the endpoint's MAC as the VM's switch sends it (the instance goes by VNI and address: any MAC here)
+        inner = bytes.fromhex("02aa00000009") + bytes.fromhex(vm["mac"].replace(":", "")) + \
             b"\x08\x00" + ipv4(vm["ip"], ep["address"], 17, udp)
         vx = b"\x08\0\0\0" + vni.to_bytes(3, "big") + b"\0" + inner
         outer_udp = struct.pack("!HHHH", 49152 + sport % 16384, 4789, 8 + len(vx), 0) + vx
