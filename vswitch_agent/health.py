@@ -33,6 +33,23 @@ ETH_IP, TCP, UDP, ICMP = 0x0800, 6, 17, 1
 SYN, RST, PSH, ACK, FIN = 0x02, 0x04, 0x08, 0x10, 0x01
 
 
+def _probe_port(ip: bytes, ihl: int) -> int | None:
+    """The probe port a member's packet answers (a TCP destination port, or the source port of the UDP datagram an
+    ICMP unreachable quotes) when it is one of PROBE_PORTS; None for anything else."""
+    l4 = ip[ihl:]
+    if ip[9] == TCP and len(l4) >= 20:
+        port = struct.unpack_from("!H", l4, 2)[0]
+    elif ip[9] == ICMP and l4[0] == 3 and len(l4) >= 8 + 28:
+        inner = l4[8:]
+        iihl = (inner[0] & 0xF) * 4
+        if len(inner) < iihl + 2:
+            return None
+        port = struct.unpack_from("!H", inner, iihl)[0]
+    else:
+        return None
+    return port if port & PROBE_PORTS[1] == PROBE_PORTS[0] else None
+
+
 @dataclass(frozen=True)
 class Target:
     member_id: str
@@ -164,24 +181,22 @@ class Prober:
                 s.reported = None
 
     def on_packet(self, in_port: int, frame: bytes, now: float) -> bool:
-        """A punted answer to a probe; False when it is not one (the caller handles it)."""
+        """A punted answer to a probe (TCP to a probe port, or ICMP unreachable about a probe's datagram); False
+        for anything else the member's port punts (DHCP, DNS to its resolver, time exceeded): the caller's."""
         if len(frame) < 34 or struct.unpack_from("!H", frame, 12)[0] != ETH_IP:
             return False
         ip = frame[14:]
         ihl = (ip[0] & 0xF) * 4
+        if len(ip) < ihl + 8 or (probe_port := _probe_port(ip, ihl)) is None:
+            return False
         src = str(ipaddress.IPv4Address(ip[12:16]))
         s = next((x for x in self.states.values() if x.target.ip == src and x.target.ofport == in_port), None)
-        if s is None or s.probe is None or len(ip) < ihl + 8:
-            return s is not None
-        l4 = ip[ihl:]
-        if ip[9] == ICMP and l4[0] == 3 and len(l4) >= 8 + 28:  # unreachable, about our datagram
-            inner = l4[8:]
-            if struct.unpack_from("!H", inner, (inner[0] & 0xF) * 4)[0] == s.probe["sport"]:
-                self._result(s, False, now)
-            return True
-        if ip[9] != TCP or len(l4) < 20 or struct.unpack_from("!H", l4, 2)[0] != s.probe["sport"]:
-            return True
-        self._tcp(s, l4, now)
+        if s is None or s.probe is None or probe_port != s.probe["sport"]:
+            return s is not None  # a late answer to an ended probe: nobody else's
+        if ip[9] == ICMP:
+            self._result(s, False, now)
+        else:
+            self._tcp(s, ip[ihl:], now)
         return True
 
     def _tcp(self, s: State, l4: bytes, now: float) -> None:

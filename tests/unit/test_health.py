@@ -92,5 +92,17 @@ def test_garbage_and_strangers_are_ignored() -> None:
     m.probe(0.0)
     assert not m.p.on_packet(7, b"\x00" * 10, 0.1)
     assert not m.p.on_packet(9, bytes(Ether() / IP(src="10.0.1.99") / TCP()), 0.1)  # not a member we probe
-    assert m.p.on_packet(7, bytes(Ether(src=MAC) / IP(src="10.0.1.10", dst="10.0.1.1") / b"\x01"), 0.1)
+    # the member's own garbage is not a probe answer either: the other handlers ignore it
+    assert not m.p.on_packet(7, bytes(Ether(src=MAC) / IP(src="10.0.1.10", dst="10.0.1.1") / b"\x01"), 0.1)
     assert m.reports == []
+
+
+def test_a_members_dhcp_and_dns_are_not_taken_for_probe_answers() -> None:
+    """A monitored member's VM still gets DHCP and the VPC's resolver: only answers to probes (TCP to a probe
+    port, ICMP unreachable about a probe's datagram) are the prober's."""
+    m = Member()
+    m.probe(0.0)
+    for pkt in (IP(src="10.0.1.10", dst="10.0.1.1") / UDP(sport=40000, dport=53) / b"query",
+                IP(src="0.0.0.0", dst="255.255.255.255") / UDP(sport=68, dport=67) / b"dhcp",
+                IP(src="10.0.1.10", dst="10.0.1.1") / TCP(sport=80, dport=40000, flags="SA")):
+        assert not m.p.on_packet(7, bytes(Ether(src=MAC, dst=RMAC) / pkt), 0.1), pkt.summary()
