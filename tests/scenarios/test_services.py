@@ -236,6 +236,12 @@ def test_svc_a_published_load_balancer_serves_the_tenants_it_names_only(cluster,
         got, seen, fails = connect_many(a, vm, ep["address"], 40, 80, workers=8)
         assert fails == 0 and set(got) == {x["name"] for x in backs}, got
         assert set().union(*seen.values()) == {ep["source_address"]}, seen
+        # members under a health monitor still have their VPC's resolver (their punts are not probe answers)
+        prov.client.put(f"/v1/pools/{lb.pool['id']}/health-monitor", {"type": "tcp", "interval_s": 1,
+                                                                      "timeout_s": 0.5, "rise": 1, "fall": 2})
+        wait_for(lambda: all(m["operating_status"] == "ONLINE"
+                             for m in prov.client.get(f"/v1/pools/{lb.pool['id']}/members")), 15, "members ONLINE")
+        assert resolve(cluster, backs[0], "nothing.prod.internal", "10.70.1.1") == "rcode 3"
         r = b.client.http.post("/v1/service-endpoints", json={"vpc_id": b.vpcs["prod"]["id"],
                                                              "subnet_id": b.subnets["s"]["id"],
                                                              "service_id": svc["id"]})
