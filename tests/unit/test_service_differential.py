@@ -182,8 +182,8 @@ def pair(tmp_path: Path):
 
 
 def test_an_established_connection_stays_in_c(pair: Pair) -> None:
-    """The SYN and the ACK that establishes are Python's (admission, state); then both ways go through C alone, to the service and into the published
-    load balancer's VNI; the FIN is Python's again (the connection's state)."""
+    """The SYN and the ACK that establishes are Python's (admission, state); then both ways go through C alone, to
+    the service and into the published load balancer's VNI; the FIN is Python's again (the connection's state)."""
     vm = VM[(1001, "10.0.1.5")]
 
     def from_vm(ep: str, flags: str) -> tuple[int, bytes]:
