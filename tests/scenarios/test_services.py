@@ -46,10 +46,10 @@ def resolve(cluster, vm: dict, name: str, server: str) -> str:
     return r.stdout.strip() if r.returncode == 0 else f"failed: {r.stderr.strip()[-200:]}"
 
 
-def _service(cluster, name: str, kind: str, **kw):
+def _service(cluster, name: str, kind: str, extra_ports: tuple = (), **kw):
     addr, port = cluster.service_address(kind)
     svc = cluster.admin.post("/v1/services", {"name": name, "addresses": [addr],
-                                              "ports": [{"protocol": "tcp", "port": port}]} | kw)
+                                              "ports": [{"protocol": "tcp", "port": port}, *extra_ports]} | kw)
     yield svc
     for e in cluster.admin.get("/v1/service-endpoints"):
         if e["service_id"] == svc["id"]:
@@ -59,7 +59,7 @@ def _service(cluster, name: str, kind: str, **kw):
 
 @pytest.fixture
 def store(cluster):
-    yield from _service(cluster, "store", "store")
+    yield from _service(cluster, "store", "store", ({"protocol": "udp", "port": CLOSED_UDP},))
 
 
 @pytest.fixture
@@ -77,6 +77,18 @@ def http_get(cluster, vm: dict, url: str, timeout: int = 3) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
+CLOSED_UDP = 9999  # a port of the store's service nothing listens on: the store's kernel answers port unreachable
+REFUSED = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.connect((sys.argv[1], int(sys.argv[2])))
+s.send(b"anyone?")
+try:
+    s.recv(100); print("answered")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as e:
+    print("nothing", e)
+"""
 TALK = r"""
 import socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
@@ -160,6 +172,9 @@ def test_svc_deleting_the_endpoint_cuts_the_traffic(cluster, tenants, store) -> 
     ep = endpoint(n, store)
     url = f"http://{ep['address']}/whoami"
     wait_for(lambda: http_get(cluster, vm, url, 1) is not None, 20, "the store through the endpoint")
+    # the store's port unreachable reaches the VM, about its own datagram: its socket says refused
+    r = ex(cluster, vm, sys.executable, "-c", REFUSED, ep["address"], str(CLOSED_UDP))
+    assert r.stdout.strip() == "refused", r.stdout + r.stderr
     n.client.delete(f"/v1/service-endpoints/{ep['id']}")
     wait_for(lambda: http_get(cluster, vm, url, 1) is None, 10, "the traffic to stop")
     assert http_get(cluster, vm, url, 2) is None

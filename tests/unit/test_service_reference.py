@@ -167,3 +167,23 @@ def test_a_published_load_balancer_is_reached_in_its_own_vpc_and_answers_from_th
     assert (v.direction, v.vni, v.ip, r.src, r.dst, r[TCP].sport) == ("in", 100, ip2int("10.0.1.5"), EP_IP,
                                                                       "10.0.1.5", 8443)
     assert out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / ICMP())[0] is not None  # ping is the endpoint's
+
+
+def test_icmp_errors_from_the_service_reach_the_vm_about_its_own_packet() -> None:
+    """Port unreachable from the service, about the endpoint's translated datagram: the VM gets it from the
+    endpoint, quoting its own addresses and port (as it sent them); an error about no connection is dropped."""
+    t = table(served("e1", 100, "100.100.1.1"))
+    _, sent = out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / UDP(sport=5353, dport=53) / b"q")
+    err = IP(src=SVC, dst="100.100.1.1") / ICMP(type=3, code=3) / bytes(sent)[:28]
+    v, got = back(t, err)
+    assert (v.direction, v.vni, v.ip) == ("in", 100, ip2int("10.0.1.5"))
+    assert (got.src, got.dst, got[ICMP].type, got[ICMP].code) == (EP_IP, "10.0.1.5", 3, 3)
+    quoted = IP(bytes(got[ICMP].payload))
+    assert (quoted.src, quoted.dst, quoted[UDP].sport, quoted[UDP].dport) == ("10.0.1.5", EP_IP, 5353, 53)
+    assert ICMP(bytes(got[ICMP])).chksum == got[ICMP].chksum
+    q = IP(bytes(got[ICMP].payload))
+    del q.chksum
+    assert IP(bytes(q)).chksum == quoted.chksum  # the quoted header's own checksum made right
+    stray = IP(src=SVC, dst="100.100.1.1") / ICMP(type=3, code=3) / bytes(
+        IP(src="100.100.1.1", dst=SVC) / UDP(sport=9, dport=53))[:28]
+    assert back(t, stray)[0] is None

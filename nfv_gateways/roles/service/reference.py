@@ -10,7 +10,8 @@ endpoints, two sources.
   ingress security-group rules allow (a port's rules, enforced where the endpoint lives). A connection is
   admitted once; its packets then follow the mapping both ways. A VPC without an endpoint sends nothing here, and
   nothing else on the service network is reachable from a VPC.
-* ICMP echo to the endpoint's address is answered here (the endpoint is a host in the subnet).
+* ICMP echo to the endpoint's address is answered here (the endpoint is a host in the subnet); ICMP errors from
+  the service about a connection's packet go back to its VM, quoting what the VM sent.
 * A routing hop: TTL - 1 both ways, an expired packet dropped and counted.
 * Sizes: what is bigger than the other side's MTU is fragmented, or with DF answered with fragmentation needed.
 * PROXY protocol v2 (proxy_protocol.py) where the service asks for it: TCP only, the connection must begin here
@@ -34,6 +35,7 @@ from nfv_gateways.core.packet import (
     dec_ttl,
     fragment,
     l4_ports,
+    parse_inner,
     parse_ip4,
     rewrite_addr,
     rewrite_port,
@@ -43,6 +45,7 @@ from nfv_gateways.roles.service.policy import EndpointPolicy
 from tianji.inet import checksum, icmp_error
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
+ERRORS = (3, 11)  # ICMP destination unreachable, time exceeded: translated back to the VM
 SEQ = 1 << 32
 TIMEOUT_ESTABLISHED, TIMEOUT_TRANSITORY, TIMEOUT_UDP = 3600.0, 120.0, 120.0
 SERVICE_MTU = 1500  # the service network's
@@ -167,7 +170,9 @@ class ServiceTable:
 
     def _reply(self, buf: bytearray, ip: Ip4, now: float, via: int = 0) -> Verdict | None:
         """The service's answer (from the service network, or a published load balancer's VPC), back to the VM."""
-        ports = l4_ports(buf, ip) if ip.proto != PROTO_ICMP else None
+        if ip.proto == PROTO_ICMP:
+            return self._icmp_error(buf, ip, via)
+        ports = l4_ports(buf, ip)
         if ip.proto == PROTO_TCP and not _tcp_whole(buf, ip):
             ports = None
         c = self.outside.get((via, ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
@@ -188,6 +193,27 @@ class ServiceTable:
             self._splice_in(c, buf, ip, flags)
         self.counters["in"] += 1
         return Verdict("in", c.ep.vni, c.vm, self._cut(buf, ip, c.ep.mtu))
+
+    def _icmp_error(self, buf: bytearray, ip: Ip4, via: int) -> Verdict | None:
+        """An ICMP error about a connection's packet (port unreachable, fragmentation needed, time exceeded on the
+        way to the service) back to its VM, from the endpoint, with the quoted header made the VM's own again."""
+        end = ip.l4 - ip.ihl + ip.total
+        inner = parse_inner(buf, ip.l4 + 8) if end - ip.l4 >= 8 + 28 and buf[ip.l4] in ERRORS else None
+        quoted = struct.unpack_from("!HH", buf, inner.l4) if inner is not None and inner.l4 + 4 <= end else None
+        c = self.outside.get((via, inner.proto, inner.dst, quoted[1], inner.src, quoted[0])) \
+            if inner is not None and quoted is not None else None
+        if c is None or not dec_ttl(buf, ip):
+            self.counters["drop_icmp_in"] += 1
+            return None
+        q = inner.l4 - inner.ihl  # the quoted header: from the VM's address and port, to the endpoint's
+        struct.pack_into("!HII", buf, q + 10, 0, c.vm, c.ep.ip)
+        struct.pack_into("!H", buf, q + 10, checksum(bytes(buf[q:q + inner.ihl])))
+        struct.pack_into("!H", buf, inner.l4, c.vm_port)
+        rewrite_addr(buf, ip, src=c.ep.ip, dst=c.vm)
+        struct.pack_into("!H", buf, ip.l4 + 2, 0)
+        struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
+        self.counters["icmp_errors_in"] += 1
+        return Verdict("in", c.ep.vni, c.vm)
 
     def expire(self, now: float) -> int:
         gone = []
