@@ -9,10 +9,11 @@ as PrivateLink's does)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 PP2_TYPE_AWS, PP2_SUBTYPE_AWS_VPCE_ID = 0xEA, 0x01
-TCP_OPT_END, TCP_OPT_NOP, TCP_OPT_SACK_OK = 0, 1, 4
+TCP_OPT_END, TCP_OPT_NOP, TCP_OPT_MSS, TCP_OPT_SACK_OK = 0, 1, 2, 4
 
 
 def header(src: int, sport: int, dst: int, dport: int, endpoint_id: str) -> bytes:
@@ -39,47 +40,40 @@ def parse(data: bytes) -> dict | None:
     return {"src": src, "sport": sport, "dst": dst, "dport": dport, "tlvs": tlvs, "length": 16 + n}
 
 
-def strip_sack_permitted(buf: bytearray, l4: int) -> bool:
-    """SACK-permitted in a SYN's options made NOPs (the service's SACK blocks would name shifted sequence numbers);
-    whether one was found. The caller fixes the checksum."""
-    doff = (buf[l4 + 12] >> 4) * 4
-    i, end = l4 + 20, l4 + doff
+def _options(buf: bytearray, l4: int) -> Iterator[tuple[int, int, int]]:
+    """The TCP header's options at `l4`: (offset, kind, length) each, NOP and END left out; stops at a malformed
+    length (the caller has checked the header is whole)."""
+    i, end = l4 + 20, l4 + (buf[l4 + 12] >> 4) * 4
     while i < end:
         kind = buf[i]
         if kind == TCP_OPT_END:
-            break
+            return
         if kind == TCP_OPT_NOP:
             i += 1
             continue
         if i + 1 >= end or buf[i + 1] < 2:
-            break
-        n = buf[i + 1]
+            return
+        yield i, kind, buf[i + 1]
+        i += buf[i + 1]
+
+
+def strip_sack_permitted(buf: bytearray, l4: int) -> bool:
+    """SACK-permitted in a SYN's options made NOPs (the service's SACK blocks would name shifted sequence numbers);
+    whether one was found. The caller fixes the checksum."""
+    for i, kind, n in _options(buf, l4):
         if kind == TCP_OPT_SACK_OK:
             buf[i:i + n] = bytes([TCP_OPT_NOP]) * n
             return True
-        i += n
     return False
 
 
 def clamp_mss(buf: bytearray, l4: int, most: int) -> bool:
     """The MSS option of a SYN lowered to `most` (room for the header in the VM's first segment); whether it
     changed."""
-    doff = (buf[l4 + 12] >> 4) * 4
-    i, end = l4 + 20, l4 + doff
-    while i < end:
-        kind = buf[i]
-        if kind == TCP_OPT_END:
-            break
-        if kind == TCP_OPT_NOP:
-            i += 1
-            continue
-        if i + 1 >= end or buf[i + 1] < 2:
-            break
-        n = buf[i + 1]
-        if kind == 2 and n == 4 and struct.unpack_from("!H", buf, i + 2)[0] > most:
+    for i, kind, n in _options(buf, l4):
+        if kind == TCP_OPT_MSS and n == 4 and struct.unpack_from("!H", buf, i + 2)[0] > most:
             struct.pack_into("!H", buf, i + 2, most)
             return True
-        i += n
     return False
 
 
