@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections import Counter
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nfv_gateways.core.packet import Verdict
@@ -65,6 +65,20 @@ class Role(Protocol):
         """The role's part of the status file."""
 
 
+def apply_by_vni(update: Callable[[int, Any], None], vnis: dict[str, int], parts: Mapping[str, VpcParts],
+                 touched: set[str]) -> None:
+    """For a stage that keys its policy by VNI: each touched VPC's policy handed to `update(vni, policy)`, None for
+    a VPC gone or for the VNI it had before (`vnis`: VPC id -> the VNI its policy is installed under, kept here)."""
+    for vid in touched:
+        new = parts.get(vid)
+        old_vni = vnis.pop(vid, None)
+        if old_vni is not None and (new is None or new.vni != old_vni):
+            update(old_vni, None)
+        if new is not None:
+            update(new.vni, new.policy)
+            vnis[vid] = new.vni
+
+
 def role_class(role: str) -> type[Role]:
     """The class that runs `role`; SystemExit naming the roles there are for an unknown one."""
     if role not in ROLES:
@@ -73,4 +87,4 @@ def role_class(role: str) -> type[Role]:
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["ROLES", "PacketStage", "Role", "role_class"]
+__all__ = ["ROLES", "PacketStage", "Role", "apply_by_vni", "role_class"]

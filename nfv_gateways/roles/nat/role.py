@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from nfv_gateways.core.options import GatewayOptions
 from nfv_gateways.core.packet import PROTO_TCP, PROTO_UDP, ip2int
-from nfv_gateways.core.role import PacketStage
+from nfv_gateways.core.role import PacketStage, apply_by_vni
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, VpcNat
 from nfv_gateways.roles.nat.reference import NatTable
@@ -60,15 +60,7 @@ class NatRole:
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:
         """Each touched VPC's policy on its own: the table looks at that VPC's mappings only."""
         assert self.table is not None
-        for vid in touched:
-            new = parts.get(vid)
-            old_vni = self._vni.get(vid)
-            if old_vni is not None and (new is None or new.vni != old_vni):
-                self.table.update_vpc(old_vni, None)
-                del self._vni[vid]
-            if new is not None:
-                self.table.update_vpc(new.vni, new.policy)
-                self._vni[vid] = new.vni
+        apply_by_vni(self.table.update_vpc, self._vni, parts, touched)
         self.counters["config_nat_applies"] += 1
 
     def expire(self, now: float) -> None:

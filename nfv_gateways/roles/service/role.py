@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from nfv_gateways.core.options import GatewayOptions
-from nfv_gateways.core.role import PacketStage
+from nfv_gateways.core.role import PacketStage, apply_by_vni
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.service.policy import EndpointPolicy, endpoint_of
 from nfv_gateways.roles.service.reference import ServiceTable
@@ -47,14 +47,7 @@ class ServiceRole:
         return tuple(endpoint_of(x) for x in section.services)
 
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:
-        for vid in touched:
-            new = parts.get(vid)
-            old_vni = self._vni.pop(vid, None)
-            if old_vni is not None and (new is None or new.vni != old_vni):
-                self.table.update_vpc(old_vni, None)
-            if new is not None:
-                self.table.update_vpc(new.vni, new.policy)
-                self._vni[vid] = new.vni
+        apply_by_vni(self.table.update_vpc, self._vni, parts, touched)
         self.counters["config_service_applies"] += 1
 
     def expire(self, now: float) -> None:
