@@ -29,7 +29,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.control_plane import ControllerProcess, heartbeat_process
-from bench.gateway import CLIENT_PROG, SERVER_PROG, link_mac
-from bench.gateway_scale import PROBE_PORT, ipv4, socket_in
+from bench.gateway import CLIENT_PROG, SERVER_PROG
+from bench.gateway_scale import PROBE_PORT, Prober, ipv4
 from topologies import gwlab
 from topologies.gwlab import GatewayLab
 from topologies.netns import sh
@@ -128,35 +127,11 @@ def wire(kind: str, fastpath: str, seconds: float) -> dict:
 
 
 # --- scale ------------------------------------------------------------------------------------------------------
-class Prober:
-    """Sends as a VM (VXLAN with its VPC's VNI, to the endpoint's address and MAC) and records when each probe
-    reaches the server, and from where."""
+class EndpointProber(Prober):
+    """gateway_scale's prober (the stand-in sends as a VM, the server records each probe's arrival and source),
+    sending to an endpoint's address instead of the server's."""
 
-    def __init__(self, lab: GatewayLab) -> None:
-        self.tx = socket_in(lab.client, 17, 3)  # AF_PACKET, SOCK_RAW
-        self.tx.bind(("ul0", 0))
-        self.outer = (bytes.fromhex(link_mac(lab.gw, "ul0").replace(":", ""))
-                      + bytes.fromhex(link_mac(lab.client, "ul0").replace(":", "")) + b"\x08\x00")
-        self.rx = socket_in(lab.server, 2, 2)  # AF_INET, SOCK_DGRAM
-        self.rx.bind(("0.0.0.0", PROBE_PORT))
-        self.rx.settimeout(0.5)
-        self.seen: dict[bytes, tuple[float, str]] = {}
-        self.cond = threading.Condition()
-        threading.Thread(target=self._receive, daemon=True).start()
-
-    def _receive(self) -> None:
-        while True:
-            try:
-                data, (src, _) = self.rx.recvfrom(2048)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self.cond:
-                self.seen.setdefault(data, (now(), src))
-                self.cond.notify_all()
-
-    def frame(self, vni: int, vm: dict, ep: dict, sport: int, tag: bytes) -> bytes:
+    def endpoint_frame(self, vni: int, vm: dict, ep: dict, sport: int, tag: bytes) -> bytes:
         udp = struct.pack("!HHHH", sport, PROBE_PORT, 8 + len(tag), 0) + tag
         # to the endpoint's MAC as the VM's switch sends it (the instance goes by VNI and address: any MAC here)
         inner = bytes.fromhex("02aa00000009") + bytes.fromhex(vm["mac"].replace(":", "")) + \
@@ -170,7 +145,7 @@ class Prober:
         while now() < deadline:
             tag = f"{ep['id']}.{seq}".encode()
             tags.append(tag)
-            self.tx.send(self.frame(vni, vm, ep, 20000 + seq % 40000, tag))
+            self.tx.send(self.endpoint_frame(vni, vm, ep, 20000 + seq % 40000, tag))
             seq += 1
             with self.cond:
                 self.cond.wait(0.002)
@@ -223,7 +198,7 @@ def scale(tenants: int, reps: int, backend: str, fastpath: str) -> dict:
             time.sleep(0.5)
         res["fastpath"] = lab.status().get("fastpath", "")
         orch = ctl.orchestrator()
-        prober = Prober(lab)
+        prober = EndpointProber(lab)
         took = []
         for f in fresh:  # the tenant's VM on the stand-in, then its endpoint: create -> first packet through
             vm = orch.post("/v1/ports", {"subnet_id": f["subnet"]["id"], "name": "vm", "host": "hv0"})
