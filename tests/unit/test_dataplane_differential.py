@@ -21,10 +21,8 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.core.edge import EdgeSpec
-from nfv_gateways.core.instance import EXT, UL, GatewayOptions, Instance
-from nfv_gateways.native.dataplane import NativeDataPlane
-from nfv_gateways.roles.nat.reference import ip2int
-from tests.support.frames import PythonFrames, lab_options
+from nfv_gateways.core.instance import EXT, UL, GatewayOptions
+from tests.support.frames import InstancePair, lab_options
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -60,37 +58,13 @@ def options(tmp: Path, edge: bool = False) -> GatewayOptions:
     return dataclasses.replace(lab_options(tmp, VTEP, (UL_MAC, EXT_MAC)), edge=EDGE if edge else None)
 
 
-class Pair:
+class Pair(InstancePair):
     def __init__(self, tmp: Path, edge: bool = False) -> None:
-        mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
-        self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
-        self.native = Instance(options(tmp, edge), "nat", dataplane=self.dp)
-        self.ref_dp = PythonFrames()
-        self.ref = Instance(options(tmp, edge), "nat", dataplane=self.ref_dp)
+        super().__init__(options(tmp, edge), "nat")
         cfg = config()
         self.native.apply(cfg)
         self.ref.apply(cfg)
         assert self.drain_native() == self.drain_ref()
-
-    def drain_native(self) -> list[tuple[int, bytes]]:
-        self.dp.poll()
-        return self.dp.mem_pop()
-
-    def drain_ref(self) -> list[tuple[int, bytes]]:
-        out, self.ref_dp.out = self.ref_dp.out, []
-        return out
-
-    def step(self, port: int, frame: bytes) -> tuple[list, list]:
-        self.dp.mem_push(port, frame)
-        self.dp.poll()
-        for p, f in self.dp.punt(0):
-            self.native.packets.handle_punt(p, f)
-        native = self.drain_native()
-        self.ref.packets.handle_punt(port, frame)
-        return native, self.drain_ref()
-
-    def close(self) -> None:
-        self.dp.close()
 
 
 def table_state(t: object) -> dict:

@@ -23,9 +23,8 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from nfv_gateways.core.instance import EXT, UL, Instance
 from nfv_gateways.core.packet import ip2int
-from nfv_gateways.native.dataplane import NativeDataPlane
 from nfv_gateways.roles.line.reference import prefix_of
-from tests.support.frames import PythonFrames, lab_options
+from tests.support.frames import InstancePair, lab_options
 from tests.unit.test_dataplane_differential import mutate
 from tianji.southbound import GatewayConfig
 
@@ -55,39 +54,15 @@ def config() -> GatewayConfig:
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
-class Pair:
+class Pair(InstancePair):
     def __init__(self, tmp: Path) -> None:
-        mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
-        o = dataclasses.replace(lab_options(tmp, VTEP, (UL_MAC, HO_MAC)), handoff_mtu=HANDOFF_MTU)
-        self.dp = NativeDataPlane("mem", "t", "ul0", "ho0", mac(UL_MAC), mac(HO_MAC), ip2int(VTEP))
-        self.native = Instance(o, "private-line", dataplane=self.dp)
-        self.ref_dp = PythonFrames()
-        self.ref = Instance(o, "private-line", dataplane=self.ref_dp)
+        super().__init__(dataclasses.replace(lab_options(tmp, VTEP, (UL_MAC, HO_MAC)), handoff_mtu=HANDOFF_MTU,
+                                             external_if="ho0"), "private-line")
         for inst in (self.native, self.ref):
             inst.apply(config())
             learned = frozenset(prefix_of(p) for p in LEARNED)
             inst.role.table.set_learned("line-100", ip2int(LOCAL), learned)  # type: ignore[attr-defined]
         assert self.drain_native() == self.drain_ref()
-
-    def drain_native(self) -> list[tuple[int, bytes]]:
-        self.dp.poll()
-        return self.dp.mem_pop()
-
-    def drain_ref(self) -> list[tuple[int, bytes]]:
-        out, self.ref_dp.out = self.ref_dp.out, []
-        return out
-
-    def step(self, port: int, frame: bytes) -> tuple[list, list]:
-        self.dp.mem_push(port, frame)
-        self.dp.poll()
-        for p, f in self.dp.punt(0):
-            self.native.packets.handle_punt(p, f)
-        native = self.drain_native()
-        self.ref.packets.handle_punt(port, frame)
-        return native, self.drain_ref()
-
-    def close(self) -> None:
-        self.dp.close()
 
 
 # --- frames ----------------------------------------------------------------------------------------------------

@@ -19,10 +19,8 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from nfv_gateways.core.instance import EXT, UL, Instance
-from nfv_gateways.native.dataplane import NativeDataPlane
-from nfv_gateways.roles.nat.reference import ip2int
-from tests.support.frames import PythonFrames, lab_options
+from nfv_gateways.core.instance import EXT, UL
+from tests.support.frames import InstancePair, lab_options
 from tianji.southbound import GatewayConfig
 
 UL_MAC, EXT_MAC = "02:aa:00:00:00:01", "02:aa:00:00:00:02"
@@ -59,36 +57,12 @@ def config() -> GatewayConfig:
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
 
 
-class Pair:
+class Pair(InstancePair):
     def __init__(self, tmp: Path) -> None:
-        mac = lambda m: bytes.fromhex(m.replace(":", ""))  # noqa: E731
-        self.dp = NativeDataPlane("mem", "t", "ul0", "ext0", mac(UL_MAC), mac(EXT_MAC), ip2int(VTEP))
-        self.native = Instance(lab_options(tmp, VTEP, (UL_MAC, EXT_MAC)), "service", dataplane=self.dp)
-        self.ref_dp = PythonFrames()
-        self.ref = Instance(lab_options(tmp, VTEP, (UL_MAC, EXT_MAC)), "service", dataplane=self.ref_dp)
+        super().__init__(lab_options(tmp, VTEP, (UL_MAC, EXT_MAC)), "service")
         for i in (self.native, self.ref):
             i.apply(config())
         assert self.drain_native() == self.drain_ref()
-
-    def drain_native(self) -> list[tuple[int, bytes]]:
-        self.dp.poll()
-        return self.dp.mem_pop()
-
-    def drain_ref(self) -> list[tuple[int, bytes]]:
-        out, self.ref_dp.out = self.ref_dp.out, []
-        return out
-
-    def step(self, port: int, frame: bytes) -> tuple[list, list]:
-        self.dp.mem_push(port, frame)
-        self.dp.poll()
-        for p, f in self.dp.punt(0):
-            self.native.packets.handle_punt(p, f)
-        native = self.drain_native()
-        self.ref.packets.handle_punt(port, frame)
-        return native, self.drain_ref()
-
-    def close(self) -> None:
-        self.dp.close()
 
 
 def arp_reply(port: int, ip: str, mac: str) -> tuple[int, bytes]:
