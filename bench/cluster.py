@@ -18,7 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ovs_baseline import FLOWS, on_bare_ovs
-from tianjictl.client import Client
 from topologies import netns
 from topologies.cluster import Cluster
 from topologies.netns import sh
@@ -65,7 +64,7 @@ def measure_throughput(c: Cluster, rows: list) -> None:
     """Cross-host VM-to-VM TCP at the default VPC MTU and the largest the underlay allows, 1 and 4 streams,
     next to the kernel's own VXLAN device at the same MTU, with the OVS port types the VMs got, and next to OVS
     alone on the same ports (bench/ovs_baseline.py: the userspace datapath's ceiling here)."""
-    tc = Client(c.state.controller_url, c.admin.post("/v1/tenants", {"name": "tput"})["token"])
+    tc = c.client(c.admin.post("/v1/tenants", {"name": "tput"})["token"])
     big = c.state.topology.get("underlay_mtu", 1500) - 50
     tianji: dict[tuple[int, int], float] = {}
     for mtu in sorted({1450, big}):
@@ -93,7 +92,7 @@ def measure_throughput(c: Cluster, rows: list) -> None:
 def measure_small(c: Cluster, args: argparse.Namespace, rows: list) -> None:
         adm = c.admin
         t = adm.post("/v1/tenants", {"name": "bench"})
-        tc = Client(c.state.controller_url, t["token"])
+        tc = c.client(t["token"])
         vpc = tc.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
         sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/20"})
 

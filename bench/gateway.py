@@ -29,7 +29,6 @@ from bench.native_tools import compiled
 from nfv_gateways.roles.nat.native import FastNat
 from nfv_gateways.roles.nat.policy import NatConfig, SnatRule
 from nfv_gateways.roles.nat.reference import NatTable, ip2int
-from tianjictl.client import Client
 from topologies.gwlab import GatewayLab
 from topologies.netns import sh
 
@@ -184,7 +183,7 @@ def nat_vm(c, tenant: str, name: str) -> tuple[dict, str]:
     """A tenant whose VPC leaves through a NAT gateway (a new EIP, SNAT for its subnet, the default route), and a
     VM `name` on hv1 in it: (the VM, the EIP's address)."""
     t = c.admin.post("/v1/tenants", {"name": tenant})
-    tc = Client(c.state.controller_url, t["token"])
+    tc = c.client(t["token"])
     vpc = tc.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
     sn = tc.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
     eip = tc.post("/v1/eips", {})

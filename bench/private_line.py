@@ -71,7 +71,7 @@ def timed(act, done, timeout: float = 60) -> float:
 
 def setup(c: Cluster) -> tuple[SiteRouter, Client, dict]:
     t = c.admin.post("/v1/tenants", {"name": f"b-{uuid.uuid4().hex[:6]}"})
-    a = Client(c.state.controller_url, t["token"])
+    a = c.client(t["token"])
     c.admin.put(f"/v1/tenants/{t['id']}/quotas", {"ports": -1})
     vpc = a.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})
     sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})

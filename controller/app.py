@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from contextlib import asynccontextmanager, suppress
 
@@ -25,12 +26,14 @@ from controller.api import (
     tenants,
     vpcs,
 )
-from controller.auth import cached_principal, ensure_admin_token
+from controller.auth import cached_principal
 from controller.db import Database
 from controller.guards import Guard
 from controller.liveness import Beats, mark_silent_hosts_down
+from controller.replicas import Leadership, admin_credential
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
+from controller.tls import reload_certificates
 from controller.watch import Broadcaster
 
 log = logging.getLogger("tianji.controller")
@@ -42,15 +45,23 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     db = Database(settings.url, settings.sqlite_synchronous)
     db.migrate()
     private_database_files(settings)
-    admin_token, created = ensure_admin_token(settings.state_dir)
+    admin_token, admin_hash, created = admin_credential(db, settings.state_dir, settings.admin_token_file)
     if created and announce_token:  # where, never the token itself: stdout ends up in journald
         print(f"tianji: created the admin token in {settings.state_dir / 'admin.token'} (mode 0600)", flush=True)
+    elif admin_token is None and announce_token:
+        print("tianji: the cluster's admin token was made by another replica (its state directory, or "
+              "TIANJI_ADMIN_TOKEN_FILE); this one accepts it", flush=True)
+    head = db.migration_head()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.broadcaster.start(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        app.state.broadcaster.start(loop)
         app.state.collector.start()
+        app.state.leadership.start()
         limit_threads()
+        with suppress(ValueError, RuntimeError, NotImplementedError):  # only the main thread takes signals
+            loop.add_signal_handler(signal.SIGHUP, reload_certificates)
         task = asyncio.create_task(_liveness(app))
         try:
             yield
@@ -59,11 +70,14 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
             with suppress(asyncio.CancelledError):
                 await task
             app.state.broadcaster.stop()
+            app.state.leadership.stop()
 
     app = FastAPI(title="Tianji controller", version="0.1.0", lifespan=lifespan,
                   description="Tenant VPC networking for private GPU clouds: VPCs, subnets, ports, peering, "
                               "route tables, security groups; and the host watch API agents reconcile from.")
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
+    app.state.admin_hash = admin_hash
+    app.state.leadership = Leadership(db, settings.state_dir)
     app.state.broadcaster = Broadcaster(db)
     app.state.beats = Beats()
     app.state.collector = Collector()
@@ -73,16 +87,36 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
               private_lines, services):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
+    _ops_routes(app, db, head)
+    return app
+
+
+def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
+    """/healthz and /readyz: for the load balancer in front of the replicas, without a token."""
+
     @app.get("/healthz", tags=["ops"])
     def healthz(request: Request) -> dict:
-        """Unauthenticated: whether the controller and its database answer, and nothing about them. With the
-        admin token, also the revision and the database kind."""
-        revision = db.revision()  # a database that does not answer is a 503 (errors.install)
+        """Unauthenticated: the process is alive (a load balancer's liveness probe). With the admin token, also
+        the revision, the database kind and this replica's role."""
         if (p := cached_principal(app.state, request.headers.get("authorization", ""))) is not None and p.is_admin:
-            return {"status": "ok", "revision": revision, "database": db.engine.dialect.name}
+            return {"status": "ok", "revision": db.revision(), "database": db.engine.dialect.name,
+                    "role": app.state.leadership.role}
         return {"status": "ok"}
 
-    return app
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: the reason is in `detail`"}})
+    def readyz() -> dict:
+        """Unauthenticated: whether this replica should get traffic: its database answers, the schema is at
+        this controller's head, and it leads or follows the leader election (nothing about tenants)."""
+        try:
+            at = db.migration_current()
+        except Exception as e:
+            raise errors.ApiError(503, f"the database does not answer: {type(e).__name__}") from None
+        if at != head:
+            raise errors.ApiError(503, f"the database schema is at {at}, this controller needs {head}: migrate "
+                                       "(start one controller of this version, it migrates)")
+        if not app.state.leadership.live():
+            raise errors.ApiError(503, "the leader election has no answer from the database")
+        return {"status": "ready", "schema": at, "role": app.state.leadership.role}
 
 
 def private_database_files(settings: Settings) -> None:
@@ -100,9 +134,10 @@ def app_from_env() -> FastAPI:
 
 
 async def _liveness(app: FastAPI) -> None:
-    """Marks silent hosts down, checking every quarter of the shortest silence allowed (at least every 2 s). A
-    check that comes late (this process was stalled: beats that arrived meanwhile may not be written yet) marks
-    nobody down: a stalled controller must not fail over gateways that kept beating."""
+    """On the leader (controller.replicas): marks silent hosts down, checking every quarter of the shortest
+    silence allowed (at least every 2 s). A check that comes late (this process was stalled: beats that arrived
+    meanwhile may not be written yet) marks nobody down: a stalled controller must not fail over gateways that
+    kept beating. Followers only write the beats they received."""
     s: Settings = app.state.settings
     bc: Broadcaster = app.state.broadcaster
     tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
@@ -112,6 +147,12 @@ async def _liveness(app: FastAPI) -> None:
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         if time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4):
             continue  # late: give the beats that waited behind the stall a round to be written
+        if not app.state.leadership.leading():
+            try:  # a follower still writes the beats it received; the leader judges them
+                await asyncio.to_thread(app.state.beats.flush, app.state.db)
+            except Exception as e:
+                log.warning("writing heartbeats failed: %s", e)
+            continue
         try:
             down = await asyncio.to_thread(mark_silent_hosts_down, app.state.db, s.host_down_after,
                                            s.gateway_down_after, app.state.beats)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import Depends, Request
@@ -29,19 +27,6 @@ def new_token(prefix: str) -> str:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def ensure_admin_token(state_dir: Path) -> tuple[str, bool]:
-    """The admin token from `state_dir/admin.token`, created (mode 0600) on first start."""
-    path = state_dir / "admin.token"
-    if path.exists():
-        return path.read_text().strip(), False
-    state_dir.mkdir(parents=True, exist_ok=True)
-    token = new_token("tja")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token, True
 
 
 @dataclass(frozen=True)
@@ -90,10 +75,11 @@ def cached_principal(state: Any, header: str) -> Principal | None:
         token = _token(header)
     except ApiError:
         return None
-    # as bytes: compare_digest refuses a str with characters beyond ASCII (a header may carry any byte)
-    if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), state.admin_token.encode()):
+    # the admin's hash is the cluster's (controller.replicas): every replica knows it, not every one the token
+    h = token_hash(token)
+    if hmac.compare_digest(h, state.admin_hash):
         return Principal("admin", name="admin")
-    hit = state.__dict__.setdefault("_principals", {}).get(token_hash(token))
+    hit = state.__dict__.setdefault("_principals", {}).get(h)
     return hit[0] if hit and hit[1] > time.monotonic() else None
 
 

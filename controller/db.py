@@ -182,6 +182,10 @@ def make_engine(url: str, synchronous: str = "FULL") -> Engine:
     return create_engine(url, pool_size=16, max_overflow=16, pool_recycle=3600)
 
 
+MIGRATION_LOCK = 0x7469616E6A6901  # PostgreSQL advisory lock keys ("tianji" and a number)
+LEADER_LOCK = 0x7469616E6A6902
+
+
 def upgrade(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -194,6 +198,8 @@ def upgrade(engine: Engine) -> None:
             conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
         try:
             with conn.begin():
+                if not sqlite:  # replicas starting together: one migrates, the others then find the head
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
                 if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
@@ -224,6 +230,18 @@ class Database:
 
     def migrate(self) -> None:
         upgrade(self.engine)
+
+    def migration_head(self) -> str:
+        """The schema this code needs: the newest migration's revision."""
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        return str(ScriptDirectory.from_config(cfg).get_current_head())
+
+    def migration_current(self) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
     @contextmanager
     def read(self, single: bool = False) -> Iterator[Session]:

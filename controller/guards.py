@@ -7,6 +7,8 @@
    already proven, and so does a wrong token tried that often from anywhere. The source is the client's
    address, or the one a trusted proxy forwards (`trusted_proxies`; no other is believed), so clients behind a
    proxy are told apart when the proxy is declared.
+   With `client_ca` (mutual TLS), a host's credential is refused (403) unless the connection's verified client
+   certificate names that host.
 4. The rate (`rate_limit` a second, burst `rate_burst`; the admin is exempt): per tenant, all its tokens
    together (a tenant cannot buy rate by minting tokens, which its `tokens` quota caps too); per credential
    for hosts and orchestrators. 429 with Retry-After.
@@ -66,6 +68,7 @@ class Guard:
         self.max_body = s.max_body_bytes
         self.rates = Buckets(s.rate_limit, s.rate_burst) if s.rate_limit > 0 else None
         self.fails = Buckets(s.auth_fail_limit, s.auth_fail_burst) if s.auth_fail_limit > 0 else None
+        self.host_certs = bool(s.client_ca)  # mutual TLS: a host's token works only with that host's certificate
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -122,6 +125,10 @@ class Guard:
                     self.fails.take(src)
                     self.fails.take(tried)
                 raise
+        if self.host_certs and p.kind == "host" and p.host not in scope.get("state", {}).get("tls_peer", ()):
+            raise ApiError(403, f"host {p.host!r}'s credential must come with its certificate (mutual TLS: a "
+                                f"certificate from the cluster's CA naming {p.host!r}); give the agent or gateway "
+                                "--cert and --key", "certificate")
         if self.rates is not None and not p.is_admin and (wait := self.rates.take(rate_key(p))):
             raise ApiError(429, f"rate limit: at most {self.rates.rate:g} requests a second per "
                                 f"{'tenant' if p.tenant_id else 'credential'} (bursts of {self.rates.burst}); "

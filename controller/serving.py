@@ -18,6 +18,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from controller.tls import peer_names
+
 
 def _nodelay(transport: asyncio.BaseTransport) -> None:
     sock = transport.get_extra_info("socket")
@@ -26,10 +28,18 @@ def _nodelay(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _with_peer(protocol: Any, transport: asyncio.BaseTransport) -> None:
+    """The names in the client's verified certificate, in every request's `state` on this connection (`tls_peer`):
+    uvicorn copies the protocol's app_state into each request's scope."""
+    if transport.get_extra_info("sslcontext") is not None:
+        protocol.app_state = {**protocol.app_state, "tls_peer": peer_names(transport.get_extra_info("peercert"))}
+
+
 class NoDelayH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         _nodelay(transport)
         super().connection_made(transport)
+        _with_peer(self, transport)
 
 
 try:  # uvicorn's httptools protocol imports httptools at module level
@@ -42,6 +52,7 @@ if HttpToolsProtocol is not None:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             _nodelay(transport)
             super().connection_made(transport)
+            _with_peer(self, transport)
 
 
 def server_options(trusted_proxies: list[str] | None = None) -> dict[str, Any]:

@@ -76,6 +76,13 @@ class Settings(BaseSettings):
                                        description="addresses or networks of reverse proxies whose X-Forwarded-For "
                                                    "is believed (JSON list); none by default")
     sqlite_synchronous: str = Field("FULL", pattern="^(FULL|NORMAL|EXTRA)$")
+    # HTTPS: the server's certificate and key (PEM); with client_ca, hosts must present a certificate naming them
+    # the admin token, in a file the operator names (replicas: each given the same file); none: the first replica
+    # makes one in its state directory, and the others accept it (its hash is in the database)
+    admin_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
 
     @field_validator("vni_range")
     @classmethod
@@ -144,6 +151,17 @@ class Settings(BaseSettings):
         if bad := [k for k, n in v.items() if n < -1]:
             raise ValueError(f"quota(s) {bad} below -1")
         return DEFAULT_QUOTAS | v
+
+    @model_validator(mode="after")
+    def _tls(self) -> Settings:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together: give both (PEM files) or neither")
+        if self.client_ca and not self.tls_cert:
+            raise ValueError("client_ca needs tls_cert and tls_key: client certificates are verified over TLS")
+        for what, f in (("tls_cert", self.tls_cert), ("tls_key", self.tls_key), ("client_ca", self.client_ca)):
+            if f is not None and not Path(f).is_file():
+                raise ValueError(f"{what}: no such file {f}")
+        return self
 
     @model_validator(mode="after")
     def _paths(self) -> Settings:

@@ -21,8 +21,13 @@ DEFAULT_STATE = Path("/run/tianji")
 
 
 @gateway_app.command("run")
-def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controller: str = typer.Option(""),
+def run(role: str = typer.Option("nat"), name: str = typer.Option(...),
+        controller: str = typer.Option("", envvar="TIANJI_URL", help="controller URL, or several replicas' "
+                                                                     "URL,URL,... (tried in turn)"),
         token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
+        ca: str = typer.Option(None, envvar="TIANJI_CA", help="verify the controller against this CA (PEM)"),
+        cert: str = typer.Option(None, envvar="TIANJI_CERT", help="this host's certificate (mutual TLS)"),
+        key: str = typer.Option(None, envvar="TIANJI_KEY", help="its private key"),
         vtep_ip: str = typer.Option(...), external_if: str = typer.Option("", help="roles nat, lb: the external "
                                                                                   "segment; service: the service "
                                                                                   "network"),
@@ -49,14 +54,15 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
     from nfv_gateways.core.instance import Instance
     from nfv_gateways.core.options import GatewayOptions
     from nfv_gateways.core.role import ROLES
+    from tianji.tls import ClientTls
 
     if role not in ROLES:
         console.print(f"[red]error:[/red] role {role!r} is not available: choose one of {', '.join(sorted(ROLES))}")
         raise typer.Exit(2)
-    for flag, slots in (("--nat-mappings", nat_mappings), ("--lb-connections", lb_connections)):
-        if slots < 16 or slots & (slots - 1):
-            console.print(f"[red]error:[/red] {flag} {slots}: a power of two, at least 16")
-            raise typer.Exit(2)
+    if bad := [f"{flag} {n}" for flag, n in (("--nat-mappings", nat_mappings), ("--lb-connections", lb_connections))
+               if n < 16 or n & (n - 1)]:
+        console.print(f"[red]error:[/red] {', '.join(bad)}: a power of two, at least 16")
+        raise typer.Exit(2)
     if role == "private-line":
         if not handoff_if:
             console.print("[red]error:[/red] --role private-line needs --handoff-if (the NIC the lines arrive on)")
@@ -71,11 +77,11 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...), controll
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     Instance(GatewayOptions(name=name, controller=controller, token=token, underlay_if=underlay_if,
-                                    vtep_ip=vtep_ip, external_if=external_if, fastpath=fastpath,
-                                    state_dir=state_dir, metrics_port=metrics_port, config_file=config_file,
-                                    beat_interval=beat_interval, nat_mappings=nat_mappings,
-                                    lb_connections=lb_connections,
-                                    lb_new_per_s=lb_new_per_s, handoff_mtu=handoff_mtu, edge=edge), role).run()
+                            tls=ClientTls.from_env(ca, cert, key), vtep_ip=vtep_ip, external_if=external_if,
+                            fastpath=fastpath, state_dir=state_dir, metrics_port=metrics_port,
+                            config_file=config_file, beat_interval=beat_interval, nat_mappings=nat_mappings,
+                            lb_connections=lb_connections, lb_new_per_s=lb_new_per_s, handoff_mtu=handoff_mtu,
+                            edge=edge), role).run()
 
 
 def _edge_of(role: str, local: str, peer: str, asn: int, peer_asn: int) -> EdgeSpec | None:

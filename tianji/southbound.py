@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, Strin
 
 from tianji.memo import Memo
 from tianji.served import LbServed, PrivateLineServed, ServiceEndpointServed
-from tianji.wire import OVERLAY_MTU, Wire
+from tianji.wire import OVERLAY_MTU, Versioned, Wire
 
 VXLAN_OVERHEAD = 50
 GatewayRole = Literal["nat", "lb", "private-line", "service"]  # what a gateway instance serves (its host's role)
@@ -150,7 +150,7 @@ class Vtep(Wire):
     kind: str = "hypervisor"
 
 
-class HostConfig(Wire):
+class HostConfig(Versioned):
     host: str
     revision: int
     vtep_ip: str | None = None
@@ -173,7 +173,7 @@ class HostConfig(Wire):
         return self._by_vpc.value
 
 
-class HostConfigDelta(Wire):
+class HostConfigDelta(Versioned):
     """The watch's incremental form (`GET /v1/hosts/{name}/config/delta?after=REV`): what changed in a host's
     config since the revision `base` the agent holds, so that a port created in one VPC sends that VPC's
     endpoints, not the host's whole config. `base` = -1: a whole config (the agent replaces what it has).
@@ -287,7 +287,7 @@ class DnatInfo(Wire):
     internal_port: int
 
 
-class GatewayConfig(Wire):
+class GatewayConfig(Versioned):
     """What a NAT gateway instance serves: per VNI its SNAT rules, the 1:1 EIPs, DNAT rules, and where every
     port of those VPCs lives (to send replies back in VXLAN)."""
 
@@ -319,7 +319,7 @@ class GatewaySection(Wire):
     services: list[ServiceEndpointServed] = Field(default_factory=list)
 
 
-class GatewayConfigDelta(Wire):
+class GatewayConfigDelta(Versioned):
     """The gateway watch's incremental form (`GET /v1/gateways/{name}/config/delta?after=REV`): the sections of the
     VPCs that changed after `base`, which the instance holds; `base` -1: every section (replace what is held).
     `vpc_ids` lists every section the config has now (the instance drops the others); `vteps` is None when

@@ -6,11 +6,17 @@ any error (the controller away, an answer that does not parse) says so to `error
 what is still held, never from scratch. One error type, `SouthboundError`, whatever went wrong on the way.
 On httpx: kept-alive connections (a new connection per poll cost milliseconds per change), the long-poll on a
 client of its own so that a beat never waits behind it.
+
+Replicas: given several controllers (`--controller URL,URL`), a request that cannot reach its controller (refused,
+reset, timed out) or gets a 5xx is asked of the next at once, after a jittered pause (a thousand hosts leaving a
+dead replica must not land on the next in the same millisecond); the watch then resumes there from what it holds.
+`current` is the controller in use, for the caller's status.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,10 +26,13 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from tianji.tls import ClientTls, split_urls
+
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 POLL_S = 25  # how long the controller holds a watch without news
-RETRY_S = 1.0  # the wait after a failed poll
+RETRY_S = 1.0  # the longest wait after a poll that reached no controller (it doubles up to this from 0.1 s)
+FAILOVER_JITTER_S = 0.2  # the longest pause before asking the next replica
 
 
 class SouthboundError(Exception):
@@ -42,18 +51,63 @@ class Answer:
 
 
 class Southbound:
-    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
-        self._poller = httpx.Client(base_url=self.url, headers=headers, timeout=POLL_S + 15)
+    def __init__(self, urls: str | list[str], token: str | None, timeout: float = 10.0,
+                 tls: ClientTls | None = None) -> None:
+        self.urls = split_urls(urls)
+        self.url = self.urls[0]  # the controller in use
+        self.failovers = 0
+        self.token = token
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = timeout
+        tls = tls or ClientTls.from_env()
+        self._verify = tls.context() if any(u.startswith("https://") for u in self.urls) else True
+        self._clients: dict[tuple[str, bool], httpx.Client] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> str:
+        return self.url
+
+    def client(self, url: str, poller: bool = False) -> httpx.Client:
+        with self._lock:
+            c = self._clients.get((url, poller))
+            if c is None:
+                c = self._clients[(url, poller)] = httpx.Client(
+                    base_url=url, headers=self._headers, verify=self._verify,
+                    timeout=POLL_S + 15 if poller else self._timeout)
+            return c
+
+    def send(self, method: str, path: str, *, poller: bool = False, idempotent: bool = True,
+             **kw: Any) -> httpx.Response:
+        """The request, of the controller in use, then of each other replica in turn while the one asked cannot
+        answer (unreachable, or a 5xx); SouthboundError when none could. Not `idempotent` (a tenant's create): only
+        a request that never reached a controller (no connection) is asked again."""
+        start = self.urls.index(self.url) if self.url in self.urls else 0
+        failure: SouthboundError | None = None
+        for k in range(len(self.urls)):
+            url = self.urls[(start + k) % len(self.urls)]
+            if k:
+                time.sleep(random.uniform(0, FAILOVER_JITTER_S))
+            try:
+                r = self.client(url, poller).request(method, path, **kw)
+            except httpx.HTTPError as e:
+                failure = SouthboundError(0, f"{method} {url}{path}: {type(e).__name__}: {e}")
+                if idempotent or isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
+                    continue
+                raise failure from None
+            if r.status_code >= 500 and idempotent:
+                failure = SouthboundError(r.status_code, f"{url}: {_detail(r)}")
+                continue
+            if url != self.url:
+                log.warning("controller %s did not answer (%s): now using %s", self.url, failure, url)
+                self.url, self.failovers = url, self.failovers + 1
+            return r
+        assert failure is not None
+        raise failure
 
     def call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """The answer parsed as JSON (None for 304 or an empty body)."""
-        try:
-            r = self.http.request(method, path, json=body, **({"timeout": timeout} if timeout else {}))
-        except httpx.HTTPError as e:
-            raise SouthboundError(0, f"{method} {path}: {type(e).__name__}: {e}") from None
+        r = self.send(method, path, json=body, **({"timeout": timeout} if timeout else {}))
         if r.status_code == 304:
             return None
         if r.status_code >= 400:
@@ -62,10 +116,7 @@ class Southbound:
 
     def poll(self, path: str, params: Mapping[str, Any] | None = None) -> Answer:
         """One long-poll GET (200 or 304; anything else raises SouthboundError)."""
-        try:
-            r = self._poller.get(path, params={**(params or {})})
-        except httpx.HTTPError as e:
-            raise SouthboundError(0, f"GET {path}: {type(e).__name__}: {e}") from None
+        r = self.send("GET", path, poller=True, params={**(params or {})})
         if r.status_code not in (200, 304):
             raise SouthboundError(r.status_code, _detail(r))
         return Answer(r.status_code, r.content, r.headers)
@@ -87,8 +138,10 @@ class Southbound:
                 time.sleep(RETRY_S)
 
     def close(self) -> None:
-        self.http.close()
-        self._poller.close()
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
 
     def register(self, name: str, vtep_ip: str, kind: str, role: str | None = None) -> None:
         self.call("POST", "/v1/hosts", {"name": name, "vtep_ip": vtep_ip, "kind": kind}

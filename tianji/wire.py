@@ -1,11 +1,36 @@
-"""The base of every southbound message, and the overlay's MTU."""
+"""The base of every southbound message, the schema's version, and the overlay's MTU."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet: a VPC's MTU unless it says
 
 
 class Wire(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+# The southbound schema's version, "MAJOR.MINOR". A minor version only adds fields, which older agents and gateways
+# ignore (a controller of the next minor version serves them); a new major version changes meaning, and an agent
+# or gateway that gets one keeps its switch or data plane as it is and reports why (SchemaTooNew).
+SCHEMA_VERSION = "1.1"
+
+
+class SchemaTooNew(ValueError):
+    pass
+
+
+class Versioned(Wire):
+    """The configs and deltas the watches send: they say which schema they are in, checked before anything else."""
+
+    schema_version: str = SCHEMA_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ours(cls, data: object) -> object:
+        v = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(v, str) and v.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise SchemaTooNew(f"the controller sends southbound schema {v}; this agent or gateway understands "
+                               f"{SCHEMA_VERSION.split('.')[0]}.x: upgrade it (what it runs is kept as it is)")
+        return data

@@ -1,4 +1,5 @@
-"""A small client for the Tianji API, used by the CLI, the agent tests and the demo."""
+"""A small client for the Tianji API, used by the CLI, the agent tests and the demo: on the southbound client's
+transport (TLS verified against TIANJI_CA or the system's store, several controllers tried in turn)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
+from tianji.southbound_client import Southbound, SouthboundError
+from tianji.tls import ClientTls
 
 CONFIG_FILE = Path(os.environ.get("TIANJI_CLI_CONFIG", Path.home() / ".config" / "tianji" / "cli.json"))
 
@@ -26,18 +28,24 @@ def load_cli_config() -> dict:
 
 
 class Client:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0, tls: ClientTls | None = None) -> None:
+        self.transport = Southbound(url, token, timeout, tls)
+        self.url, self.token = self.transport.url, token
         self._next: str | None = None  # the last answer's X-Next-Marker
+
+    @property
+    def http(self) -> Any:
+        """The raw httpx client of the controller in use (tests send what the CLI would not)."""
+        return self.transport.client(self.transport.url)
 
     def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         try:
-            r = self.http.request(method, path, json=body, params={k: v for k, v in params.items() if v is not None})
-        except httpx.ConnectError:
-            raise ApiFailure(0, f"cannot reach the controller at {self.url}; is `tianji controller serve` "
-                                "running, and is --url right?") from None
+            r = self.transport.send(method, path, idempotent=method in ("GET", "HEAD"), json=body,
+                                    params={k: v for k, v in params.items() if v is not None})
+        except SouthboundError as e:
+            raise ApiFailure(0, f"cannot reach the controller at {', '.join(self.transport.urls)} ({e.detail}); is "
+                                "`tianji controller serve` running, and are --url (TIANJI_URL) and --ca "
+                                "(TIANJI_CA) right?") from None
         self._next = r.headers.get("x-next-marker")
         if r.status_code == 304:
             return None

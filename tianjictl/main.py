@@ -31,29 +31,55 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
                                            help="postgresql+psycopg://... (default: SQLite in the state dir)"),
           host_down_after: float = typer.Option(None, help="seconds of heartbeat silence before a host is down"),
           workers: int = typer.Option(1, help="worker processes (PostgreSQL: use one per core)"),
+          tls_cert: Path = typer.Option(None, envvar="TIANJI_TLS_CERT", help="the server's certificate (PEM)"),
+          tls_key: Path = typer.Option(None, envvar="TIANJI_TLS_KEY", help="its private key (PEM)"),
+          client_ca: Path = typer.Option(None, envvar="TIANJI_CLIENT_CA",
+                                         help="verify client certificates against this CA; hosts' credentials "
+                                              "then need a certificate naming the host (mutual TLS)"),
+          insecure_http: bool = typer.Option(False, "--insecure-http",
+                                             help="serve plain HTTP: every token crosses the network in clear"),
           log_level: str = typer.Option("info")) -> None:
-    """Start the controller: REST API under /v1, OpenAPI at /docs."""
+    """Start the controller: REST API under /v1, OpenAPI at /docs. HTTPS with --tls-cert/--tls-key; plain HTTP
+    only with --insecure-http. SIGHUP reloads the certificate (docs/security.md)."""
+    import functools
     import logging
 
     import uvicorn
 
     from controller.app import create_app
+    from controller.replicas import hold_sqlite
     from controller.serving import server_options
     from controller.settings import Settings
+    from controller.tls import uvicorn_factory
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings.from_env(state_dir=state_dir, database_url=database_url, host_down_after=host_down_after)
+    if not tls_cert and not insecure_http:
+        fail("give --tls-cert and --tls-key (HTTPS), or --insecure-http to serve tokens in clear (a lab only); "
+             "`tianji pki init DIR` makes a CA and certificates")
+    if tls_cert and insecure_http:
+        fail("--insecure-http and --tls-cert contradict each other: give one")
+    settings = Settings.from_env(state_dir=state_dir, database_url=database_url, host_down_after=host_down_after,
+                                 tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
+    lock = hold_sqlite(settings)  # noqa: F841 -- held (a second controller on this SQLite file is refused) until exit
     api = create_app(settings)  # migrates and creates the admin token once, before any worker starts
     where = settings.database_url.split("@")[-1] if settings.database_url else settings.url
-    console.print(f"tianji controller: http://{host}:{port}  database: {where}  state: {settings.state_dir}"
-                  + (f"  workers: {workers}" if workers > 1 else ""))
+    scheme = "https" if tls_cert else "http"
+    console.print(f"tianji controller: {scheme}://{host}:{port}  database: {where}  state: {settings.state_dir}"
+                  + (f"  workers: {workers}" if workers > 1 else "")
+                  + ("  client certificates: required of hosts" if client_ca else ""))
+    if insecure_http:
+        logging.getLogger("tianji.controller").warning(
+            "serving plain HTTP (--insecure-http): tokens cross the network in clear; give --tls-cert/--tls-key")
     options = server_options(settings.trusted_proxies)
+    if tls_cert:
+        options["ssl_context_factory"] = functools.partial(uvicorn_factory, str(tls_cert), str(tls_key),
+                                                           str(client_ca) if client_ca else None)
     if workers > 1:
         os.environ["TIANJI_STATE_DIR"] = str(settings.state_dir)
-        if settings.database_url:
-            os.environ["TIANJI_DATABASE_URL"] = settings.database_url
-        if host_down_after is not None:
-            os.environ["TIANJI_HOST_DOWN_AFTER"] = str(host_down_after)
+        for var, val in (("DATABASE_URL", settings.database_url), ("HOST_DOWN_AFTER", host_down_after),
+                         ("TLS_CERT", tls_cert), ("TLS_KEY", tls_key), ("CLIENT_CA", client_ca)):
+            if val is not None:
+                os.environ[f"TIANJI_{var}"] = str(val)
         uvicorn.run("controller.app:app_from_env", factory=True, workers=workers, host=host, port=port,
                     log_level=log_level.lower(), timeout_graceful_shutdown=2, **options)
     else:
@@ -64,13 +90,19 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
 # --- API client commands ------------------------------------------------------------------------------
 
 class Ctx:
-    def __init__(self, url: str, token: str | None, as_json: bool) -> None:
-        self.url, self.token, self.as_json = url, token, as_json
+    def __init__(self, url: str, token: str | None, as_json: bool, ca: str | None = None) -> None:
+        self.url, self.token, self.as_json, self.ca = url, token, as_json, ca
 
     def client(self) -> Client:
+        from tianji.tls import ClientTls
+
         if not self.token:
             fail("no token: pass --token, set TIANJI_TOKEN, or save one with `tianji login`")
-        return Client(self.url, self.token)
+        try:
+            return Client(self.url, self.token, tls=ClientTls.from_env(self.ca))
+        except ValueError as e:
+            fail(f"--url: {e}")
+            raise
 
 
 def fail(msg: str, code: int = 1) -> None:
@@ -80,8 +112,11 @@ def fail(msg: str, code: int = 1) -> None:
 
 @app.callback()
 def main_options(ctx: typer.Context,
-                 url: str = typer.Option(None, envvar="TIANJI_URL", help="controller URL"),
+                 url: str = typer.Option(None, envvar="TIANJI_URL",
+                                         help="controller URL (several replicas: URL,URL,...)"),
                  token: str = typer.Option(None, envvar="TIANJI_TOKEN", help="bearer token"),
+                 ca: str = typer.Option(None, envvar="TIANJI_CA",
+                                        help="verify the controller against this CA (default: the system's)"),
                  as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
     cfg = load_cli_config()
     token = token or cfg.get("token")
@@ -89,7 +124,7 @@ def main_options(ctx: typer.Context,
         state = Path(os.environ.get("TIANJI_STATE_DIR", "")) / "admin.token"
         if os.environ.get("TIANJI_STATE_DIR") and state.exists():
             token = state.read_text().strip()
-    ctx.obj = Ctx(url or cfg.get("url") or "http://127.0.0.1:8080", token, as_json)
+    ctx.obj = Ctx(url or cfg.get("url") or "https://127.0.0.1:8080", token, as_json, ca or cfg.get("ca"))
 
 
 def call(ctx: typer.Context, method: str, path: str, body: Any = None, **params: Any) -> Any:
@@ -115,15 +150,20 @@ def show(ctx: typer.Context, rows: Any, columns: list[str], title: str | None = 
 
 
 @app.command("login")
-def login(url: str = typer.Option(...), token: str = typer.Option(...)) -> None:
-    """Save the controller URL and a token for later commands (~/.config/tianji/cli.json, mode 0600)."""
+def login(url: str = typer.Option(...), token: str = typer.Option(...),
+          ca: str = typer.Option(None, envvar="TIANJI_CA", help="the CA the controller's certificate is from")) -> None:
+    """Save the controller URL, a token and the CA for later commands (~/.config/tianji/cli.json, mode 0600)."""
+    from tianji.tls import ClientTls
     from tianjictl.client import CONFIG_FILE
 
-    Client(url, token).get("/v1/whoami")
+    try:
+        Client(url, token, tls=ClientTls.from_env(ca)).get("/v1/whoami")
+    except ApiFailure as e:
+        fail(e.detail)
     CONFIG_FILE.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(CONFIG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": url, "token": token}, f)
+        json.dump({"url": url, "token": token} | ({"ca": str(Path(ca).resolve())} if ca else {}), f)
     console.print(f"saved to {CONFIG_FILE}")
 
 
@@ -139,6 +179,7 @@ def _register_components() -> None:
     import tianjictl.lb
     import tianjictl.lines
     import tianjictl.network
+    import tianjictl.pki
     import tianjictl.services  # noqa: F401 - their commands register on `app` as they are imported
 
     try:

@@ -21,12 +21,15 @@ def up(topology: str = typer.Option("small", help="small, medium, or a path to a
        cli: bool = typer.Option(False, "--cli", help="drop into the Mininet CLI (the cluster stays up after)"),
        name: str = typer.Option("tj", help="cluster name (prefix of every namespace and link it makes)"),
        state_dir: Path = typer.Option(DEFAULT_STATE),
-       database_url: str = typer.Option(None, envvar="TIANJI_DATABASE_URL")) -> None:
-    """Start the controller, the hypervisors (OVS + agent each) and the other nodes; wait for every agent."""
-    c = Cluster.up(topology, name=name, state_dir=state_dir, database_url=database_url,
+       database_url: str = typer.Option(None, envvar="TIANJI_DATABASE_URL"),
+       controllers: int = typer.Option(None, help="controller replicas (default: the topology's, else 1); more "
+                                                  "than one needs --database-url (PostgreSQL)")) -> None:
+    """Start the controller(s), the hypervisors (OVS + agent each) and the other nodes; wait for every agent."""
+    c = Cluster.up(topology, name=name, state_dir=state_dir, database_url=database_url, controllers=controllers,
                    progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
     _print_status(c)
-    console.print(f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token}")
+    console.print(f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token} "
+                  f"TIANJI_CA={c.state.ca}")
     if cli:
         from mininet.cli import CLI
 

@@ -11,28 +11,21 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tianji.southbound import GATEWAY_ROLES
-from tianjictl.client import ApiFailure, Client
 from topologies import service_host
 from topologies.cluster_state import State, load_topology
+from topologies.control_plane import CONTROLLER_MGMT_IP, TIANJI, ControlPlane, alive, controller_env  # noqa: F401
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost, Hypervisor, Vm
 from topologies.wiring import underlay_mtu, wire
 from vswitch_agent.ovsdb import AFXDP
 
-TIANJI = str(Path(sys.executable).parent / "tianji")
-MGMT_NET = ipaddress.IPv4Network("169.254.250.0/24")
+MGMT_NET = ipaddress.IPv4Network(f"{CONTROLLER_MGMT_IP}/24", strict=False)
 EIP_POOL = "203.0.113.0/24"  # the operator's public addresses in the emulation (RFC 5737 TEST-NET-3)
 DEFAULT_STATE = Path("/run/tianji-cluster")
-
-
-def controller_env() -> dict[str, str]:
-    """NAT instances fail over fast here: five beats (TIANJI_GATEWAY_BEAT, 0.1 s) of silence (overridable)."""
-    return os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": os.environ.get("TIANJI_GATEWAY_DOWN_AFTER", "0.5")}
 
 
 def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,7 +43,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Cluster:
+class Cluster(ControlPlane):
     def __init__(self, state: State) -> None:
         self.state = state
         self.net = None  # the Mininet object, only in the process that ran `up`
@@ -58,7 +51,7 @@ class Cluster:
     # --- bring-up ------------------------------------------------------------------------------------------
     @classmethod
     def up(cls, topology: str = "small", *, name: str = "tj", state_dir: Path = DEFAULT_STATE,
-           database_url: str | None = None, progress=print) -> Cluster:
+           database_url: str | None = None, controllers: int | None = None, progress=print) -> Cluster:
         from mininet.log import setLogLevel
 
         from topologies.hosts import check_prerequisites
@@ -73,16 +66,30 @@ class Cluster:
                              f"`tianji cluster down --name {name}` first")
         if sdir.exists():
             shutil.rmtree(sdir)
+        replicas = controllers or int(topo.get("controllers", 1))
+        if replicas > 1 and not database_url:
+            raise SystemExit(f"topology {topology!r} runs {replicas} controller replicas: they share a PostgreSQL "
+                             "database; give --database-url (TIANJI_DATABASE_URL)")
         st = State(name=name, dir=str(sdir), topology=topo, database_url=database_url or "")
         st.save()
         c = cls(st)
         try:
-            # the controller, on SQLite in the cluster's state directory unless a database URL is given
-            st.controller_port = _free_port()
-            st.controller_url = f"http://127.0.0.1:{st.controller_port}"
-            st.pids.append(c._start_controller())
-            st.save()
-            progress(f"controller started (pid {st.pids[-1]}) on port {st.controller_port}")
+            c._make_certificates()
+            # the controller(s), on SQLite in the cluster's state directory unless a database URL is given
+            for i in range(replicas):
+                st.controllers.append({"port": _free_port(), "dir": str(sdir / ("controller" if i == 0 else
+                                                                              f"controller-{i}")), "pid": None})
+            st.controller_port = st.controllers[0]["port"]
+            st.controller_url = ",".join(f"https://127.0.0.1:{x['port']}" for x in st.controllers)
+            for i in range(replicas):
+                c.start_controller(i)
+                if i == 0:  # the first migrates and makes the admin token; the others find both
+                    c._admin(wait=True)
+            progress(f"controller{'s' if replicas > 1 else ''} started (pid "
+                     f"{', '.join(str(x['pid']) for x in st.controllers)}) on port "
+                     f"{', '.join(str(x['port']) for x in st.controllers)}, TLS with client certificates; "
+                     + (f"{replicas} replicas on PostgreSQL" if replicas > 1 else
+                        "PostgreSQL" if st.database_url else "SQLite"))
             c.net = wire(st, MGMT_NET, EIP_POOL)
             progress(f"Mininet: {len(st.hypervisors)} hypervisors, {len(st.nodes)} other nodes, underlay "
                      f"{topo.get('underlay', '172.31.0.0/24')}")
@@ -111,58 +118,6 @@ class Cluster:
         except BaseException:
             c.down()
             raise
-
-    def _start_controller(self) -> int:
-        st = self.state
-        cdir = Path(st.dir) / "controller"
-        cdir.mkdir(parents=True, exist_ok=True)
-        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(st.controller_port), "--state-dir",
-               str(cdir), "--host-down-after", "6", "--log-level", "warning"]
-        env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))} | {
-            f"TIANJI_{k.upper()}": st.topology[k] for k in ("service_network", "service_source_pool")
-            if k in st.topology}
-        if st.database_url:
-            cmd += ["--database-url", st.database_url]
-        with open(Path(st.dir) / "controller.log", "ab") as log:
-            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        return p.pid
-
-    def _issue_credentials(self) -> None:
-        """The admin's token, an orchestrator's, and one per host bound to it (hypervisor or gateway)."""
-        st = self.state
-        admin = self._admin(wait=True)
-        st.admin_token = admin.http.headers["Authorization"].split()[1]
-        st.orchestrator_token = admin.post("/v1/orchestrator-tokens", {"name": "orchestrator"})["token"]
-        for hv_name in st.hypervisors:
-            st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
-        for n, i in st.nodes.items():
-            if i["role"] == "gateway":
-                st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway",
-                                                                   "role": i.get("gateway_role", "nat")})["token"]
-        st.save()
-
-    def _admin(self, wait: bool = False) -> Client:
-        token_file = Path(self.state.dir) / "controller" / "admin.token"
-        deadline = time.time() + 20
-        while True:
-            try:
-                c = Client(self.state.controller_url, token_file.read_text().strip())
-                c.get("/healthz")
-                return c
-            except (OSError, ApiFailure):
-                if not wait or time.time() > deadline:
-                    raise SystemExit("the cluster's controller is not answering; see "
-                                     f"{self.state.dir}/controller.log") from None
-                time.sleep(0.1)
-
-    @property
-    def admin(self) -> Client:
-        return Client(self.state.controller_url, self.state.admin_token)
-
-    @property
-    def orchestrator(self) -> Client:
-        """Binds ports to hypervisors (`PATCH /v1/ports/{id} {"host": ...}`), as Nova or a CNI plugin would."""
-        return Client(self.state.controller_url, self.state.orchestrator_token)
 
     def agent_status(self, hv: str) -> dict:
         return read_status(Path(self.state.dir) / "agents" / f"agent-{hv}.json")
@@ -274,8 +229,8 @@ class Cluster:
         st = self.state
         info = st.nodes[name]
         host = GatewayHost(name, info["ns"], info["underlay_ip"], info.get("gateway_role", "nat"))
-        source = ["--controller", f"http://{MGMT_NET.network_address + 1}:{st.controller_port}", "--token",
-                  st.host_tokens[name]]
+        source = ["--controller", self.urls_from(str(MGMT_NET.network_address + 1)), "--token",
+                  st.host_tokens[name], *self.tls_args(name)]
         # a load balancer remembers 5,000 new connections/s here: a SYN flood from one namespace goes above it
         lb = ["--lb-new-per-s", os.environ.get("TIANJI_LB_NEW_PER_S", "5000")] if host.role == "lb" else []
         pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
@@ -291,7 +246,7 @@ class Cluster:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        while _alive(pid):
+        while alive(pid):
             time.sleep(0.02)
         (Path(self.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
 
@@ -316,31 +271,19 @@ class Cluster:
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
-        while _alive(pid):
+        while alive(pid):
             time.sleep(0.02)
 
     def start_agent(self, hv: str) -> int:
         st = self.state
         info = st.hypervisors[hv]
-        url = f"http://{info['controller_ip']}:{st.controller_port}"
-        pid = self.hypervisor(hv).start_agent(TIANJI, url, st.host_tokens[hv], Path(st.dir) / "agents",
-                                              Path(st.dir) / f"agent-{hv}.log")
+        pid = self.hypervisor(hv).start_agent(TIANJI, self.urls_from(info["controller_ip"]), st.host_tokens[hv],
+                                              Path(st.dir) / "agents", Path(st.dir) / f"agent-{hv}.log",
+                                              self.tls_args(hv))
         info["agent_pid"] = pid
         st.pids.append(pid)
         st.save()
         return pid
-
-    def restart_controller(self, down_for: float = 1.0) -> None:
-        """Stop the controller process and start it again on the same port and state."""
-        st = self.state
-        pid = st.pids[0]
-        os.killpg(pid, signal.SIGTERM)
-        while _alive(pid):
-            time.sleep(0.02)
-        time.sleep(down_for)
-        st.pids[0] = self._start_controller()
-        st.save()
-        self._admin(wait=True)
 
     # --- teardown ------------------------------------------------------------------------------------------
     def down(self) -> None:
@@ -352,9 +295,9 @@ class Cluster:
                 pass
         deadline = time.time() + 5
         for pid in st.pids:
-            while time.time() < deadline and _alive(pid):
+            while time.time() < deadline and alive(pid):
                 time.sleep(0.05)
-            if _alive(pid):
+            if alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -368,17 +311,6 @@ class Cluster:
         for link in st.links:
             _sh("ip", "link", "del", link, check=False)
         shutil.rmtree(st.dir, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of ours counts as gone
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return True
 
 
 def _is_group_leader(pid: int) -> bool:

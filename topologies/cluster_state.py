@@ -34,8 +34,11 @@ class State:
     name: str
     dir: str
     topology: dict = field(default_factory=dict)
-    controller_url: str = ""
-    controller_port: int = 0
+    controller_url: str = ""  # every replica's URL as seen from the root namespace, comma-separated
+    controller_port: int = 0  # the first replica's
+    # one per replica: {"port", "pid", "dir"}; several need PostgreSQL (the topology's "controllers")
+    controllers: list[dict] = field(default_factory=list)
+    ca: str = ""  # the cluster's CA (PEM): the controller's certificate and every host's are from it
     admin_token: str = ""
     host_tokens: dict[str, str] = field(default_factory=dict)  # one credential per host, bound to it
     orchestrator_token: str = ""  # binds ports to hypervisors, as Nova or a CNI plugin would

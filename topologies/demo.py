@@ -12,6 +12,7 @@ traffic must flow, silence where it must not. Prints the results; tears down unl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -173,18 +174,38 @@ def tj(env: dict, *args: str, show: bool = True) -> dict | list | None:
     return json.loads(r.stdout) if r.stdout.strip().startswith(("{", "[")) else None
 
 
+def demo_database() -> str | None:
+    """A fresh PostgreSQL database for the demo's replicas, if PostgreSQL answers at 127.0.0.1:5432; else None."""
+    from sqlalchemy import create_engine, text
+
+    admin = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    try:
+        engine = create_engine(admin, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text('DROP DATABASE IF EXISTS "tianji_demo" WITH (FORCE)'))
+            conn.execute(text('CREATE DATABASE "tianji_demo"'))
+        engine.dispose()
+    except Exception:
+        return None
+    return admin.rsplit("/", 1)[0] + "/tianji_demo"
+
+
 def main() -> None:
     keep = "--keep" in sys.argv
     if (DEFAULT_STATE / NAME / "state.json").exists():
         console.print("[yellow]a previous demo cluster is still up: removing it first")
         Cluster(State.load(DEFAULT_STATE / NAME)).down()
     step("1. bring up the `small` emulated cluster")
-    c = Cluster.up("small", name=NAME, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    database_url = demo_database()
+    console.print("[cyan]>[/cyan] " + ("two controller replicas on PostgreSQL (127.0.0.1:5432, database tianji_demo)"
+                                       if database_url else "one controller on SQLite: PostgreSQL at 127.0.0.1:5432 "
+                                       "does not answer (replicas need it)"))
+    c = Cluster.up("small", name=NAME, database_url=database_url, controllers=2 if database_url else 1,
+                   progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
     ok = False
     try:
-        import os
-
-        env = os.environ | {"TIANJI_URL": c.state.controller_url, "TIANJI_TOKEN": c.state.admin_token}
+        env = os.environ | {"TIANJI_URL": c.state.controller_url, "TIANJI_TOKEN": c.state.admin_token,
+                            "TIANJI_CA": c.state.ca}
         tj(env, "host", "list")
 
         step("2. two tenants, the same CIDR, the same VM addresses")
@@ -338,7 +359,8 @@ def main() -> None:
     finally:
         if keep:
             console.print(f"cluster kept: `tianji cluster status --name {NAME}`, `tianji cluster down --name {NAME}`; "
-                          f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token}")
+                          f"export TIANJI_URL={c.state.controller_url} TIANJI_TOKEN={c.state.admin_token} "
+                          f"TIANJI_CA={c.state.ca}")
         else:
             c.down()
             console.print("cluster torn down")

@@ -101,14 +101,16 @@ class Hypervisor:
         return start_private_ovs(self.ns, self.rundir)
 
     def agent_command(self, tianji: str, controller_url: str, token: str, state_dir: Path,
-                      underlay_if: str = "ul0") -> list[str]:
+                      underlay_if: str = "ul0", tls: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """`tls`: --ca, --cert and --key (the emulated cluster's); none where the controller serves plain HTTP."""
         cmd = [tianji, "agent", "--host", self.name, "--controller", controller_url, "--token", token,
                "--vtep-ip", self.vtep, "--underlay-if", underlay_if, "--ovs-rundir", str(self.rundir),
-               "--state-dir", str(state_dir)]
+               "--state-dir", str(state_dir), *tls]
         return cmd + (["--of-port", str(self.of_port)] if self.of_port is not None else [])
 
-    def start_agent(self, tianji: str, controller_url: str, token: str, state_dir: Path, log: Path) -> int:
-        self.agent_pid = spawn(self.ns, self.agent_command(tianji, controller_url, token, state_dir), log)
+    def start_agent(self, tianji: str, controller_url: str, token: str, state_dir: Path, log: Path,
+                    tls: list[str] | tuple[str, ...] = ()) -> int:
+        self.agent_pid = spawn(self.ns, self.agent_command(tianji, controller_url, token, state_dir, tls=tls), log)
         return self.agent_pid
 
     def vsctl(self, *args: str) -> str:

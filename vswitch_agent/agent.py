@@ -50,7 +50,7 @@ class AgentApp(app_manager.OSKenApp):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         o = self.opts = AgentApp.options
-        self.api = Southbound(o.controller, o.token)
+        self.api = Southbound(o.controller, o.token, tls=o.tls)
         self.zones = ZoneMap(o.state_dir / f"zones-{o.host}.json")
         self.engine = FlowEngine()
         self.session: Session | None = None  # the current OpenFlow connection
@@ -71,7 +71,7 @@ class AgentApp(app_manager.OSKenApp):
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
                                       "audit_repairs": 0, "audit_sweeps": 0, "connects": 0, "drops": {},
-                                      "ports": {}, "last_change_ms": None}
+                                      "whole_configs": 0, "ports": {}, "last_change_ms": None}
         self.audit = Audit(o, self.engine, self.state, self.wake.set)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class AgentApp(app_manager.OSKenApp):
     # --- controller ----------------------------------------------------------------------------------------
     def _register(self) -> None:
         self.api.register(self.opts.host, self.opts.vtep_addr, "hypervisor")
-        log.info("registered host %s (VTEP %s) with %s", self.opts.host, self.opts.vtep_addr, self.opts.controller)
+        log.info("registered host %s (VTEP %s) with %s", self.opts.host, self.opts.vtep_addr, self.api.current)
 
     def _watch_loop(self) -> None:
         """The delta watch: a change in one VPC sends that VPC's sections, not the host's whole config. Through a
@@ -129,6 +129,8 @@ class AgentApp(app_manager.OSKenApp):
             return
         self.after = cfg.revision
         self.cfg = cfg
+        if delta.base < 0:  # a whole config: at start, or where no delta fits (never for a connection error)
+            self.state["whole_configs"] += 1
         log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,
                  "whole" if delta.base < 0 else f"{len(delta.changed_vpcs)} VPC(s) changed", len(cfg.ports),
                  len(cfg.vpcs), len(cfg.endpoints))
@@ -313,7 +315,8 @@ class AgentApp(app_manager.OSKenApp):
     def _write_status(self) -> None:
         s = self.session
         write_atomic(status_path(self.opts.state_dir, self.opts.host),
-                     json.dumps(self.state | {"controller": self.opts.controller, "pid": os.getpid(),
+                     json.dumps(self.state | {"controller": self.api.current, "pid": os.getpid(),
+                                              "controller_failovers": self.api.failovers,
                                               "switch_connected": s is not None and s.alive,
                                               "switch_synced": s is not None and s.swept,
                                               "desired_revision": self.cfg.revision if self.cfg else None,

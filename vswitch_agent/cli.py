@@ -20,8 +20,13 @@ DEFAULT_STATE = Path("/run/tianji")
 @agent_app.callback()
 def agent(ctx: typer.Context,
           host: str = typer.Option(None, help="this hypervisor's name"),
-          controller: str = typer.Option(None, envvar="TIANJI_URL", help="controller URL"),
+          controller: str = typer.Option(None, envvar="TIANJI_URL",
+                                         help="controller URL, or several replicas' URL,URL,... (tried in turn)"),
           token: str = typer.Option(None, envvar="TIANJI_TOKEN", help="admin or host token"),
+          ca: str = typer.Option(None, envvar="TIANJI_CA", help="verify the controller against this CA (PEM; "
+                                                                "default: the system's store)"),
+          cert: str = typer.Option(None, envvar="TIANJI_CERT", help="this host's certificate (mutual TLS)"),
+          key: str = typer.Option(None, envvar="TIANJI_KEY", help="its private key"),
           vtep_ip: str = typer.Option(None, help="VTEP address (IP/prefix), placed on br-phy"),
           underlay_if: str = typer.Option(None, help="underlay NIC, added to br-phy"),
           ovs_rundir: str = typer.Option(None, help="private OVS run directory (default: the system OVS)"),
@@ -55,10 +60,12 @@ def agent(ctx: typer.Context,
         console.print(f"[red]error:[/red] --dns-forwarder {dns_forwarder!r}: give IP or IP:PORT ({e})")
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {host} %(levelname)s %(name)s: %(message)s")
+    from tianji.tls import ClientTls
     from vswitch_agent.agent import run
     from vswitch_agent.host import AgentOptions
 
     run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
+                     tls=ClientTls.from_env(ca, cert, key),
                      ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, port_type=port_type,
                      state_dir=state_dir, dns_forwarder=forwarder))
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tianji.southbound import vtep_interface
+from tianji.tls import ClientTls
 from vswitch_agent.ovsdb import Ovsdb
 
 
@@ -33,6 +34,7 @@ class AgentOptions:
     audit_rate: float = 500_000.0  # flows the switch walks per second for the audit, after a connection's first sweep
     heartbeat_interval: float = 2.0
     dns_forwarder: tuple[str, int] | None = None  # the operator's resolver, for names outside the VPCs' zone
+    tls: ClientTls | None = None  # how the controller is verified, and this host's certificate
 
     @property
     def vtep_addr(self) -> str:

@@ -63,7 +63,8 @@ class Instance:
         if o.fastpath not in FASTPATHS:
             raise SystemExit(f"--fastpath {o.fastpath}: choose one of {', '.join(FASTPATHS)}")
         self.o = o
-        self.api = Southbound(o.controller, o.token)
+        # standalone (--config-file): no controller to talk to
+        self.api = Southbound(o.controller, o.token, tls=o.tls) if o.controller else None
         self.vtep = str(vtep_interface(o.vtep_ip).ip)
         self.vtep_int = ip2int(self.vtep)
         self.counters: Counter[str] = Counter()
@@ -227,6 +228,7 @@ class Instance:
     def take_delta(self, d: GatewayConfigDelta, answer: Answer) -> None:
         t_got = time.perf_counter()
         self.counters["config_downloads"] += 1
+        self.counters["whole_configs"] += d.base < 0
         out = apply_gateway_delta(self.held, d)
         if out is None:  # not on what is held: ask for every section
             self.held, self.digest = GatewayHeld(), ""
@@ -300,6 +302,8 @@ class Instance:
     def status(self) -> dict:
         dp = self.dp
         return {"name": self.o.name, "role": self.role.name, "fastpath": self.fastpath, "revision": self.revision,
+                "controller": self.api.current if self.api else None,
+                "controller_failovers": self.api.failovers if self.api else 0,
                 "eips": self.eips, "counters": dict(self.counters), "pid": os.getpid(), "updated": time.time(),
                 "dataplane": dp.stats() if dp is not None else {},
                 "dataplane_held": dp.held() if dp is not None else {},

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nfv_gateways.core.edge import EdgeSpec
+from tianji.tls import ClientTls
 
 FASTPATHS = ("auto", "dpdk", "xdp", "packet", "python")  # auto: the best native backend that starts
 
@@ -32,6 +33,7 @@ class GatewayOptions:
     lb_connections: int = 1 << 20
     lb_new_per_s: float = 100_000.0
     edge: EdgeSpec | None = None  # an edge router to announce our addresses to (BGP), and our way off the segment
+    tls: ClientTls | None = None  # how the controller is verified, and this host's certificate
     handoff_mtu: int = 1500  # role private-line: the customers' side (bigger: fragmented, or refused with DF)
 
 

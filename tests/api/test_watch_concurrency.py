@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tests.conftest import Controller
 from tianji.southbound import HostConfig
+from tianjictl.client import Client
 
 
 def setup_tenant(c: Controller, cidr: str = "10.0.0.0/16"):
@@ -88,17 +89,21 @@ def test_watch_wakes_on_write_and_ignores_other_tenants(controller: Controller) 
 
 
 def test_watch_across_two_controller_processes(controller: Controller, tmp_path) -> None:
-    """A second controller on the same database: a write through one wakes a watch on the other."""
+    """A second controller on the same database: a write through one wakes a watch on the other. On PostgreSQL
+    the second has a state directory of its own, and accepts the admin token the first made (the database holds
+    its hash): replicas need not share a directory."""
     if controller.db.engine.dialect.name == "sqlite":
         second = Controller(controller.settings.state_dir, None)
     else:
         second = Controller(tmp_path / "second", controller.settings.database_url)
+        assert second.admin_token is None and not (tmp_path / "second" / "admin.token").exists()
+        second.admin = Client(second.url, controller.admin_token)
     try:
         controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
         t, vpc, sn = setup_tenant(controller)
         controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "a", "host": "hv1"})
         rev = controller.admin.get("/v1/hosts/hv1/config")["revision"]
-        watcher = second.admin if second.admin_token == controller.admin_token else second.admin
+        watcher = second.admin
         out: dict = {}
 
         def watch() -> None:

@@ -94,7 +94,7 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
 
     def make() -> Net:
         t = cluster.admin.post("/v1/tenants", {"name": f"t-{uuid.uuid4().hex[:8]}"})
-        n = Net(cluster, Client(cluster.state.controller_url, t["token"]))
+        n = Net(cluster, cluster.client(t["token"]))
         made.append(n)
         return n
 

@@ -1,0 +1,144 @@
+"""The emulated cluster's control plane: its CA and certificates, the controller replicas (started, killed and
+restarted by index), and API clients of them. Mixed into `topologies.cluster.Cluster`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tianji.pki import Authority
+from tianji.tls import ClientTls
+from tianjictl.client import ApiFailure, Client
+from topologies.cluster_state import State
+from topologies.wiring import underlay_mtu
+
+TIANJI = str(Path(sys.executable).parent / "tianji")
+CONTROLLER_MGMT_IP = "169.254.250.1"  # where the controllers listen for the cluster's hosts (MGMT_NET's first)
+GATEWAY_KEYS = ("gateways", "lb_gateways", "line_gateways", "service_gateways")
+
+
+def controller_env() -> dict[str, str]:
+    """NAT instances fail over fast here: five beats (TIANJI_GATEWAY_BEAT, 0.1 s) of silence (overridable)."""
+    return os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": os.environ.get("TIANJI_GATEWAY_DOWN_AFTER", "0.5")}
+
+
+class ControlPlane:
+    state: State
+
+    def _make_certificates(self) -> None:
+        """The cluster's CA, the controllers' certificate (for every address hosts and tools reach them at) and one
+        per host, named after it (the controller accepts a host's token only with that host's certificate)."""
+        st = self.state
+        ca = Authority(Path(st.dir) / "pki")
+        ca.issue("controller", server_names=["127.0.0.1", "localhost", CONTROLLER_MGMT_IP])
+        topo = st.topology
+        for n in [*topo["hypervisors"], *(n for k in GATEWAY_KEYS for n in topo.get(k, []))]:
+            ca.issue(n)
+        st.ca = str(ca.cert_path)
+        st.save()
+
+    def tls_args(self, host: str) -> list[str]:
+        """A host's flags for its controller connection: the CA, its certificate and key."""
+        pki = Path(self.state.dir) / "pki"
+        return ["--ca", self.state.ca, "--cert", str(pki / f"{host}.pem"), "--key", str(pki / f"{host}.key")]
+
+    def urls_from(self, address: str) -> str:
+        """Every replica's URL, at `address` (where the controllers listen, as a namespace reaches them)."""
+        return ",".join(f"https://{address}:{x['port']}" for x in self.state.controllers)
+
+    def start_controller(self, i: int = 0) -> int:
+        """Start replica `i` (again: after kill_controller) on its port and state directory."""
+        st = self.state
+        rep = st.controllers[i]
+        cdir = Path(rep["dir"])
+        cdir.mkdir(parents=True, exist_ok=True)
+        pki = Path(st.dir) / "pki"
+        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(rep["port"]), "--state-dir",
+               str(cdir), "--host-down-after", "6", "--log-level", "warning", "--tls-cert",
+               str(pki / "controller.pem"), "--tls-key", str(pki / "controller.key"), "--client-ca", st.ca]
+        env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))} | {
+            f"TIANJI_{k.upper()}": st.topology[k] for k in ("service_network", "service_source_pool")
+            if k in st.topology}
+        if st.database_url:
+            cmd += ["--database-url", st.database_url]
+        log_name = "controller.log" if i == 0 else f"controller-{i}.log"
+        with open(Path(st.dir) / log_name, "ab") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        rep["pid"] = p.pid
+        st.pids.append(p.pid)
+        st.save()
+        return p.pid
+
+    def kill_controller(self, i: int = 0, sig: int = signal.SIGKILL) -> None:
+        """Kill replica `i` (kill -9 by default) and wait until it is gone."""
+        pid = self.state.controllers[i]["pid"]
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
+        while alive(pid):
+            time.sleep(0.01)
+
+    def client(self, token: str) -> Client:
+        """An API client of this cluster's controllers (every replica, verified against the cluster's CA)."""
+        return Client(self.state.controller_url, token, tls=ClientTls(ca=self.state.ca))
+
+    def _issue_credentials(self) -> None:
+        """The admin's token, an orchestrator's, and one per host bound to it (hypervisor or gateway)."""
+        st = self.state
+        admin = self._admin(wait=True)
+        st.admin_token = admin.token
+        st.orchestrator_token = admin.post("/v1/orchestrator-tokens", {"name": "orchestrator"})["token"]
+        for hv_name in st.hypervisors:
+            st.host_tokens[hv_name] = admin.post("/v1/host-tokens", {"host": hv_name})["token"]
+        for n, i in st.nodes.items():
+            if i["role"] == "gateway":
+                st.host_tokens[n] = admin.post("/v1/host-tokens", {"host": n, "kind": "gateway",
+                                                                   "role": i.get("gateway_role", "nat")})["token"]
+        st.save()
+
+    def _admin(self, wait: bool = False) -> Client:
+        token_file = Path(self.state.dir) / "controller" / "admin.token"
+        deadline = time.time() + 20
+        while True:
+            try:
+                c = self.client(token_file.read_text().strip())
+                c.get("/healthz")
+                return c
+            except (OSError, ApiFailure):
+                if not wait or time.time() > deadline:
+                    raise SystemExit("the cluster's controller is not answering; see "
+                                     f"{self.state.dir}/controller.log") from None
+                time.sleep(0.1)
+
+    @property
+    def admin(self) -> Client:
+        return self.client(self.state.admin_token)
+
+    @property
+    def orchestrator(self) -> Client:
+        """Binds ports to hypervisors (`PATCH /v1/ports/{id} {"host": ...}`), as Nova or a CNI plugin would."""
+        return self.client(self.state.orchestrator_token)
+
+    def restart_controller(self, down_for: float = 1.0, i: int = 0) -> None:
+        """Stop controller replica `i` and start it again on the same port and state."""
+        self.kill_controller(i, signal.SIGTERM)
+        time.sleep(down_for)
+        self.start_controller(i)
+        self._admin(wait=True)
+
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
