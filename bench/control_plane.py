@@ -51,7 +51,8 @@ class ControllerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [str(BIN), "controller", "serve", "--host", listen, "--port", str(self.port), "--state-dir",
                str(self.state),
-               "--workers", str(workers), "--log-level", "warning"]
+               "--workers", str(workers), "--log-level", "warning",
+               "--insecure-http"]  # the API's own cost, comparable with earlier runs (TLS: bench/replicas.py)
         if database_url:
             cmd += ["--database-url", database_url]
         # the benches measure what the controller can do, not its per-credential rate limit (TIANJI_RATE_LIMIT)

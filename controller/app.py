@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from contextlib import asynccontextmanager, suppress
@@ -99,8 +100,9 @@ def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
         """Unauthenticated: the process is alive (a load balancer's liveness probe). With the admin token, also
         the revision, the database kind and this replica's role."""
         if (p := cached_principal(app.state, request.headers.get("authorization", ""))) is not None and p.is_admin:
+            lead = app.state.leadership
             return {"status": "ok", "revision": db.revision(), "database": db.engine.dialect.name,
-                    "role": app.state.leadership.role}
+                    "role": lead.role, "liveness_checks": lead.leading(), "pid": os.getpid()}
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: the reason is in `detail`"}})

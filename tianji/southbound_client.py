@@ -56,6 +56,7 @@ class Southbound:
         self.urls = split_urls(urls)
         self.url = self.urls[0]  # the controller in use
         self.failovers = 0
+        self.on_failover: Callable[[str], None] | None = None  # told the new controller's URL (status files)
         self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
@@ -101,6 +102,8 @@ class Southbound:
             if url != self.url:
                 log.warning("controller %s did not answer (%s): now using %s", self.url, failure, url)
                 self.url, self.failovers = url, self.failovers + 1
+                if self.on_failover is not None:
+                    self.on_failover(url)
             return r
         assert failure is not None
         raise failure

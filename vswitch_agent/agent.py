@@ -51,6 +51,7 @@ class AgentApp(app_manager.OSKenApp):
         super().__init__(*args, **kwargs)
         o = self.opts = AgentApp.options
         self.api = Southbound(o.controller, o.token, tls=o.tls)
+        self.api.on_failover = lambda _url: self._write_status()  # which controller we use, said at once
         self.zones = ZoneMap(o.state_dir / f"zones-{o.host}.json")
         self.engine = FlowEngine()
         self.session: Session | None = None  # the current OpenFlow connection

@@ -65,6 +65,8 @@ class Instance:
         self.o = o
         # standalone (--config-file): no controller to talk to
         self.api = Southbound(o.controller, o.token, tls=o.tls) if o.controller else None
+        if self.api is not None:
+            self.api.on_failover = lambda _url: self.write_status()
         self.vtep = str(vtep_interface(o.vtep_ip).ip)
         self.vtep_int = ip2int(self.vtep)
         self.counters: Counter[str] = Counter()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.controller import PgDatabase
 from tianjictl.client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
@@ -42,11 +43,18 @@ def cluster() -> Iterator[Cluster]:
     require_prerequisites()
     if (STATE / NAME / "state.json").exists():  # a crashed earlier run: remove exactly what it made
         Cluster(State.load(STATE / NAME)).down()
-    c = Cluster.up("small", name=NAME, state_dir=STATE, progress=lambda m: None)
+    # with PostgreSQL (CI), as production runs: two controller replicas on it, every host given both
+    db = PgDatabase() if os.environ.get("TIANJI_TEST_PG") == "1" else None
     try:
-        yield c
+        c = Cluster.up("small", name=NAME, state_dir=STATE, database_url=db.url if db else None,
+                       controllers=2 if db else 1, progress=lambda m: None)
+        try:
+            yield c
+        finally:
+            c.down()
     finally:
-        c.down()
+        if db is not None:
+            db.drop()
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> float:
