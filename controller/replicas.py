@@ -179,3 +179,4 @@ class Leadership:
             except Exception as e:  # the session is gone, and the lock with it
                 self._lose(f"its database session ended ({e})")
                 self._stop.wait(ELECTION_TICK_S)
+        self._lose("stopped")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import ssl
+import weakref
 from typing import Any
 
 log = logging.getLogger("tianji.controller")
 
-_CONTEXTS: list[tuple[ssl.SSLContext, str, str]] = []  # this process's server contexts, for SIGHUP
+# this process's server contexts, for SIGHUP (weakly: a server that stopped takes its context with it)
+_CONTEXTS: list[tuple[weakref.ref[ssl.SSLContext], str, str]] = []
 
 
 def server_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
@@ -26,7 +28,8 @@ def server_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext
     if client_ca:
         ctx.load_verify_locations(cafile=client_ca)
         ctx.verify_mode = ssl.CERT_OPTIONAL
-    _CONTEXTS.append((ctx, cert, key))
+    _CONTEXTS[:] = [c for c in _CONTEXTS if c[0]() is not None]
+    _CONTEXTS.append((weakref.ref(ctx), cert, key))
     return ctx
 
 
@@ -39,7 +42,9 @@ def reload_certificates() -> int:
     """Loads each context's certificate and key again (a rotation); how many. A bad file leaves that context as
     it was, and says so."""
     done = 0
-    for ctx, cert, key in _CONTEXTS:
+    for ref, cert, key in _CONTEXTS:
+        if (ctx := ref()) is None:
+            continue
         try:
             ctx.load_cert_chain(cert, key)
             done += 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import pg_wanted
 from tests.support.controller import PgDatabase
 from tianjictl.client import Client
 from topologies.cluster import Cluster
@@ -44,7 +45,7 @@ def cluster() -> Iterator[Cluster]:
     if (STATE / NAME / "state.json").exists():  # a crashed earlier run: remove exactly what it made
         Cluster(State.load(STATE / NAME)).down()
     # with PostgreSQL (CI), as production runs: two controller replicas on it, every host given both
-    db = PgDatabase() if os.environ.get("TIANJI_TEST_PG") == "1" else None
+    db = PgDatabase() if pg_wanted() else None
     try:
         c = Cluster.up("small", name=NAME, state_dir=STATE, database_url=db.url if db else None,
                        controllers=2 if db else 1, progress=lambda m: None)

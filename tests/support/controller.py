@@ -3,6 +3,7 @@ tests and the benches share (the benches import this, not the tests' conftest)."
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -19,6 +20,8 @@ from controller import models as m
 from controller.app import create_app
 from controller.serving import server_options
 from controller.settings import Settings
+from controller.tls import uvicorn_factory
+from tianji.tls import ClientTls
 from tianjictl.client import Client
 
 PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -55,7 +58,9 @@ class Controller:
     """A controller process-equivalent: the real app served by uvicorn on a free port, in a thread."""
 
     def __init__(self, state_dir: Path, database_url: str | None, host_down_after: float = 15.0,
-                 listen: str = "127.0.0.1", port: int | None = None, **settings: object) -> None:
+                 listen: str = "127.0.0.1", port: int | None = None, ca: Path | None = None,
+                 **settings: object) -> None:
+        """With settings tls_cert/tls_key (and client_ca), HTTPS, its clients verifying against `ca`."""
         self.settings = Settings.from_env(state_dir=state_dir, database_url=database_url,
                                           host_down_after=host_down_after, **settings)
         self.app = create_app(self.settings, announce_token=False)
@@ -63,9 +68,15 @@ class Controller:
         self.admin_token = self.app.state.admin_token
         self.port = port or free_port()
         self.listen = listen
-        self.url = f"http://{'127.0.0.1' if listen == '0.0.0.0' else listen}:{self.port}"
+        s = self.settings
+        self.tls = ClientTls(ca=str(ca)) if s.tls_cert else None
+        self.url = f"{'https' if s.tls_cert else 'http'}://{'127.0.0.1' if listen == '0.0.0.0' else listen}:{self.port}"
+        options = server_options(s.trusted_proxies)
+        if s.tls_cert:
+            options["ssl_context_factory"] = functools.partial(uvicorn_factory, str(s.tls_cert), str(s.tls_key),
+                                                               str(s.client_ca) if s.client_ca else None)
         cfg = uvicorn.Config(self.app, host=listen, port=self.port, log_level="warning", lifespan="on",
-                             timeout_graceful_shutdown=1, **server_options(self.settings.trusted_proxies))
+                             timeout_graceful_shutdown=1, **options)
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -74,11 +85,14 @@ class Controller:
             if time.time() > deadline or not self.thread.is_alive():
                 raise RuntimeError("controller did not start")
             time.sleep(0.02)
-        self.admin = Client(self.url, self.admin_token)
+        self.admin = self.client(self.admin_token)
+
+    def client(self, token: str | None) -> Client:
+        return Client(self.url, token, tls=self.tls)
 
     def tenant(self, name: str | None = None) -> Client:
         t = self.admin.post("/v1/tenants", {"name": name or f"t-{uuid.uuid4().hex[:8]}"})
-        c = Client(self.url, t["token"])
+        c = self.client(t["token"])
         c.tenant_id = t["id"]  # type: ignore[attr-defined]
         return c
 
@@ -86,7 +100,7 @@ class Controller:
         """What places VMs: binds tenants' ports to hosts (tenants may not)."""
         if not hasattr(self, "_orchestrator"):
             t = self.admin.post("/v1/orchestrator-tokens", {"name": f"o-{uuid.uuid4().hex[:8]}"})
-            self._orchestrator = Client(self.url, t["token"])
+            self._orchestrator = self.client(t["token"])
         return self._orchestrator
 
     def host_token(self, host: str, kind: str = "hypervisor") -> str:
@@ -94,7 +108,8 @@ class Controller:
 
     def raw(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30,
+                            verify=self.tls.context() if self.tls else True)
 
     def snapshot(self) -> dict[str, int]:
         """Row counts of every table and the revision: equal before and after a refused request."""

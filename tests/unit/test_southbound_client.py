@@ -109,3 +109,61 @@ def test_every_failure_is_a_southbound_error() -> None:
     with pytest.raises(SouthboundError) as e:
         Southbound("http://127.0.0.1:9", "t").call("GET", "/v1/x")  # nothing listens on the discard port
     assert e.value.status == 0
+
+
+def test_a_dead_replica_is_skipped_at_once_and_the_watch_resumes_from_what_it_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two controllers, the first dead (nothing listens): every request lands on the second without an error to the
+    caller, `current` says so, and the watch asks the second from the revision it held, never from scratch."""
+    monkeypatch.setattr(southbound_client, "FAILOVER_JITTER_S", 0.0)
+    stop = threading.Event()
+    applied: list[int] = []
+    held = {"after": 7}
+
+    def answer(path: str) -> tuple:
+        if "after=7" in path:
+            return 200, b'{"base": 7, "revision": 8}', {}
+        stop.set()
+        return 304, b"", {}
+
+    def apply(d: Delta, _a: Answer) -> None:
+        applied.append(d.revision)
+        held["after"] = d.revision
+
+    with server(answer) as (url, seen):
+        dead = "http://127.0.0.1:9"  # the discard port: connection refused
+        moved: list[str] = []
+        sb = Southbound(f"{dead},{url}", "t")
+        sb.on_failover = moved.append
+        assert sb.current == dead
+        sb.watch("/v1/hosts/h/config/delta", Delta, lambda: dict(held), apply, None, stop)
+        assert applied == [8] and sb.current == url and sb.failovers == 1 and moved == [url]
+        assert [p.split("after=")[1].split("&")[0] for p, _, _ in seen] == ["7", "8"]
+        sb.beat("h", {"ports": {}})  # the next request goes straight to the one that answered
+        assert sb.failovers == 1
+
+
+def test_a_5xx_moves_on_only_where_asking_again_is_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeats and watches are idempotent: a 5xx from one replica is asked of the next. A tenant's create is not:
+    only a request that never reached a controller is sent again."""
+    monkeypatch.setattr(southbound_client, "FAILOVER_JITTER_S", 0.0)
+    with server(lambda _p: (503, b'{"detail": "database away"}', {})) as (sick, sick_seen), \
+            server(lambda _p: (200, b'{"ok": true}', {})) as (well, well_seen):
+        sb = Southbound([sick, well], "t")
+        assert sb.call("POST", "/v1/hosts/h/status", {}) == {"ok": True} and sb.current == well
+        sb2 = Southbound([sick, well], "t")
+        r = sb2.send("POST", "/v1/ports", idempotent=False, json={})
+        assert r.status_code == 503 and sb2.current == sick
+        assert len(well_seen) == 1  # the create was not repeated on the second replica
+    with pytest.raises(SouthboundError) as e:
+        Southbound("http://127.0.0.1:9,http://127.0.0.1:7", "t").call("GET", "/v1/x")
+    assert e.value.status == 0 and "127.0.0.1:7" in str(e.value)  # the last one tried
+
+
+def test_controller_urls_are_checked() -> None:
+    from tianji.tls import split_urls
+
+    assert split_urls(" https://a:1/ , https://b:2 ") == ["https://a:1", "https://b:2"]
+    for bad in ("", " , ", "a:1", "ftp://x"):
+        with pytest.raises(ValueError):
+            split_urls(bad)
