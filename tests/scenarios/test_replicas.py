@@ -6,14 +6,57 @@ through the other; then brings it back, and the next round kills the other (test
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
+from scapy.all import TCP
 
-from tests.scenarios.conftest import reach
+from tests.scenarios.conftest import Capture, reach
 from tests.scenarios.nat_support import nat_vpc, nat_works, served
 from tests.support.replicas import kill_round
+from tianji.pki import Authority
+from topologies.control_plane import CONTROLLER_MGMT_IP
 
 ROUNDS = int(os.environ.get("TIANJI_REPLICA_ROUNDS", "10"))
+
+
+def test_replicas_0_the_management_network_carries_no_secret_in_clear(cluster) -> None:
+    """Three seconds of the management network (every agent's and gateway's beats and watches, each request with
+    its bearer token) hold TLS records and not one token; from a hypervisor, a certificate from another CA is
+    refused, and hv1's certificate reads no other host's config, even with that host's token."""
+    st = cluster.state
+    cap = Capture(None, f"{st.name}-mg", "tcp")
+    time.sleep(3)
+    pkts = cap.stop()
+    raw = b"".join(bytes(p) for p in pkts)
+    ports = {c["port"] for c in st.controllers}
+    to_controllers = [bytes(p[TCP].payload) for p in pkts if TCP in p and p[TCP].dport in ports
+                      and bytes(p[TCP].payload)]
+    assert len(to_controllers) > 20, "no requests seen on the management network"
+    assert sum(x[:3] == b"\x17\x03\x03" for x in to_controllers) > 20  # TLS application data records
+    assert b"Bearer" not in raw and b"HTTP/1.1" not in raw
+    secrets = {"admin": st.admin_token, "orchestrator": st.orchestrator_token, **st.host_tokens}
+    assert not [who for who, tok in secrets.items() if tok.encode() in raw]
+
+    hv1 = cluster.hypervisor("hv1")
+    url = cluster.urls_from(CONTROLLER_MGMT_IP).split(",")[0]
+    pki = Path(st.dir) / "pki"
+    other = Authority(Path(st.dir) / "other-ca")
+    other.issue("hv1")
+
+    def curl(cert_dir: Path, token: str, path: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", hv1.ns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                               "--cacert", st.ca, "--cert", str(cert_dir / "hv1.pem"), "--key",
+                               str(cert_dir / "hv1.key"), "-H", f"Authorization: Bearer {token}", f"{url}{path}"],
+                              capture_output=True, text=True, timeout=30)
+
+    assert curl(pki, st.host_tokens["hv1"], "/v1/hosts/hv1/config").stdout == "200"
+    refused = curl(other.dir, st.host_tokens["hv1"], "/v1/hosts/hv1/config")
+    assert refused.returncode != 0 and refused.stdout in ("", "000")  # the handshake fails: no HTTP at all
+    for token in (st.host_tokens["hv1"], st.host_tokens["hv2"]):
+        assert curl(pki, token, "/v1/hosts/hv2/config").stdout == "403"
 
 
 def test_replicas_1_kill_the_leader_ten_times(cluster, tenants, internet) -> None:
