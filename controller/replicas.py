@@ -31,6 +31,9 @@ log = logging.getLogger("tianji.controller")
 
 ELECTION_TICK_S = 0.5  # how often a follower asks for the lock (and the leader checks it still has it)
 TAKEOVER_GRACE_S = 3.0  # a new leader judges no host on silence until this long after it took over
+# a leader stalled this long (SIGSTOP, a frozen VM) loses its session, and the lock with it: PostgreSQL ends
+# sessions idle for longer (a running leader's is busy every tick)
+STALLED_LEADER_S = 5
 ADMIN_HASH = "admin_token_sha256"
 
 
@@ -125,8 +128,10 @@ class Leadership:
         self._stop.set()
 
     def leading(self, grace: float = TAKEOVER_GRACE_S) -> bool:
-        """Leads, and has for `grace` seconds (what it decides on silence began after it took over)."""
-        return self.is_leader and time.monotonic() - self.since >= grace
+        """Leads, has for `grace` seconds (what it decides on silence began after it took over), and the election
+        confirmed it within two ticks (after a stall, not before it is confirmed again: the lock may be gone)."""
+        t = time.monotonic()
+        return self.is_leader and t - self.since >= grace and t - self.checked < 2 * ELECTION_TICK_S
 
     @property
     def role(self) -> str:
@@ -169,6 +174,10 @@ class Leadership:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(url, autocommit=True, connect_timeout=3) as conn:
+                    try:
+                        conn.execute(f"SET idle_session_timeout = '{STALLED_LEADER_S}s'")
+                    except psycopg.Error:  # before PostgreSQL 14: a stalled leader keeps the lock while stalled
+                        pass
                     while not self._stop.is_set():
                         if self.is_leader:
                             conn.execute("SELECT 1")  # the session (and so the lock) still holds

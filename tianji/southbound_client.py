@@ -57,6 +57,7 @@ class Southbound:
         self.url = self.urls[0]  # the controller in use
         self.failovers = 0
         self.on_failover: Callable[[str], None] | None = None  # told the new controller's URL (status files)
+        self._mover: int | None = None  # the thread whose request moved us last
         self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
@@ -101,7 +102,7 @@ class Southbound:
                 continue
             if url != self.url:
                 log.warning("controller %s did not answer (%s): now using %s", self.url, failure, url)
-                self.url, self.failovers = url, self.failovers + 1
+                self.url, self.failovers, self._mover = url, self.failovers + 1, threading.get_ident()
                 if self.on_failover is not None:
                     self.on_failover(url)
             return r
@@ -129,16 +130,46 @@ class Southbound:
               stop: threading.Event | None = None) -> None:
         """Until `stop`: poll `path` with `params()` (what the caller holds: `after`, a digest) and the long-poll
         timeout; hand a 200's body, parsed as `model` straight from the bytes (a whole config at 20,000 ports is
-        10 MB), to `apply`. An error goes to `errors` (else the log), then the same question again after a second:
-        the caller keeps what it holds, and so asks from there."""
+        10 MB), to `apply`. An error goes to `errors` (else the log), then the same question again after a pause
+        (0.1 s, doubling to RETRY_S while no controller answers, jittered): the caller keeps what it holds, and so
+        asks from there, of whichever replica answers."""
+        wait = 0.1
         while stop is None or not stop.is_set():
             try:
-                got = self.poll(path, {**params(), "timeout": POLL_S})
-                if got.status == 200 and got.body:
+                got = self._poll_unless_moved(path, {**params(), "timeout": POLL_S})
+                wait = 0.1
+                if got is not None and got.status == 200 and got.body:
                     apply(model.model_validate_json(got.body), got)
             except Exception as e:  # keep watching through controller outages and bad answers
                 (errors or (lambda x: log.warning("watch %s: %s", path, x)))(e)
-                time.sleep(RETRY_S)
+                time.sleep(random.uniform(wait / 2, wait))
+                wait = min(RETRY_S, wait * 2)
+
+    def _poll_unless_moved(self, path: str, params: Mapping[str, Any]) -> Answer | None:
+        """One long-poll; with replicas, None as soon as another request (a beat that timed out) moved us to
+        another replica: a stalled controller would hold the poll until its read timeout (40 s), and its answer,
+        should one come, is dropped."""
+        if len(self.urls) == 1:
+            return self.poll(path, params)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["got"] = self.poll(path, params)
+            except Exception as e:
+                box["error"] = e
+            done.set()
+
+        moved = self.failovers
+        poller = threading.Thread(target=run, name="watch-poll", daemon=True)
+        poller.start()
+        while not done.wait(0.25):
+            if self.failovers != moved and self._mover != poller.ident:
+                return None
+        if "error" in box:
+            raise box["error"]
+        return box["got"]
 
     def close(self) -> None:
         with self._lock:
@@ -150,10 +181,12 @@ class Southbound:
         self.call("POST", "/v1/hosts", {"name": name, "vtep_ip": vtep_ip, "kind": kind}
                   | ({"role": role} if role else {}))
 
-    def beat(self, name: str, report: dict[str, Any]) -> dict[str, Any] | None:
+    def beat(self, name: str, report: dict[str, Any], timeout: float | None = None) -> dict[str, Any] | None:
         """The heartbeat (with the ports' states, for a hypervisor); SouthboundError 404: the controller forgot
-        us (a fresh database), register again."""
-        return self.call("POST", f"/v1/hosts/{name}/status", report)
+        us (a fresh database), register again. `timeout`, with replicas: a beat that waits longer goes to the next
+        (a stalled controller must not get its hosts marked down by the others); with one controller, waiting is
+        all there is to do."""
+        return self.call("POST", f"/v1/hosts/{name}/status", report, timeout=timeout if len(self.urls) > 1 else None)
 
 
 def _detail(r: httpx.Response) -> str:

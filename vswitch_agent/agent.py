@@ -145,7 +145,8 @@ class AgentApp(app_manager.OSKenApp):
                 ports = {p.id: ("UP" if up and p.id in self.ofports else "DOWN") for p in self.cfg.ports}
             self.state["ports"] = ports
             try:
-                self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]})
+                self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]},
+                              timeout=max(1.0, self.opts.heartbeat_interval))
             except SouthboundError as e:
                 if e.status == 404:  # the controller forgot us (fresh database): register again
                     self._register()

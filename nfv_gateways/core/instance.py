@@ -273,7 +273,7 @@ class Instance:
                 if not self.counters["registered"]:
                     self.api.register(self.o.name, self.vtep, "gateway", self.role.name)
                     self.counters["registered"] = 1
-                self.api.beat(self.o.name, {"ports": {}})
+                self.api.beat(self.o.name, {"ports": {}}, timeout=max(0.25, 3 * self.o.beat_interval))
             except Exception as e:
                 self.counters["registered"] = 0
                 log.warning("heartbeat: %s", e)

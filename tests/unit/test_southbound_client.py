@@ -167,3 +167,40 @@ def test_controller_urls_are_checked() -> None:
     for bad in ("", " , ", "a:1", "ftp://x"):
         with pytest.raises(ValueError):
             split_urls(bad)
+
+
+def test_a_stalled_replica_loses_the_watch_as_soon_as_a_beat_moves_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that stops answering (SIGSTOP) holds the long-poll it has; a beat that times out there moves
+    the client to the next replica, and the watch follows at once instead of waiting for its read timeout."""
+    import time as _time
+
+    monkeypatch.setattr(southbound_client, "FAILOVER_JITTER_S", 0.0)
+    stop = threading.Event()
+    applied: list[float] = []
+
+    def stalled(_path: str) -> tuple:
+        _time.sleep(8)
+        return 304, b"", {}
+
+    def alive(path: str) -> tuple:
+        if "/config/delta" in path:
+            return (200, b'{"base": 7, "revision": 8}', {}) if "after=7" in path else (304, b"", {})
+        return 200, b"{}", {}
+
+    with server(stalled) as (a, _), server(alive) as (b, _):
+        sb = Southbound([a, b], "t")
+        t0 = _time.monotonic()
+        held = {"after": 7}
+
+        def apply(d: Delta, _a: Answer) -> None:
+            applied.append(_time.monotonic() - t0)
+            held["after"] = d.revision
+            stop.set()
+
+        w = threading.Thread(target=sb.watch, args=("/v1/hosts/h/config/delta", Delta, lambda: dict(held), apply,
+                                                    None, stop), daemon=True)
+        w.start()
+        _time.sleep(0.3)
+        sb.beat("h", {"ports": {}}, timeout=0.3)  # times out on the stalled one, lands on the other
+        w.join(5)
+        assert sb.current == b and applied and applied[0] < 2.0
