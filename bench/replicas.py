@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.scale import FlowWatch, now
 from tests.support.controller import PgDatabase
-from tests.support.replicas import kill_round, leader, replica_client, watching
+from tests.support.replicas import kill_round
 from topologies.cluster import DEFAULT_STATE, Cluster
 from topologies.cluster_state import State
 
@@ -37,11 +37,11 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def cross_replica(c: Cluster, token: str, subnet_id: str, reps: int) -> dict:
-    lead = leader(c)
-    assert lead is not None and set(watching(c).values()) == {lead}
+    lead = c.leader()
+    assert lead is not None and set(c.watching().values()) == {lead}
     other = 1 - lead
-    via = {"watched": replica_client(c, lead, token), "other": replica_client(c, other, token)}
-    orch = {k: replica_client(c, i, c.state.orchestrator_token) for k, i in (("watched", lead), ("other", other))}
+    via = {"watched": c.replica(lead, token), "other": c.replica(other, token)}
+    orch = {k: c.replica(i, c.state.orchestrator_token) for k, i in (("watched", lead), ("other", other))}
     watch = FlowWatch(c.hypervisor("hv2"))
     watch.start()
     time.sleep(0.5)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tianji.pki import Authority
 from tianji.tls import ClientTls
@@ -28,6 +29,10 @@ def controller_env() -> dict[str, str]:
 
 class ControlPlane:
     state: State
+
+    def agent_status(self, hv: str) -> dict: ...  # the cluster's (topologies.cluster)
+
+    def gateway_status(self, name: str) -> dict: ...
 
     def _make_certificates(self) -> None:
         """The cluster's CA, the controllers' certificate (for every address hosts and tools reach them at) and one
@@ -82,6 +87,36 @@ class ControlPlane:
             pass
         while alive(pid):
             time.sleep(0.01)
+
+    def replica(self, i: int, token: str, timeout: float = 5.0) -> Client:
+        """A client of replica `i` alone (no failover to the others)."""
+        url = self.state.controller_url.split(",")[i]
+        return Client(url, token, timeout=timeout, tls=ClientTls(ca=self.state.ca))
+
+    def replica_health(self, i: int, path: str = "/healthz") -> dict | None:
+        """Replica `i`'s /healthz as the admin sees it (its role), or /readyz; None when it does not answer."""
+        try:
+            return self.replica(i, self.state.admin_token, timeout=1.0).get(path)
+        except ApiFailure:
+            return None
+
+    def leader(self) -> int | None:
+        """The replica that leads (runs the cluster's liveness checks), by index."""
+        roles = [(self.replica_health(i) or {}).get("role") for i in range(len(self.state.controllers))]
+        leaders = [i for i, r in enumerate(roles) if r == "leader"]
+        assert len(leaders) <= 1, f"two replicas lead at once: {roles}"
+        return leaders[0] if leaders else None
+
+    def watching(self) -> dict[str, int | None]:
+        """Which replica (by index) each agent and gateway instance says it uses."""
+        ports = [c["port"] for c in self.state.controllers]
+        gws = [n for n, i in self.state.nodes.items() if i["role"] == "gateway"]
+        out: dict[str, int | None] = {}
+        for name, st in [*((h, self.agent_status(h)) for h in self.state.hypervisors),
+                         *((g, self.gateway_status(g)) for g in gws)]:
+            port = urlsplit(st.get("controller") or "").port
+            out[name] = ports.index(port) if port in ports else None
+        return out
 
     def client(self, token: str) -> Client:
         """An API client of this cluster's controllers (every replica, verified against the cluster's CA)."""

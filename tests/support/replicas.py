@@ -10,41 +10,19 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-from tianji.tls import ClientTls
 from tianjictl.client import ApiFailure, Client
 from topologies.cluster import Cluster
 
 WRITES_PER_S = 20
 
 
-def replica_client(cluster: Cluster, i: int, token: str, timeout: float = 5.0) -> Client:
-    """A client of replica `i` alone (no failover to the other)."""
-    url = cluster.state.controller_url.split(",")[i]
-    return Client(url, token, timeout=timeout, tls=ClientTls(ca=cluster.state.ca))
-
-
 def health(cluster: Cluster, i: int) -> dict | None:
-    """Replica `i`'s /healthz as the admin sees it (its role), or None when it does not answer."""
-    try:
-        return replica_client(cluster, i, cluster.state.admin_token, timeout=1.0).get("/healthz")
-    except ApiFailure:
-        return None
+    return cluster.replica_health(i)
 
 
 def ready(cluster: Cluster, i: int) -> dict | None:
-    try:
-        return replica_client(cluster, i, cluster.state.admin_token, timeout=1.0).get("/readyz")
-    except ApiFailure:
-        return None
-
-
-def leader(cluster: Cluster) -> int | None:
-    roles = [(h or {}).get("role") for h in (health(cluster, i) for i in range(len(cluster.state.controllers)))]
-    leaders = [i for i, r in enumerate(roles) if r == "leader"]
-    assert len(leaders) <= 1, f"two replicas lead at once: {roles}"
-    return leaders[0] if leaders else None
+    return cluster.replica_health(i, "/readyz")
 
 
 def hosts(cluster: Cluster) -> list[tuple[str, str]]:
@@ -55,17 +33,6 @@ def hosts(cluster: Cluster) -> list[tuple[str, str]]:
 
 def status(cluster: Cluster, kind: str, name: str) -> dict:
     return cluster.agent_status(name) if kind == "agent" else cluster.gateway_status(name)
-
-
-def watching(cluster: Cluster) -> dict[str, int | None]:
-    """Which replica (by index) each agent and gateway says it uses."""
-    ports = [c["port"] for c in cluster.state.controllers]
-    out: dict[str, int | None] = {}
-    for kind, name in hosts(cluster):
-        url = status(cluster, kind, name).get("controller") or ""
-        port = urlsplit(url).port
-        out[name] = ports.index(port) if port in ports else None
-    return out
 
 
 def whole_configs(cluster: Cluster) -> dict[str, int]:
@@ -179,20 +146,20 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
     `pings`: label -> (namespace, address) to ping at 10 ms across the kill; `hv_port`: (subnet id, hypervisor)
     for the port created during the outage; `served()`: EIP -> instance serving it."""
     n = len(cluster.state.controllers)
-    lead = leader(cluster)
+    lead = cluster.leader()
     assert lead is not None, "no replica leads"
-    wait(lambda: set(watching(cluster).values()) == {lead}, 10, f"every host to watch the leader, replica {lead}")
+    wait(lambda: set(cluster.watching().values()) == {lead}, 10, f"every host to watch the leader, replica {lead}")
     other = (lead + 1) % n
     whole0, eips0 = whole_configs(cluster), served()
-    survivor = replica_client(cluster, other, tenant_token)
-    orch = replica_client(cluster, other, cluster.state.orchestrator_token)
+    survivor = cluster.replica(other, tenant_token)
+    orch = cluster.replica(other, cluster.state.orchestrator_token)
     procs = {label: pinging(ns, ip, 4.0) for label, (ns, ip) in pings.items()}
-    with Writer(survivor, subnet_id, tag) as writer, Downs(replica_client(cluster, other,
+    with Writer(survivor, subnet_id, tag) as writer, Downs(cluster.replica(other,
                                                                           cluster.state.admin_token)) as downs:
         time.sleep(0.5)
         t_kill = time.monotonic()
         cluster.kill_controller(lead)
-        moved = wait(lambda: set(watching(cluster).values()) == {other}, 10, f"every host to watch replica {other}")
+        moved = wait(lambda: set(cluster.watching().values()) == {other}, 10, f"every host to watch replica {other}")
         t0 = time.monotonic()
         port = orch.post("/v1/ports", {"subnet_id": hv_port[0], "name": f"{tag}-outage", "host": hv_port[1]})
         vm = cluster.vm_add(port["id"], f"{tag}vm", dhcp=False)  # plugged, and waited for until its flows are in
