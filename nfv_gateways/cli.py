@@ -119,7 +119,8 @@ def status(name: str, state_dir: Path = typer.Option(DEFAULT_STATE),
                     f"EIPs {', '.join(st['eips'])}", header_style="bold cyan")
     t.add_column("counter")
     t.add_column("value", justify="right")
-    rows = {"role": st.get("role", "nat"), **st["counters"],
+    rows = {"role": st.get("role", "nat"), "controller": st.get("controller"),
+            "controller_failovers": st.get("controller_failovers", 0), **st["counters"],
             **{f"{part}.{k}": v for part in ("nat", "lb", "service") for k, v in st.get(part, {}).items()},
             **{f"dataplane.{k}": v for k, v in st.get("dataplane", {}).items()},
             **{f"{part}.{k}": v for part in ("dataplane_held", "dataplane_crossed", "nat_crossed", "lb_crossed")

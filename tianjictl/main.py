@@ -112,7 +112,7 @@ def fail(msg: str, code: int = 1) -> None:
 
 @app.callback()
 def main_options(ctx: typer.Context,
-                 url: str = typer.Option(None, envvar="TIANJI_URL",
+                 url: str = typer.Option(None, "--url", "--controller", envvar="TIANJI_URL",
                                          help="controller URL (several replicas: URL,URL,...)"),
                  token: str = typer.Option(None, envvar="TIANJI_TOKEN", help="bearer token"),
                  ca: str = typer.Option(None, envvar="TIANJI_CA",

@@ -86,13 +86,14 @@ def status(host: str = typer.Option(None, help="agent host name (default: every 
         console.print_json(json.dumps(rows))
         return
     t = Table(title="tianji agents", header_style="bold cyan")
-    for c in ("host", "revision", "desired", "switch", "flows", "adds/dels", "ports up", "port types",
+    for c in ("host", "controller", "revision", "desired", "switch", "flows", "adds/dels", "ports up", "port types",
               "drops by table", "last error", "age"):
         t.add_column(c, overflow="fold")
     for r in rows:
         up = sum(1 for v in r.get("ports", {}).values() if v == "UP")
         err = r.get("last_error") or {}
-        t.add_row(r["host"], str(r.get("revision")), str(r.get("desired_revision")),
+        t.add_row(r["host"], f"{r.get('controller', '')} ({r.get('controller_failovers', 0)} moves)",
+                  str(r.get("revision")), str(r.get("desired_revision")),
                   ("synced" if r.get("switch_synced") else "reading back") if r.get("switch_connected")
                   else "DISCONNECTED", str(r.get("flows")),
                   f"{r.get('flow_adds')}/{r.get('flow_deletes')}", f"{up}/{len(r.get('ports', {}))}",
