@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 OVERLAY_MTU = 1450  # 1500-byte underlay minus 50 bytes of VXLAN/UDP/IP/Ethernet: a VPC's MTU unless it says
 
@@ -22,15 +22,17 @@ class SchemaTooNew(ValueError):
 
 
 class Versioned(Wire):
-    """The configs and deltas the watches send: they say which schema they are in, checked before anything else."""
+    """The configs and deltas the watches send: they say which schema they are in; a newer major one is refused
+    whole (nothing of it is applied)."""
 
     schema_version: str = SCHEMA_VERSION
 
-    @model_validator(mode="before")
+    @field_validator("schema_version")
     @classmethod
-    def _ours(cls, data: object) -> object:
-        v = data.get("schema_version") if isinstance(data, dict) else None
-        if isinstance(v, str) and v.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+    def _ours(cls, v: str) -> str:
+        # a field validator: one on the whole model ("before") would make pydantic build the config as Python
+        # objects first, twice the parse time of a 20,000-port config
+        if v.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise SchemaTooNew(f"the controller sends southbound schema {v}; this agent or gateway understands "
                                f"{SCHEMA_VERSION.split('.')[0]}.x: upgrade it (what it runs is kept as it is)")
-        return data
+        return v
