@@ -119,7 +119,6 @@ class Leadership:
         self.checked = 0.0  # monotonic time of the election loop's last answer (readiness: it follows or leads)
         self.handovers = 0
         self._stop = threading.Event()
-        self._file: IO | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="leader-election", daemon=True).start()
@@ -157,15 +156,16 @@ class Leadership:
             self._run_file()
 
     def _run_file(self) -> None:
-        self._file = open(self.state_dir / "leader.lock", "a+")  # held: the lock lives with the file
-        while not self._stop.is_set():
-            try:
-                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._take()
-            except BlockingIOError:
-                pass
-            self.checked = time.monotonic()
-            self._stop.wait(ELECTION_TICK_S)
+        with open(self.state_dir / "leader.lock", "a+") as f:  # closed at stop: the lock goes with it
+            while not self._stop.is_set():
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._take()
+                except BlockingIOError:
+                    pass
+                self.checked = time.monotonic()
+                self._stop.wait(ELECTION_TICK_S)
+        self._lose("stopped")
 
     def _run_pg(self) -> None:
         import psycopg

@@ -6,14 +6,18 @@ through the other; then brings it back, and the next round kills the other (test
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 from scapy.all import TCP
 
-from tests.scenarios.conftest import Capture, reach
+from tests.scenarios.conftest import Capture, reach, wait_for
 from tests.scenarios.nat_support import nat_vpc, nat_works, served
 from tests.support.replicas import kill_round
 from tianji.pki import Authority
@@ -83,3 +87,36 @@ def test_replicas_1_kill_the_leader_ten_times(cluster, tenants, internet) -> Non
         assert not got.whole_configs, where  # every host resumed its watch from its revision
         assert got.rejoined_as == "follower", where
         nat_works(cluster, a, internet, eip["address"])
+
+
+def test_replicas_2_certificate_rotation_by_sighup_keeps_every_watch(cluster, tenants) -> None:
+    """A new controller certificate over the old files, SIGHUP to every replica: new connections get it, no agent
+    or gateway moved or was sent a whole config, and a write still reaches the hypervisors."""
+    st = cluster.state
+    before = {i: served_serial(cluster, i) for i in range(len(st.controllers))}
+    moves = {n: (cluster.agent_status(n) if n in st.hypervisors else cluster.gateway_status(n))
+             .get("controller_failovers") for n in cluster.watching()}
+    whole = {h: cluster.agent_status(h)["whole_configs"] for h in st.hypervisors}
+    Authority(Path(st.dir) / "pki").issue("controller", server_names=["127.0.0.1", "localhost", CONTROLLER_MGMT_IP])
+    for c in st.controllers:
+        os.killpg(c["pid"], signal.SIGHUP)
+    wait_for(lambda: all(served_serial(cluster, i) != before[i] for i in before), 10, "the new certificate")
+    n = tenants()
+    n.vpc("prod", "10.0.0.0/16", {"s": "10.0.1.0/24"})
+    vm = n.vm("s", "hv2")  # plugged, and waited for until its flows are in
+    assert vm["ip"]
+    assert {n: (cluster.agent_status(n) if n in st.hypervisors else cluster.gateway_status(n))
+            .get("controller_failovers") for n in cluster.watching()} == moves
+    assert {h: cluster.agent_status(h)["whole_configs"] for h in st.hypervisors} == whole
+
+
+def served_serial(cluster, i: int) -> int | None:
+    """The serial number of the certificate replica `i` presents to a new connection."""
+    port = cluster.state.controllers[i]["port"]
+    ctx = ssl.create_default_context(cafile=cluster.state.ca)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s, \
+                ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            return x509.load_der_x509_certificate(t.getpeercert(binary_form=True)).serial_number
+    except OSError:
+        return None
