@@ -22,8 +22,7 @@ DEFAULT_STATE = Path("/run/tianji")
 
 @gateway_app.command("run")
 def run(role: str = typer.Option("nat"), name: str = typer.Option(...),
-        controller: str = typer.Option("", envvar="TIANJI_URL", help="controller URL, or several replicas' "
-                                                                     "URL,URL,... (tried in turn)"),
+        controller: str = typer.Option("", envvar="TIANJI_URL", help="controller URL(s): URL,URL,... (replicas)"),
         token: str = typer.Option("", envvar="TIANJI_TOKEN"), underlay_if: str = typer.Option(...),
         ca: str = typer.Option(None, envvar="TIANJI_CA", help="verify the controller against this CA (PEM)"),
         cert: str = typer.Option(None, envvar="TIANJI_CERT", help="this host's certificate (mutual TLS)"),

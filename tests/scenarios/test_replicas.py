@@ -79,6 +79,7 @@ def test_replicas_1_kill_the_leader_ten_times(cluster, tenants, internet) -> Non
                          lambda: served(cluster))
         where = f"round {r + 1} (killed replica {got.killed}): {got}"
         print(where)
+        assert got.hosts_on_killed == got.hosts or r == 0, where  # the replica every host watches
         assert got.watch_moved_s < 3.0, where
         assert got.liveness_s < 5.0, where
         assert all(lost == 0 for _sent, lost in got.pings.values()), where
