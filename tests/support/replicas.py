@@ -109,6 +109,30 @@ class Downs:
         self.thread.join(5)
 
 
+class Takeover(threading.Thread):
+    """When replica `i` first says it leads, and first that it runs the liveness checks (polled every 50 ms)."""
+
+    def __init__(self, cluster: Cluster, i: int) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.i, self.seen = cluster, i, {}
+        self.client = cluster.replica(i, cluster.state.admin_token, timeout=1.0)
+        self.start()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 15
+        while "liveness" not in self.seen and time.monotonic() < deadline:
+            try:
+                h = self.client.get("/healthz")
+            except ApiFailure:
+                h = {}
+            t = time.monotonic()
+            if h.get("role") == "leader":
+                self.seen.setdefault("leader", t)
+            if h.get("liveness_checks"):
+                self.seen.setdefault("liveness", t)
+            time.sleep(0.05)
+
+
 def pinging(ns: str, ip: str, seconds: float) -> subprocess.Popen:
     """A 10 ms ping for `seconds`."""
     return subprocess.Popen(["ip", "netns", "exec", ns, "ping", "-q", "-i", "0.01", "-W", "1", "-c",
@@ -161,6 +185,7 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
     with Writer(survivor, subnet_id, tag) as writer, Downs(cluster.replica(other,
                                                                           cluster.state.admin_token)) as downs:
         time.sleep(0.5)
+        takeover = Takeover(cluster, other)
         t_kill = time.monotonic()
         cluster.kill_controller(lead)
         moved = wait(lambda: set(cluster.watching().values()) == {other}, 10, f"every host to watch replica {other}")
@@ -168,10 +193,8 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
         port = orch.post("/v1/ports", {"subnet_id": hv_port[0], "name": f"{tag}-outage", "host": hv_port[1]})
         vm = cluster.vm_add(port["id"], f"{tag}vm", dhcp=False)  # plugged, and waited for until its flows are in
         port_s = time.monotonic() - t0
-        wait(lambda: (health(cluster, other) or {}).get("role") == "leader", 10, f"replica {other} to lead")
-        leader_s = time.monotonic() - t_kill
-        wait(lambda: (health(cluster, other) or {}).get("liveness_checks"), 10, "the liveness checks to run")
-        liveness_s = time.monotonic() - t_kill
+        wait(lambda: "liveness" in takeover.seen, 10, f"replica {other} to lead and run the liveness checks")
+        leader_s, liveness_s = takeover.seen["leader"] - t_kill, takeover.seen["liveness"] - t_kill
         results = {label: lost(p) for label, p in procs.items()}
     ports = {p["id"] for p in survivor.get("/v1/ports")}
     whole1, eips1 = whole_configs(cluster), served()
