@@ -153,6 +153,7 @@ class RoundResult:
     hosts_on_killed: int  # of `hosts`, watching the killed replica when it was killed
     hosts: int
     watch_moved_s: float  # until every agent and gateway said it uses the other replica
+    slowest: tuple[str, float]  # the last host to say so, and when
     leader_s: float  # until the other replica led
     liveness_s: float  # until it ran the liveness checks (after its takeover grace)
     port_flows_s: float  # a port created through the survivor during the outage, until its flows on its host
@@ -188,7 +189,16 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
         takeover = Takeover(cluster, other)
         t_kill = time.monotonic()
         cluster.kill_controller(lead)
-        moved = wait(lambda: set(cluster.watching().values()) == {other}, 10, f"every host to watch replica {other}")
+        arrived: dict[str, float] = {}
+
+        def all_moved() -> bool:
+            t = time.monotonic() - t_kill
+            for host, on in cluster.watching().items():
+                if on == other:
+                    arrived.setdefault(host, round(t, 3))
+            return len(arrived) == len(hosts(cluster))
+
+        moved = wait(all_moved, 10, f"every host to watch replica {other}")
         t0 = time.monotonic()
         port = orch.post("/v1/ports", {"subnet_id": hv_port[0], "name": f"{tag}-outage", "host": hv_port[1]})
         vm = cluster.vm_add(port["id"], f"{tag}vm", dhcp=False)  # plugged, and waited for until its flows are in
@@ -206,7 +216,8 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
         survivor.delete(f"/v1/ports/{pid}")
     return RoundResult(
         killed=lead, hosts_on_killed=on_killed, hosts=len(hosts(cluster)),
-        watch_moved_s=round(moved, 3), leader_s=round(leader_s, 3), liveness_s=round(liveness_s, 3),
+        watch_moved_s=round(moved, 3), slowest=max(arrived.items(), key=lambda x: x[1]),
+        leader_s=round(leader_s, 3), liveness_s=round(liveness_s, 3),
         port_flows_s=round(port_s, 3), pings=results, writes=len(writer.acked),
         writes_lost=len(set(writer.acked) - ports), writes_failed=writer.failed, hosts_down=downs.seen,
         whole_configs={h: whole1[h] - whole0.get(h, 0) for h in whole1 if whole1[h] != whole0.get(h, 0)},
