@@ -89,6 +89,8 @@ class Southbound:
         for k in range(len(self.urls)):
             url = self.urls[(start + k) % len(self.urls)]
             if k:
+                assert failure is not None
+                self._move(self.urls[(start + k - 1) % len(self.urls)], url, failure)
                 time.sleep(random.uniform(0, FAILOVER_JITTER_S))
             try:
                 r = self.client(url, poller).request(method, path, **kw)
@@ -100,14 +102,20 @@ class Southbound:
             if r.status_code >= 500 and idempotent:
                 failure = SouthboundError(r.status_code, f"{url}: {_detail(r)}")
                 continue
-            if url != self.url:
-                log.warning("controller %s did not answer (%s): now using %s", self.url, failure, url)
-                self.url, self.failovers, self._mover = url, self.failovers + 1, threading.get_ident()
-                if self.on_failover is not None:
-                    self.on_failover(url)
             return r
         assert failure is not None
         raise failure
+
+    def _move(self, left: str, to: str, why: SouthboundError) -> None:
+        """`left` did not answer: use `to` from now on (said at once, before `to` answers: a long-poll there may
+        take its whole timeout), unless another thread has moved us already."""
+        with self._lock:
+            if self.url != left:
+                return
+            self.url, self.failovers, self._mover = to, self.failovers + 1, threading.get_ident()
+        log.warning("controller %s did not answer (%s): moving to %s", left, why, to)
+        if self.on_failover is not None:
+            self.on_failover(to)
 
     def call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         """The answer parsed as JSON (None for 304 or an empty body)."""

@@ -13,10 +13,12 @@ Each loop (watch, OVSDB monitor, program, heartbeat) is a thread; os-ken's event
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -327,6 +329,7 @@ class AgentApp(app_manager.OSKenApp):
 
 def run(o: AgentOptions) -> None:
     """Start the agent and block."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack, in the log
     wake_sender_when_receive_ends()
     from os_ken import cfg as oscfg
     from os_ken.controller import controller  # noqa: F401 - registers the --ofp-* options
