@@ -175,8 +175,9 @@ def tj(env: dict, *args: str, show: bool = True) -> dict | list | None:
     return json.loads(r.stdout) if r.stdout.strip().startswith(("{", "[")) else None
 
 
-def demo_database() -> str | None:
-    """A fresh PostgreSQL database for the demo's replicas, if PostgreSQL answers at 127.0.0.1:5432; else None."""
+def demo_database(drop: bool = False) -> str | None:
+    """A fresh PostgreSQL database for the demo's replicas, if PostgreSQL answers at 127.0.0.1:5432; else None.
+    `drop`: remove it (the demo's end)."""
     from sqlalchemy import create_engine, text
 
     admin = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -184,7 +185,8 @@ def demo_database() -> str | None:
         engine = create_engine(admin, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with engine.connect() as conn:
             conn.execute(text('DROP DATABASE IF EXISTS "tianji_demo" WITH (FORCE)'))
-            conn.execute(text('CREATE DATABASE "tianji_demo"'))
+            if not drop:
+                conn.execute(text('CREATE DATABASE "tianji_demo"'))
         engine.dispose()
     except Exception:
         return None
@@ -365,6 +367,7 @@ def main() -> None:
                           f"TIANJI_CA={c.state.ca}")
         else:
             c.down()
+            demo_database(drop=True) if database_url else None
             console.print("cluster torn down")
     if not ok:
         raise SystemExit(1)
