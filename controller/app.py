@@ -31,7 +31,7 @@ from controller.auth import cached_principal
 from controller.db import Database
 from controller.guards import Guard
 from controller.liveness import Beats, mark_silent_hosts_down
-from controller.replicas import Leadership, admin_credential
+from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.tls import reload_certificates
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
         print("tianji: the cluster's admin token was made by another replica (its state directory, or "
               "TIANJI_ADMIN_TOKEN_FILE); this one accepts it", flush=True)
     head = db.migration_head()
+    settings_differ = shared_settings(db, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -77,7 +78,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
                   description="Tenant VPC networking for private GPU clouds: VPCs, subnets, ports, peering, "
                               "route tables, security groups; and the host watch API agents reconcile from.")
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
-    app.state.admin_hash = admin_hash
+    app.state.admin_hash, app.state.settings_differ = admin_hash, settings_differ
     app.state.leadership = Leadership(db, settings.state_dir)
     app.state.broadcaster = Broadcaster(db)
     app.state.beats = Beats()
@@ -102,7 +103,8 @@ def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
         if (p := cached_principal(app.state, request.headers.get("authorization", ""))) is not None and p.is_admin:
             lead = app.state.leadership
             return {"status": "ok", "revision": db.revision(), "database": db.engine.dialect.name,
-                    "role": lead.role, "liveness_checks": lead.leading(), "pid": os.getpid()}
+                    "role": lead.role, "liveness_checks": lead.leading(), "pid": os.getpid(),
+                    "settings_differ_from_other_replicas": app.state.settings_differ}
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: the reason is in `detail`"}})

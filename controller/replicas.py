@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import threading
@@ -35,6 +36,12 @@ TAKEOVER_GRACE_S = 3.0  # a new leader judges no host on silence until this long
 # sessions idle for longer (a running leader's is busy every tick)
 STALLED_LEADER_S = 5
 ADMIN_HASH = "admin_token_sha256"
+SHARED = "settings"
+# what must be the same on every replica: they compile the same configs, allocate from the same ranges and judge the
+# same silences (the rest, such as rate limits or TLS files, is each process's own)
+SHARED_SETTINGS = ("vni_range", "vni_quarantine_s", "host_down_after", "gateway_down_after", "private_line_asn",
+                   "private_line_reserved_vlans", "underlay_mtu", "eip_pool", "service_network", "service_source_pool",
+                   "underlay_cidrs", "vpc_public_cidrs", "quotas")
 
 
 def hold_sqlite(settings: Settings) -> IO | None:
@@ -92,14 +99,31 @@ def admin_credential(db: Database, state_dir: Path, token_file: Path | None) -> 
     return token, token_hash(token), False
 
 
-def _store(db: Database, value: str, replace: bool) -> bool:
+def shared_settings(db: Database, settings: Settings) -> list[str]:
+    """Records this replica's cluster-wide settings in the database, and names those that differ from what the
+    replicas before it recorded (a warning at start, and in the admin's /healthz: they must be given the same)."""
+    mine = {k: getattr(settings, k) for k in SHARED_SETTINGS}
+    with db.read() as s:
+        row = s.get(m.ClusterSetting, SHARED)
+        theirs = json.loads(row.value) if row else None
+    differ = sorted(k for k in mine if theirs is not None and json.dumps(theirs.get(k), sort_keys=True)
+                    != json.dumps(mine[k], sort_keys=True, default=str))
+    if differ:
+        log.warning("this replica's %s differ from what the other replicas were started with: give every replica "
+                    "the same (TIANJI_%s); this replica's are now recorded", ", ".join(differ),
+                    ", TIANJI_".join(k.upper() for k in differ))
+    _store(db, json.dumps(mine, sort_keys=True, default=str), replace=True, name=SHARED)
+    return differ
+
+
+def _store(db: Database, value: str, replace: bool, name: str = ADMIN_HASH) -> bool:
     from sqlalchemy.exc import IntegrityError
 
     try:
         with db.sessions() as s, s.begin():
-            row = s.get(m.ClusterSetting, ADMIN_HASH)
+            row = s.get(m.ClusterSetting, name)
             if row is None:
-                s.add(m.ClusterSetting(name=ADMIN_HASH, value=value))
+                s.add(m.ClusterSetting(name=name, value=value))
             elif replace:
                 row.value = value
             else:

@@ -157,10 +157,14 @@ def test_replicas_share_the_admin_credential_through_the_database(tmp_path: Path
     pg = PgDatabase()
     try:
         a = Controller(tmp_path / "a", pg.url)
-        b = Controller(tmp_path / "b", pg.url)  # a state directory of its own: no admin.token there
+        # a state directory of its own (no admin.token there), and a setting that should be the cluster's
+        b = Controller(tmp_path / "b", pg.url, gateway_down_after=1.0)
         try:
             assert b.admin_token is None and not (tmp_path / "b" / "admin.token").exists()
             assert Client(b.url, a.admin_token).get("/v1/tenants") == []
+            health = Client(b.url, a.admin_token).get("/healthz")
+            assert health["settings_differ_from_other_replicas"] == ["gateway_down_after"]
+            assert a.admin.get("/healthz")["settings_differ_from_other_replicas"] == []
             with pytest.raises(ApiFailure):
                 Client(b.url, "tja_not-the-token").get("/v1/tenants")
         finally:
