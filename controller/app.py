@@ -27,7 +27,7 @@ from controller.api import (
     tenants,
     vpcs,
 )
-from controller.auth import cached_principal
+from controller.auth import cached_principal, forget_credentials
 from controller.db import Database
 from controller.guards import Guard
 from controller.liveness import Beats, mark_silent_hosts_down
@@ -80,7 +80,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
     app.state.admin_hash, app.state.settings_differ = admin_hash, settings_differ
     app.state.leadership = Leadership(db, settings.state_dir)
-    app.state.broadcaster = Broadcaster(db)
+    app.state.broadcaster = Broadcaster(db, revoked=lambda: forget_credentials(app.state),
+                                        hearing=lambda on: setattr(app.state, "hears_revocations", on))
     app.state.beats = Beats()
     app.state.collector = Collector()
     errors.install(app)

@@ -11,14 +11,19 @@ from typing import Any, Literal
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import select, text
 from starlette.concurrency import run_in_threadpool
 
 from controller import models as m
 from controller.errors import ApiError
 
-# A token's principal is cached this long per process: a deleted tenant's token may work this much longer.
+# A token's principal is cached per process. On PostgreSQL a revocation is announced to every process
+# (NOTIFY tianji_credentials, `revoke_everywhere`), and a process that hears those keeps a principal for an hour;
+# one that does not (SQLite's other workers, a lost LISTEN connection) for PRINCIPAL_TTL, how long a revoked token
+# may still work there.
 PRINCIPAL_TTL = 5.0
+PRINCIPAL_TTL_HEARD = 3600.0
+REVOKED_CHANNEL = "tianji_credentials"
 
 
 def new_token(prefix: str) -> str:
@@ -90,7 +95,8 @@ def authenticate(state: Any, header: str) -> Principal:
     found = _lookup(state.db, h)
     if found is None:
         raise ApiError(401, "invalid token", "Authorization")
-    state.__dict__.setdefault("_principals", {})[h] = (found, time.monotonic() + PRINCIPAL_TTL)
+    ttl = PRINCIPAL_TTL_HEARD if getattr(state, "hears_revocations", False) else PRINCIPAL_TTL
+    state.__dict__.setdefault("_principals", {})[h] = (found, time.monotonic() + ttl)
     return found
 
 
@@ -110,9 +116,15 @@ def _lookup(db, h: str) -> Principal | None:
 
 
 def forget_credentials(state: object) -> None:
-    """Drop this process's cache of principals (after a revocation). Other workers and replicas forget theirs
-    within PRINCIPAL_TTL."""
+    """Drop this process's cache of principals (after a revocation, here or announced by another process)."""
     state.__dict__.get("_principals", {}).clear()
+
+
+def revoke_everywhere(session: Any) -> None:
+    """In a transaction that removes credentials: tell every controller process, at its commit, to forget the
+    principals it holds (PostgreSQL; SQLite's other workers forget theirs within PRINCIPAL_TTL)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SELECT pg_notify('{REVOKED_CHANNEL}', '')"))
 
 
 def require_admin(p: Principal = Depends(principal)) -> Principal:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.auth import REVOKED_CHANNEL
 from controller.db import Database
 from controller.stamps import ChangeSet
 
@@ -44,6 +45,10 @@ class Broadcaster:
     latest: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
+    # PostgreSQL: told when another process revoked credentials, and whether revocations are heard at all (the
+    # LISTEN connection is up: while it is not, principals are cached briefly, see controller.auth)
+    revoked: Callable[[], None] | None = None
+    hearing: Callable[[bool], None] | None = None
     delivered: OrderedDict = field(default_factory=OrderedDict)  # revisions of the last detailed wakes
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -114,14 +119,26 @@ class Broadcaster:
             try:
                 with psycopg.connect(url, autocommit=True) as conn:
                     conn.execute("LISTEN tianji_revision")
-                    # Anything committed while we were (re)connecting: recheck once.
+                    conn.execute(f"LISTEN {REVOKED_CHANNEL}")
+                    # Anything committed while we were (re)connecting: recheck once, forget every principal once.
+                    self._heard(True)
                     self.publish(Wake(self.db.revision(), unknown=True))
                     while not self._stop.is_set():
                         for n in conn.notifies(timeout=1.0):
-                            self.publish(parse_notify(n.payload))
+                            if n.channel == REVOKED_CHANNEL:
+                                self._heard(True)
+                            else:
+                                self.publish(parse_notify(n.payload))
             except Exception as e:
+                self._heard(False)
                 log.warning("LISTEN connection lost (%s); reconnecting", e)
                 self._stop.wait(1.0)
+
+    def _heard(self, listening: bool) -> None:
+        if self.hearing is not None:
+            self.hearing(listening)
+        if self.revoked is not None:
+            self.revoked()
 
 
 # PostgreSQL's NOTIFY payload must stay under 8,000 bytes: past this, db.STAMP_NOTIFY sends a wake without

@@ -31,6 +31,7 @@ from controller.auth import (
     principal,
     require_admin,
     require_tenant_api,
+    revoke_everywhere,
     token_hash,
 )
 from controller.errors import conflict, invalid, not_found
@@ -81,6 +82,7 @@ def delete_tenant(tenant_id: str, request: Request, _: Principal = Depends(requi
             what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in held.items())
             raise conflict(None, f"tenant {tenant.name} still has {what}; delete them first")
         t.session.delete(tenant)
+        revoke_everywhere(t.session)
     forget_credentials(request.app.state)
 
 
@@ -169,13 +171,14 @@ def list_tenant_tokens(tenant_id: str, request: Request, p: Principal = Depends(
 @router.delete("/tenants/{tenant_id}/tokens/{token_id}", status_code=204)
 def revoke_tenant_token(tenant_id: str, token_id: str, request: Request,
                         p: Principal = Depends(require_tenant_api)) -> None:
-    """Revoked at once in this process; other workers and replicas stop accepting it within PRINCIPAL_TTL."""
+    """Revoked at once in every controller process (PostgreSQL; SQLite's other workers: within PRINCIPAL_TTL)."""
     with db_of(request).write(tenants=[tenant_id if p.sees_all else p.tenant_id]) as t:
         _tenant_for_tokens(t.session, tenant_id, p)
         row = t.session.get(m.TenantToken, token_id)
         if row is None or row.tenant_id != tenant_id:
             raise not_found("token", token_id)
         t.session.delete(row)
+        revoke_everywhere(t.session)
     forget_credentials(request.app.state)
 
 
@@ -221,4 +224,5 @@ def revoke_host_token(token_id: str, request: Request, _: Principal = Depends(re
         if row is None:
             raise not_found("host token", token_id)
         t.session.delete(row)
+        revoke_everywhere(t.session)
     forget_credentials(request.app.state)

@@ -218,3 +218,41 @@ def test_one_leader_and_a_handover_when_it_dies(tmp_path: Path) -> None:
         for db in dbs:
             db.engine.dispose()
         pg.drop()
+
+
+def test_a_revocation_is_heard_at_once_by_every_replica(tmp_path: Path) -> None:
+    """A tenant token and a host token, each used (and so cached) on replica B, revoked through replica A: B
+    refuses them at once, not after a cache's lifetime."""
+    if not pg_wanted():
+        pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0)")
+    pg = PgDatabase()
+    try:
+        a = Controller(tmp_path / "a", pg.url)
+        b = Controller(tmp_path / "b", pg.url)
+        try:
+            deadline = time.monotonic() + 5
+            while not getattr(b.app.state, "hears_revocations", False):  # its LISTEN connection is up
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            t = a.tenant()
+            tok = a.admin.post(f"/v1/tenants/{t.tenant_id}/tokens", {"name": "extra"})
+            hv = a.admin.post("/v1/host-tokens", {"host": "hv1"})
+            on_b = {"tenant": Client(b.url, tok["token"]), "host": Client(b.url, hv["token"])}
+            assert on_b["tenant"].get("/v1/vpcs") == [] and on_b["host"].get("/v1/hosts") == []
+            a.admin.delete(f"/v1/tenants/{t.tenant_id}/tokens/{tok['id']}")
+            a.admin.delete(f"/v1/host-tokens/{hv['id']}")
+            t0 = time.monotonic()
+            for who, c in on_b.items():
+                while True:
+                    try:
+                        c.get("/v1/hosts" if who == "host" else "/v1/vpcs")
+                    except ApiFailure as e:
+                        assert e.status == 401
+                        break
+                    assert time.monotonic() - t0 < 1.0, f"replica B still accepts the revoked {who} token"
+                    time.sleep(0.02)
+        finally:
+            b.stop()
+            a.stop()
+    finally:
+        pg.drop()
