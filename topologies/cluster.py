@@ -17,7 +17,14 @@ from pathlib import Path
 from tianji.southbound import GATEWAY_ROLES
 from topologies import service_host
 from topologies.cluster_state import State, load_topology
-from topologies.control_plane import CONTROLLER_MGMT_IP, TIANJI, ControlPlane, alive, controller_env  # noqa: F401
+from topologies.control_plane import (  # noqa: F401 -- TIANJI, controller_env: imported from here
+    CONTROLLER_MGMT_IP,
+    TIANJI,
+    ControlPlane,
+    alive,
+    controller_env,
+    stop_group,
+)
 from topologies.hosts import read_status
 from topologies.machines import GatewayHost, Hypervisor, Vm
 from topologies.wiring import underlay_mtu, wire
@@ -241,13 +248,7 @@ class Cluster(ControlPlane):
         return pid
 
     def kill_gateway(self, name: str) -> None:
-        pid = self.state.nodes[name]["pid"]
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        while alive(pid):
-            time.sleep(0.02)
+        stop_group(self.state.nodes[name]["pid"], signal.SIGKILL)
         (Path(self.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
 
     def gateway_status(self, name: str) -> dict:
@@ -266,13 +267,7 @@ class Cluster(ControlPlane):
 
     # --- faults --------------------------------------------------------------------------------------------
     def kill_agent(self, hv: str, sig: int = signal.SIGKILL) -> None:
-        pid = self.state.hypervisors[hv]["agent_pid"]
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            pass
-        while alive(pid):
-            time.sleep(0.02)
+        stop_group(self.state.hypervisors[hv]["agent_pid"], sig)
 
     def start_agent(self, hv: str) -> int:
         st = self.state

@@ -80,13 +80,7 @@ class ControlPlane:
 
     def kill_controller(self, i: int = 0, sig: int = signal.SIGKILL) -> None:
         """Kill replica `i` (kill -9 by default) and wait until it is gone."""
-        pid = self.state.controllers[i]["pid"]
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            pass
-        while alive(pid):
-            time.sleep(0.01)
+        stop_group(self.state.controllers[i]["pid"], sig)
 
     def replica(self, i: int, token: str, timeout: float = 5.0) -> Client:
         """A client of replica `i` alone (no failover to the others)."""
@@ -166,6 +160,16 @@ class ControlPlane:
         self.start_controller(i)
         self._admin(wait=True)
 
+
+
+def stop_group(pid: int, sig: int) -> None:
+    """Signal the process group `pid` leads and wait until its leader is gone."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    while alive(pid):
+        time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:

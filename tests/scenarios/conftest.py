@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import pg_wanted
 from tests.support.controller import PgDatabase
+from tests.support.wait import wait_for  # noqa: F401 -- the scenarios import it from here
 from tianjictl.client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
@@ -56,15 +57,6 @@ def cluster() -> Iterator[Cluster]:
     finally:
         if db is not None:
             db.drop()
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - t0
 
 
 @dataclass

@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from tests.support.wait import wait_for
 from tianjictl.client import ApiFailure, Client
 from topologies.cluster import Cluster
 
@@ -44,15 +45,6 @@ def whole_configs(cluster: Cluster) -> dict[str, int]:
     return out
 
 
-def wait(cond, timeout: float, what: str, interval: float = 0.02) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - t0
-
-
 @dataclass
 class Writer:
     """A tenant creating ports through one replica, WRITES_PER_S a second; what was acknowledged is kept."""
@@ -66,7 +58,7 @@ class Writer:
 
     def run(self) -> None:
         i = 0
-        while not self.stop.wait(1 / WRITES_PER_S):
+        while not self.stop.wait_for(1 / WRITES_PER_S):
             i += 1
             try:
                 self.acked.append(self.client.post("/v1/ports", {"subnet_id": self.subnet_id,
@@ -93,7 +85,7 @@ class Downs:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        while not self.stop.wait(0.05):
+        while not self.stop.wait_for(0.05):
             try:
                 self.seen |= {h["name"] for h in self.client.get("/v1/hosts") if h["status"] != "up"}
             except ApiFailure:
@@ -198,19 +190,19 @@ def kill_round(cluster: Cluster, tenant_token: str, subnet_id: str, hv_port: tup
                     arrived.setdefault(host, round(t, 3))
             return len(arrived) == len(hosts(cluster))
 
-        moved = wait(all_moved, 10, f"every host to watch replica {other}")
+        moved = wait_for(all_moved, 10, f"every host to watch replica {other}")
         t0 = time.monotonic()
         port = orch.post("/v1/ports", {"subnet_id": hv_port[0], "name": f"{tag}-outage", "host": hv_port[1]})
         vm = cluster.vm_add(port["id"], f"{tag}vm", dhcp=False)  # plugged, and waited for until its flows are in
         port_s = time.monotonic() - t0
-        wait(lambda: "liveness" in takeover.seen, 10, f"replica {other} to lead and run the liveness checks")
+        wait_for(lambda: "liveness" in takeover.seen, 10, f"replica {other} to lead and run the liveness checks")
         leader_s, liveness_s = takeover.seen["leader"] - t_kill, takeover.seen["liveness"] - t_kill
         results = {label: lost(p) for label, p in procs.items()}
     ports = {p["id"] for p in survivor.get("/v1/ports")}
     whole1, eips1 = whole_configs(cluster), served()
     cluster.vm_remove(vm["name"])
     cluster.start_controller(lead)
-    wait(lambda: ready(cluster, lead) is not None, 30, f"replica {lead} to answer again")
+    wait_for(lambda: ready(cluster, lead) is not None, 30, f"replica {lead} to answer again")
     rejoined = (ready(cluster, lead) or {}).get("role")
     for pid in [*writer.acked, port["id"]]:  # what the round made, so that rounds do not pile ports up
         survivor.delete(f"/v1/ports/{pid}")
