@@ -58,7 +58,7 @@ class Writer:
 
     def run(self) -> None:
         i = 0
-        while not self.stop.wait_for(1 / WRITES_PER_S):
+        while not self.stop.wait(1 / WRITES_PER_S):
             i += 1
             try:
                 self.acked.append(self.client.post("/v1/ports", {"subnet_id": self.subnet_id,
@@ -85,7 +85,7 @@ class Downs:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        while not self.stop.wait_for(0.05):
+        while not self.stop.wait(0.05):
             try:
                 self.seen |= {h["name"] for h in self.client.get("/v1/hosts") if h["status"] != "up"}
             except ApiFailure:
