@@ -206,9 +206,15 @@ def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") ->
     finally:
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, 15)
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
         for pid in ovs_pids(workdir):
             sh("kill", str(pid), check=False)
+        for ns in (workdir / "lines").glob("tjl-*"):  # the line's BGP session, should the instance have left it
+            sh("ip", "netns", "del", ns.name, check=False)
         down()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -355,12 +355,14 @@ class Instance:
         try:
             stop.wait()
         finally:  # detach XDP programs and nftables rules: left behind, they would eat the next instance's traffic
-            if self.dp is not None:
-                self.dp.close()
-            if hasattr(self.role, "close"):
-                self.role.close()
-            if self.edge is not None:
-                self.edge.stop()
+            for what, undo in (("data plane", self.dp.close if self.dp is not None else None),
+                               ("role", getattr(self.role, "close", None)),
+                               ("edge routing", self.edge.stop if self.edge is not None else None)):
+                try:
+                    if undo is not None:
+                        undo()
+                except Exception as e:  # one that fails must not leave the others' namespaces and programs behind
+                    log.warning("stopping the %s: %s", what, e)
             log.info("gateway %s stopped", self.o.name)
 
 
