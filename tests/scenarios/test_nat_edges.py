@@ -26,7 +26,7 @@ for _ in range(40):  # our public endpoint, as the internet's echo sees it (a lo
         pass
 if pub is None:
     print(json.dumps({"error": "the internet's UDP echo never answered through the NAT"})); sys.exit(1)
-open(f"{d}/{me}.pub", "w").write(pub)
+open(f"{d}/{me}.pub.tmp", "w").write(pub); os.rename(f"{d}/{me}.pub.tmp", f"{d}/{me}.pub")  # whole, or absent
 while not os.path.exists(f"{d}/{other}.pub"):
     time.sleep(0.05)
 ip, port = open(f"{d}/{other}.pub").read().split(":"); there = (ip, int(port))
