@@ -175,12 +175,16 @@ def tj(env: dict, *args: str, show: bool = True) -> dict | list | None:
     return json.loads(r.stdout) if r.stdout.strip().startswith(("{", "[")) else None
 
 
+def pg_admin_url() -> str:
+    return os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
 def demo_database(drop: bool = False) -> str | None:
     """A fresh PostgreSQL database for the demo's replicas, if PostgreSQL answers at 127.0.0.1:5432; else None.
     `drop`: remove it (the demo's end)."""
     from sqlalchemy import create_engine, text
 
-    admin = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    admin = pg_admin_url()
     try:
         engine = create_engine(admin, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with engine.connect() as conn:
@@ -200,9 +204,10 @@ def main() -> None:
         Cluster(State.load(DEFAULT_STATE / NAME)).down()
     step("1. bring up the `small` emulated cluster")
     database_url = demo_database()
-    console.print("[cyan]>[/cyan] " + ("two controller replicas on PostgreSQL (127.0.0.1:5432, database tianji_demo)"
-                                       if database_url else "one controller on SQLite: PostgreSQL at 127.0.0.1:5432 "
-                                       "does not answer (replicas need it)"))
+    where = pg_admin_url().split("@")[-1].rsplit("/", 1)[0]
+    console.print("[cyan]>[/cyan] " + (f"two controller replicas on PostgreSQL ({where}, database tianji_demo)"
+                                       if database_url else f"one controller on SQLite: PostgreSQL at {where} "
+                                       "does not answer (replicas need it; TIANJI_PG_URL says where it is)"))
     c = Cluster.up("small", name=NAME, database_url=database_url, controllers=2 if database_url else 1,
                    progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
     ok = False
