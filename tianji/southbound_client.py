@@ -82,8 +82,9 @@ class Southbound:
     def send(self, method: str, path: str, *, poller: bool = False, idempotent: bool = True,
              **kw: Any) -> httpx.Response:
         """The request, of the controller in use, then of each other replica in turn while the one asked cannot
-        answer (unreachable, or a 5xx); SouthboundError when none could. Not `idempotent` (a tenant's create): only
-        a request that never reached a controller (no connection) is asked again."""
+        answer (unreachable, or a 5xx); the last one's 5xx is returned as it is, SouthboundError when none was
+        reached. Not `idempotent` (a tenant's create): only a request that never reached a controller is sent
+        again."""
         start = self.urls.index(self.url) if self.url in self.urls else 0
         failure: SouthboundError | None = None
         for k in range(len(self.urls)):
@@ -99,7 +100,7 @@ class Southbound:
                 if idempotent or isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
                     continue
                 raise failure from None
-            if r.status_code >= 500 and idempotent:
+            if r.status_code >= 500 and idempotent and k < len(self.urls) - 1:  # the last one's answer is the answer
                 failure = SouthboundError(r.status_code, f"{url}: {_detail(r)}")
                 continue
             return r

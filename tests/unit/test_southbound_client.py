@@ -204,3 +204,17 @@ def test_a_stalled_replica_loses_the_watch_as_soon_as_a_beat_moves_on(monkeypatc
         sb.beat("h", {"ports": {}}, timeout=0.3)  # times out on the stalled one, lands on the other
         w.join(5)
         assert sb.current == b and applied and applied[0] < 2.0
+
+
+def test_the_last_replicas_5xx_is_the_answer_not_an_unreachable_controller() -> None:
+    """With one controller (or the last of several) answering 5xx, the caller gets that answer: the CLI shows the
+    controller's problem, not 'cannot reach the controller'."""
+    from tianjictl.client import ApiFailure, Client
+
+    with server(lambda _p: (500, b'{"detail": "the database is away", "status": 500}', {})) as (url, _):
+        with pytest.raises(ApiFailure) as e:
+            Client(url, "t").get("/v1/vpcs")
+        assert e.value.status == 500 and e.value.detail == "the database is away"
+        with pytest.raises(SouthboundError) as s:
+            Southbound(url, "t").call("GET", "/v1/vpcs")
+        assert s.value.status == 500
