@@ -32,6 +32,7 @@ from bench.control_plane import ControllerProcess
 from tests.support.controller import PgDatabase
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 from tianji.southbound_client import Southbound
+from tianjictl.client import Client
 
 BEAT_S = 2.0
 
@@ -86,7 +87,7 @@ def beats(hosts: list[SimHost], stop: threading.Event) -> None:
 
 def watchers_main(url: str, tokens: dict[str, str], conn) -> None:
     """The simulated hosts' process: answers the parent's questions on `conn`."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+    raise_fd_limit()
     hosts = [SimHost(url, tok, name, f"172.16.{i // 250}.{i % 250 + 1}") for i, (name, tok) in
              enumerate(tokens.items())]
     for h in hosts:
@@ -113,6 +114,12 @@ def watchers_main(url: str, tokens: dict[str, str], conn) -> None:
             return
 
 
+def raise_fd_limit() -> None:
+    """Two connections per simulated host, and the controller's side of each: the soft limit up to the hard one."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def cpu_and_rss(pid: int) -> tuple[float, int]:
     """(user+system CPU seconds, RSS MB) of `pid` and its children (uvicorn's workers)."""
     pids = [pid] + [int(x) for x in os.popen(f"pgrep -P {pid}").read().split()]
@@ -136,7 +143,7 @@ class Run:
     def __init__(self, backend: str, args: argparse.Namespace) -> None:
         self.args = args
         self.pg = PgDatabase() if backend == "postgres" else None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))  # the controller inherits it
+        raise_fd_limit()  # the controller inherits it
         self.ctl = ControllerProcess(self.pg.url if self.pg else None, args.workers if self.pg else 1)
         self.hosts = [f"sim{i:04d}" for i in range(args.hosts)]
         self.layout: dict[str, list[str]] = {}  # VPC id -> the hosts of its ports
@@ -161,7 +168,9 @@ class Run:
                 raise SystemExit(f"only {self.ask('ready')} of {n} simulated hosts hold a config after 300 s")
             time.sleep(0.5)
         self.log(f"{n} hosts registered and watching in {time.monotonic() - t0:.1f} s")
-        tenant = self.ctl.tenant("fanout")
+        t = self.ctl.admin.post("/v1/tenants", {"name": "fanout"})
+        self.ctl.admin.put(f"/v1/tenants/{t['id']}/quotas", {"vpcs": -1, "subnets": -1, "ports": -1})
+        tenant = Client(self.ctl.url, t["token"])
         orch = self.ctl.orchestrator()
         self.subnets: dict[str, str] = {}
         t0 = time.monotonic()
