@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,7 +63,10 @@ class Southbound:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
         tls = tls or ClientTls.from_env()
-        self._verify = tls.context() if any(u.startswith("https://") for u in self.urls) else True
+        # one context for every connection of this client; none where no URL is TLS (httpx would otherwise load the
+        # system's CA store for each of its clients: ~1 MB and milliseconds apiece, a thousand simulated hosts' worth)
+        self._verify: ssl.SSLContext | bool = tls.context() if any(u.startswith("https://") for u in self.urls) \
+            else False
         self._clients: dict[tuple[str, bool], httpx.Client] = {}
         self._lock = threading.Lock()
 
