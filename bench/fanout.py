@@ -66,8 +66,8 @@ class SimHost:
 
     def watch(self) -> None:
         self.api.register(self.name, self.vtep, "hypervisor")
-        self.api.watch(f"/v1/hosts/{self.name}/config/delta", HostConfigDelta, lambda: {"after": self.after},
-                       self.take, lambda e: None)
+        self.api.watch(f"/v1/hosts/{self.name}/config/delta", HostConfigDelta,
+                       lambda: {"after": self.after, "form": "objects"}, self.take, lambda e: None)
 
 
 def beats(hosts: list[SimHost], stop: threading.Event) -> None:

@@ -36,8 +36,10 @@ from controller.reads import (
     Q_LINE_ROUTES,
     Q_LOCAL,
     Q_NAT_GATEWAYS,
+    Q_REMOVED_AFTER,
     Q_ROUTES,
     Q_SUBNETS,
+    Q_VTEPS_AFTER,
     Reads,
     host_view,
 )
@@ -180,10 +182,11 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     return out.config if out else None
 
 
-def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | None:
+def compile_host_delta(s: Session, host: str, base: int, form: str = "sections") -> HostConfigDelta | None:
     """What changed in the host's config after revision `base` (see HostConfigDelta): the sections of the VPCs
-    stamped after it (their endpoints, groups, and the host's ports in them), and everything when the topology
-    moved (VTEPs are in every section).
+    stamped after it (their endpoints, groups, and the host's ports in them); with `form` "sections" everything
+    when the topology moved, with "objects" the VTEP entries that changed (whatever else a topology change
+    changes in the config stamped its VPCs: stamps.py).
 
     A VPC that became relevant after `base` is among the changed ones: it became the host's own by a port write
     that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
@@ -191,11 +194,22 @@ def compile_host_delta(s: Session, host: str, base: int) -> HostConfigDelta | No
     out = _compile_host(s, host)
     if out is None:
         return None
-    whole = base < 0 or out.topology > base
+    whole = base < 0 or form != "objects" and out.topology > base
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
-    return delta_of(out.config, base, None) if changed is None else out.delta(base, changed)
+    if changed is None:
+        return delta_of(out.config, base, None)
+    d = out.delta(base, changed)
+    if out.vteps_stamp > base:
+        rows = Reads()
+        rows.add("updates", Q_VTEPS_AFTER, base=base)
+        rows.add("removed", Q_REMOVED_AFTER, base=base)
+        got = rows.run(s)
+        d = d.model_copy(update={"vtep_updates": [Vtep.model_construct(host=n, ip=ip, kind=k)
+                                                  for n, ip, k in got["updates"]],
+                                 "vteps_removed": [n for (n,) in got["removed"]]})
+    return d
 
 
 @dataclass
@@ -209,6 +223,7 @@ class Compiled:
     vtep_ip: str | None
     host_stamp: int
     topology: int
+    vteps_stamp: int
     vpc_revisions: dict[str, int]
     own: frozenset[str]  # VPCs with a port on the host
     peers: dict[str, list[tuple[str, str]]]  # VPC -> [(peering id, peer VPC)], for the peerings of own VPCs
@@ -285,7 +300,6 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         reads.add("line_routes", Q_LINE_ROUTES, vpcs=stale_own)
         reads.add("dns", Q_DNS, vpcs=stale_own)
     rows = reads.run(s)
-
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
         FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
@@ -303,8 +317,9 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
         entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []), dns.get(vid, []))
         FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
 
-    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, revs, own, view.peers, relevant,
-                    entries, local, endpoints, {gid: g for vid in own for gid, g in groups[vid].items()}, vteps)
+    by_id = {gid: g for vid in own for gid, g in groups[vid].items()}
+    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, view.vteps, revs, own, view.peers,
+                    relevant, entries, local, endpoints, by_id, vteps)
 
 
 def _cached_entries(s: Session, own: frozenset[str], versions: dict[str, tuple]) -> tuple[dict, list[str]]:

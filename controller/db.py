@@ -27,7 +27,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, event, select, text, update
+from sqlalchemy import create_engine, delete, event, insert, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
@@ -46,13 +46,22 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 STAMP_NOTIFY = text("""
     WITH c AS (UPDATE counters SET value = value + :bump WHERE name = 'revision' RETURNING value),
          v AS (UPDATE vpcs SET revision = (SELECT value FROM c) WHERE id = ANY(CAST(:vpcs AS varchar[]))),
-         h AS (UPDATE hosts SET config_revision = (SELECT value FROM c)
-               WHERE name = ANY(CAST(:hosts AS varchar[]))),
-         t AS (UPDATE counters SET value = (SELECT value FROM c) WHERE name = 'topology' AND :topo)
+         h AS (UPDATE hosts SET config_revision = CASE WHEN name = ANY(CAST(:hosts AS varchar[]))
+                                                       THEN (SELECT value FROM c) ELSE config_revision END,
+                                vtep_revision = CASE WHEN name = ANY(CAST(:vteps AS varchar[]))
+                                                     THEN (SELECT value FROM c) ELSE vtep_revision END
+               WHERE name = ANY(CAST(:hosts AS varchar[])) OR name = ANY(CAST(:vteps AS varchar[]))),
+         t AS (UPDATE counters SET value = (SELECT value FROM c)
+               WHERE name = 'topology' AND :topo OR name = 'vteps' AND :moved),
+         back AS (DELETE FROM removed_hosts WHERE name = ANY(CAST(:vteps AS varchar[]))),
+         gone AS (INSERT INTO removed_hosts (name, revision)
+                  SELECT n, (SELECT value FROM c) FROM unnest(CAST(:removed AS varchar[])) n
+                  ON CONFLICT (name) DO UPDATE SET revision = EXCLUDED.revision)
     SELECT value, pg_notify('tianji_revision', CASE WHEN length(d) < :limit THEN d
                                                     ELSE json_build_object('r', value)::text END)
     FROM (SELECT value, json_build_object('r', value, 'v', CAST(:vpcs AS varchar[]),
-                                          'h', CAST(:hosts AS varchar[]), 't', :topo)::text AS d FROM c) x""")
+                                          'h', CAST(:hosts AS varchar[]), 't', :topo, 'e', :moved)::text AS d
+          FROM c) x""")
 
 
 # session.info key: the tenants a write transaction holds locked (absent outside writes)
@@ -149,6 +158,21 @@ class WriteTxn:
                       execution_options=STAMPED)
         if self.changes.topology:
             s.execute(update(counters).where(counters.c.name == "topology").values(value=rev))
+        if self.changes.vteps_moved:
+            self._stamp_vteps(s, rev)
+
+    def _stamp_vteps(self, s: Session, rev: int) -> None:
+        """The VTEP entries that appeared, changed or went, at this revision (as STAMP_NOTIFY does)."""
+        hosts, counters, removed = m.Host.__table__, m.Counter.__table__, m.RemovedHost.__table__
+        cs = self.changes
+        if cs.vteps:
+            s.execute(update(hosts).where(hosts.c.name.in_(cs.vteps)).values(vtep_revision=rev),
+                      execution_options=STAMPED)
+            s.execute(delete(removed).where(removed.c.name.in_(cs.vteps)))
+        if cs.removed:
+            s.execute(delete(removed).where(removed.c.name.in_(cs.removed)))
+            s.execute(insert(removed), [{"name": n, "revision": rev} for n in sorted(cs.removed)])
+        s.execute(update(counters).where(counters.c.name == "vteps").values(value=rev))
 
 
 def make_engine(url: str, synchronous: str = "FULL") -> Engine:
@@ -318,6 +342,7 @@ class Database:
             stamp = conn.cursor()
             stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
                 "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
+                "vteps": sorted(cs.vteps), "removed": sorted(cs.removed), "moved": cs.vteps_moved,
                 "limit": NOTIFY_LIMIT}))
             if log_entry is not None:  # after the stamp: it reads the revision the stamp took
                 conn.cursor().execute(*driver_form(audit.INSERT_ENTRY, dialect, log_entry))

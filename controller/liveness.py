@@ -60,7 +60,8 @@ class Beats:
 def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float | None = None,
                            beats: Beats | None = None) -> list[str]:
     """Hosts silent for longer than `silence` seconds (gateways: `gateway_silence`) go down, and their ports
-    DOWN; the topology stamp moves, so gateway targets and EIP homes follow."""
+    DOWN; a gateway going down stamps the VPCs gateways serve, so their targets and EIP homes follow (a
+    hypervisor going down changes nothing anyone compiles: controller/stamps.py)."""
     if beats is not None:
         beats.flush(db)
     cutoffs = {"hypervisor": now() - timedelta(seconds=silence),
@@ -76,7 +77,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
         return []
     with db.write() as t:
         for name, kind in stale:
-            h = t.session.get(m.Host, name)  # through the ORM: its status stamps the topology (stamps.py)
+            h = t.session.get(m.Host, name)  # through the ORM: stamps.py says what its status changes
             if h is None or _aware(h.last_seen) >= cutoffs.get(kind, cutoffs["hypervisor"]):
                 continue  # it beat meanwhile
             h.status = "down"

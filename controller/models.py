@@ -1,8 +1,5 @@
-"""SQLAlchemy models: the controller's persistent state.
-
-Uniqueness that matters for the data plane (VNI, MAC, IP within a VPC, VTEP IP) is enforced by
-database constraints, so it holds across threads and across controller replicas.
-"""
+"""SQLAlchemy models: the controller's persistent state. Uniqueness that matters for the data plane (VNI, MAC, IP
+within a VPC, VTEP IP) is enforced by database constraints, so it holds across threads and controller replicas."""
 
 from __future__ import annotations
 
@@ -32,7 +29,8 @@ from controller.table_base import Base, new_id, now
 
 
 class Counter(Base):
-    """Named counters: `revision` (bumped by every write) and `topology` (stamp of host/VTEP changes)."""
+    """Named counters: `revision` (every write), `topology` (what others compile of a host changed: its VTEP entry,
+    a gateway's role or liveness) and `vteps` (the VTEP list alone)."""
 
     __tablename__ = "counters"
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -127,6 +125,16 @@ class Host(Base):
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     # Global revision of the last change to the set of ports bound here.
     config_revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    # revision of the last change to its VTEP entry (name, address, kind): what other hosts' deltas carry
+    vtep_revision: Mapped[int] = mapped_column(BigInteger, server_default="0", index=True)
+
+
+class RemovedHost(Base):
+    """A deleted host's VTEP entry as a removal at its revision, for deltas (registering the name again clears it)."""
+
+    __tablename__ = "removed_hosts"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger, index=True)
 
 
 class Vpc(Base):

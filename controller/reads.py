@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, null, select, text, union_all
+from sqlalchemy import bindparam, func, literal, null, select, text, union, union_all
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -27,6 +27,7 @@ _MEMBERS, _MONITORS = m.LbMember.__table__, m.LbHealthMonitor.__table__
 _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table__
 _LINE_LEARNED = m.PrivateLineLearned.__table__
 _ENDPOINTS, _SERVICES = m.ServiceEndpoint.__table__, m.Service.__table__
+_REMOVED = m.RemovedHost.__table__
 _PEP, _PPORT, _PVPC = _ENDPOINTS.alias("provider_side"), _PORTS.alias("provider_port"), _VPCS.alias("provider_vpc")
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
@@ -43,6 +44,7 @@ Q_HOST_VPCS = text("""
                  SELECT requester_vpc_id, id, accepter_vpc_id FROM peerings
                  WHERE status = 'active' AND accepter_vpc_id IN (SELECT id FROM own))
     SELECT h.config_revision, h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
+           (SELECT value FROM counters WHERE name = 'vteps') AS vteps,
            v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.mtu, v.revision, v.peering_id, v.peer_of
     FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.mtu,
                                    vpcs.revision,
@@ -186,6 +188,15 @@ Q_PROVIDER_SIDES = select(_LBS.c.vpc_id, _ENDPOINTS.c.id, _LBS.c.vip_address, _V
     .join(_SERVICES, _SERVICES.c.load_balancer_id == _LBS.c.id) \
     .join(_ENDPOINTS, _ENDPOINTS.c.service_id == _SERVICES.c.id).join(_VIP, _VIP.c.id == _LBS.c.vip_port_id) \
     .where(in_ids(_LBS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.id)
+# every VPC with something a gateway instance serves (Q_GATEWAY_VIEW's roles): what a gateway's role or liveness
+# changes in hypervisors' configs (stamps.py)
+Q_SERVED_VPCS = union(select(_NATGWS.c.vpc_id), select(_PORTS.c.vpc_id).join(_EIPS, _EIPS.c.port_id == _PORTS.c.id),
+                      select(_LBS.c.vpc_id), select(_LINES.c.vpc_id), select(_ENDPOINTS.c.vpc_id),
+                      select(_PORTS.c.vpc_id).join(_ENDPOINTS, _ENDPOINTS.c.provider_port_id == _PORTS.c.id))
+# the VTEP entries that appeared or changed, and went, after a revision: a delta's share of a VTEP list change
+Q_VTEPS_AFTER = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind) \
+    .where(_HOSTS.c.vtep_revision > bindparam("base")).order_by(_HOSTS.c.name)
+Q_REMOVED_AFTER = select(_REMOVED.c.name).where(_REMOVED.c.revision > bindparam("base")).order_by(_REMOVED.c.name)
 Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
@@ -207,7 +218,8 @@ class HostView:
 
     stamp: int  # the host's own stamp (its ports bound, unbound, moved)
     vtep_ip: str | None
-    topology: int
+    topology: int  # versions fragments; what it changes in this host's config stamps the VPCs or the VTEP list
+    vteps: int  # the VTEP list's stamp
     vpcs: dict[str, Any]  # id -> row (tenant_id, vni, cidr, router_mac, revision)
     own: frozenset[str]  # VPCs with a port on the host
     peers: dict[str, list[tuple[str, str]]]  # own VPC -> [(peering id, peer VPC)]
@@ -215,7 +227,7 @@ class HostView:
     @property
     def revision(self) -> int:
         """The config's revision: the newest stamp among what it depends on."""
-        return max([self.stamp, self.topology, *(v.revision for v in self.vpcs.values())])
+        return max([self.stamp, self.vteps, *(v.revision for v in self.vpcs.values())])
 
 
 def host_view(s: Session, host: str) -> HostView | None:
@@ -231,7 +243,8 @@ def host_view(s: Session, host: str) -> HostView | None:
             own.add(r.id)
         else:
             peers[r.peer_of].append((r.peering_id, r.id))
-    return HostView(rows[0].config_revision, rows[0].vtep_ip, rows[0].topology, vpcs, frozenset(own), dict(peers))
+    return HostView(rows[0].config_revision, rows[0].vtep_ip, rows[0].topology, rows[0].vteps, vpcs, frozenset(own),
+                    dict(peers))
 
 
 def host_revision(s: Session, host: str) -> tuple[int, set[str]] | None:

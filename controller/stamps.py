@@ -37,6 +37,13 @@ class ChangeSet:
     vpcs: set[str] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     topology: bool = False
+    vteps: set[str] = field(default_factory=set)  # hosts whose VTEP entry appeared or changed
+    removed: set[str] = field(default_factory=set)  # hosts whose VTEP entry went (deleted)
+
+    @property
+    def vteps_moved(self) -> bool:
+        """The VTEP list every hypervisor holds changed: every watch is told (each gets the entries, not more)."""
+        return bool(self.vteps or self.removed)
 
     def add(self, vpcs: Iterable[str | None] = (), hosts: Iterable[str | None] = (), topology: bool = False) -> None:
         self.vpcs.update(v for v in vpcs if v)
@@ -81,13 +88,43 @@ def _rule_vpc(s: Session, rule_id: str | None) -> str | None:
 
 
 HOST_COMPILED = ("name", "vtep_ip", "kind", "role", "status")  # what configs read of a host (its beat is not)
+VTEP_ENTRY = ("name", "vtep_ip", "kind")  # a host's entry in every hypervisor's VTEP list
 
 
 def _host(s: Session, h: m.Host, out: ChangeSet, state: str) -> None:
-    """A host that comes, goes or changes what others compile of it (its VTEP, kind, role, liveness) stamps
-    itself and the topology; a registration or a beat that changes none of that stamps nothing."""
-    if state != "dirty" or any(get_history(h, a).has_changes() for a in HOST_COMPILED):
-        out.add(hosts=[h.name], topology=True)
+    """What a host's change costs other hosts, as little as it affects (a registration or a beat that changes
+    nothing compiled stamps nothing):
+    * its VTEP entry (joining, leaving, a new address): that entry in every hypervisor's list (`vteps`,
+      `removed`), and, for a new address, the VPCs of the ports bound to it (their endpoints carry it);
+    * a gateway's role or liveness: the VPCs gateways serve (their EIP homes, NAT buckets, VIPs, line routes,
+      service endpoints follow the live instances), never the others';
+    * a hypervisor's liveness: nothing anyone compiles (its ports' status is reported, not compiled).
+    The topology stamp (which versions fragments, and gateways' configs) moves for all but the last."""
+    changed = set(HOST_COMPILED) if state != "dirty" else \
+        {a for a in HOST_COMPILED if get_history(h, a).has_changes()}
+    gateway = "gateway" in _values(h, "kind")
+    entry = bool(changed & set(VTEP_ENTRY))
+    if not (entry or gateway and changed):
+        return
+    out.add(hosts=[h.name], topology=True)
+    if entry:
+        (out.removed if state == "deleted" else out.vteps).add(h.name)
+    if state == "dirty" and "vtep_ip" in changed:
+        out.add(_bound_vpcs(s, h.name))
+    if gateway:
+        out.add(_served_vpcs(s))
+
+
+def _bound_vpcs(s: Session, host: str) -> list[str]:
+    with s.no_autoflush:
+        return list(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
+
+
+def _served_vpcs(s: Session) -> list[str]:
+    from controller.reads import Q_SERVED_VPCS
+
+    with s.no_autoflush:
+        return list(s.execute(Q_SERVED_VPCS).scalars())
 
 
 def _eip(s: Session, e: m.Eip, out: ChangeSet, _state: str) -> None:
@@ -131,8 +168,9 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.ServiceEndpoint: lambda s, o, out, _: out.add([o.vpc_id]),
 }
 # tables no config is compiled from: their rows stamp nothing
+# (removed_hosts is compiled from, and written only by the stamp itself)
 UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,
-                                         m.AuditEntry, m.EipPool, m.PrivateLineSession})
+                                         m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost})
 # columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
 UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),
                                                  "hosts": frozenset({"last_seen"})}
@@ -160,7 +198,7 @@ def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
 ROW_AFFECTS: dict[str, Callable[[dict, ChangeSet], None]] = {
     "ports": lambda r, out: out.add([r["vpc_id"]], [r.get("host")]),
     "port_security_groups": lambda r, out: None,  # inserted with their ports, which stamp the same
-    "hosts": lambda r, out: out.add(hosts=[r["name"]], topology=True),
+    "hosts": lambda r, out: (out.add(hosts=[r["name"]], topology=True), out.vteps.add(r["name"])),
 }
 
 

@@ -30,11 +30,12 @@ class Wake:
     revision: int
     vpcs: frozenset[str] = frozenset()
     hosts: frozenset[str] = frozenset()
-    topology: bool = False
+    topology: bool = False  # gateway instances' concern; what it changes in hypervisors' configs is stamped apart
     unknown: bool = False
+    vteps: bool = False  # the VTEP list every hypervisor holds changed
 
     def concerns(self, host: str, relevant: set[str]) -> bool:
-        return self.unknown or self.topology or host in self.hosts or not relevant.isdisjoint(self.vpcs)
+        return self.unknown or self.vteps or host in self.hosts or not relevant.isdisjoint(self.vpcs)
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Broadcaster:
             self.loop.call_soon_threadsafe(self._deliver, w)
 
     def _local(self, cs: ChangeSet) -> None:
-        self.publish(Wake(cs.revision, frozenset(cs.vpcs), frozenset(cs.hosts), cs.topology))
+        self.publish(Wake(cs.revision, frozenset(cs.vpcs), frozenset(cs.hosts), cs.topology, vteps=cs.vteps_moved))
 
     def _poll(self) -> None:
         seen = self.latest
@@ -151,7 +152,8 @@ def parse_notify(payload: str) -> Wake:
         d = json.loads(payload)
         if "v" not in d:
             return Wake(int(d["r"]), unknown=True)
-        return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]))
+        # a process of an older version sends no "e": its topology then may have moved the VTEP list
+        return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]), vteps=bool(d.get("e", d["t"])))
     except (ValueError, KeyError, TypeError):
         return Wake(0, unknown=True)
 

@@ -182,7 +182,9 @@ class HostConfigDelta(Versioned):
     that changed after `base` (a VPC listed in `changed_vpcs` with no endpoints has none): every write that changes
     a port stamps the port's VPC, so a port created on a host with 200 sends that VPC's few, not the 200. `vpc_ids`
     lists every VPC the config holds, so the agent drops the others. `vteps` is None when unchanged.
-    `apply_delta` is the one definition of how a delta applies."""
+
+    With `form=objects` the VTEP list changes by entry: `vtep_updates` (appeared or changed) and `vteps_removed`,
+    so a host joining costs every other host one entry. `apply_delta` is the one definition of how one applies."""
 
     host: str
     revision: int
@@ -196,6 +198,8 @@ class HostConfigDelta(Versioned):
     security_groups: list[SecurityGroupInfo] = Field(default_factory=list)
     ports: list[PortInfo] = Field(default_factory=list)
     vteps: list[Vtep] | None = None
+    vtep_updates: list[Vtep] = Field(default_factory=list)
+    vteps_removed: list[str] = Field(default_factory=list)
 
 
 def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None) -> HostConfigDelta:
@@ -246,9 +250,23 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     new = HostConfig.model_construct(  # from validated parts: nothing to validate again
         host=d.host, revision=d.revision, vtep_ip=d.vtep_ip, mtu=d.mtu, ports=ports,
         vpcs=[vpcs[v] for v in sorted(wanted)], endpoints=[e for v in sorted(wanted) for e in endpoints[v]],
-        security_groups=[groups[g] for g in sorted(used)], vteps=cfg.vteps if d.vteps is None else d.vteps)
+        security_groups=[groups[g] for g in sorted(used)], vteps=_vteps_after(cfg.vteps, d))
     new._by_vpc.value = endpoints
     return new
+
+
+def _vteps_after(held: list[Vtep], d: HostConfigDelta) -> list[Vtep]:
+    """The VTEP list after `d`: its whole list, or the one held with its entries' changes (in host order); the very
+    list held when nothing changed (the agent compares it by identity)."""
+    if d.vteps is not None:
+        return d.vteps
+    if not d.vtep_updates and not d.vteps_removed:
+        return held
+    by_host = {v.host: v for v in held}
+    for name in d.vteps_removed:
+        by_host.pop(name, None)
+    by_host.update((v.host, v) for v in d.vtep_updates)
+    return [by_host[h] for h in sorted(by_host)]
 
 
 class PortStatusReport(BaseModel):

@@ -121,7 +121,8 @@ class AgentApp(app_manager.OSKenApp):
         controller outage it keeps its revision and asks from there when the controller answers again."""
         self._register()
         self.api.watch(f"/v1/hosts/{self.opts.host}/config/delta", HostConfigDelta,
-                       lambda: {"after": self.after}, self._take_delta, lambda e: self._error(f"watch: {e}"))
+                       lambda: {"after": self.after, "form": "objects"}, self._take_delta,
+                       lambda e: self._error(f"watch: {e}"))
 
     def _take_delta(self, delta: HostConfigDelta, _answer: object) -> None:
         cfg = apply_delta(self.cfg if self.after >= 0 else None, delta)

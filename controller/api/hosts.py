@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -179,12 +180,14 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
             responses={304: {"description": "no change after `after` within `timeout` seconds"}})
 async def watch_config_delta(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                              timeout: float = Query(0, ge=0, le=300),
+                             form: Literal["sections", "objects"] = Query("sections"),
                              p: Principal = Depends(require_infra)) -> Response:
     """The same long-poll, answered with what changed after `after` (HostConfigDelta): the sections of the VPCs
-    that changed, not the whole config. `after=-1` answers a whole config in this form. The vSwitch agent
-    watches this way."""
+    that changed, not the whole config. `after=-1` answers a whole config in this form. `form=objects`: a
+    topology change sends the VTEP entries that changed, not everything (HostConfigDelta says how). The vSwitch
+    agent watches this way."""
     own_host(p, name, "hypervisor")
-    return await _watch(request, name, after, timeout, lambda s, host: compile_host_delta(s, host, after))
+    return await _watch(request, name, after, timeout, lambda s, host: compile_host_delta(s, host, after, form))
 
 
 async def _watch(request: Request, name: str, after: int, timeout: float,

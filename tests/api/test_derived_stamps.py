@@ -55,6 +55,7 @@ class Fleet:
     def __init__(self, c: Controller) -> None:
         self.c = c
         self.hosts: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)
+        self.objects: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # watching with form=objects
         self.gateways: dict[str, GatewayHeld] = {g: GatewayHeld() for g in GATEWAYS}
 
     def cold(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -66,12 +67,15 @@ class Fleet:
 
     def sync(self, step: str) -> None:
         adm = self.c.admin
-        for h, held in self.hosts.items():
-            body = adm.get(f"/v1/hosts/{h}/config/delta", after=held.revision if held else -1)
-            if body is not None:
-                new = apply_delta(held, HostConfigDelta.model_validate(body))
-                assert new is not None, f"{step}: {h}'s delta did not apply"
-                self.hosts[h] = new
+        for form, fleet in (("sections", self.hosts), ("objects", self.objects)):
+            for h, held in fleet.items():
+                body = adm.get(f"/v1/hosts/{h}/config/delta", after=held.revision if held else -1, form=form)
+                if body is not None:
+                    d = HostConfigDelta.model_validate(body)
+                    assert form == "sections" or held is None or d.vteps is None, f"{step}: a whole VTEP list"
+                    new = apply_delta(held, d)
+                    assert new is not None, f"{step}: {h}'s delta ({form}) did not apply"
+                    fleet[h] = new
         for g, held in self.gateways.items():
             body = adm.get(f"/v1/gateways/{g}/config/delta", after=held.revision)
             if body is not None:
@@ -80,11 +84,12 @@ class Fleet:
                 self.gateways[g] = got[0]
         hosts, gws = self.cold()
         for h in HOSTS:
-            got, want = self.hosts[h], hosts[h]
-            assert got is not None and want is not None
-            a, b = got.model_dump(exclude={"revision"}), want.model_dump(exclude={"revision"})
-            assert a == b, f"after {step}: host {h}'s config (by its delta watch) differs from one compiled from " \
-                           f"scratch: {_diff(a, b)}"
+            for form, got in (("sections", self.hosts[h]), ("objects", self.objects[h])):
+                want = hosts[h]
+                assert got is not None and want is not None
+                a, b = got.model_dump(exclude={"revision"}), want.model_dump(exclude={"revision"})
+                assert a == b, f"after {step}: host {h}'s config (by its delta watch, {form}) differs from one " \
+                               f"compiled from scratch: {_diff(a, b)}"
         for g in GATEWAYS:
             got, want = self.gateways[g].config(), gws[g]
             assert want is not None
@@ -320,6 +325,25 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
         mark_silent_hosts_down(controller.db, 60)
         controller.raw(controller.admin_token).post(f"/v1/hosts/{h}/status", json={"ports": {}})
 
+    def gateway_down_up() -> None:  # an instance fails and comes back: its EIPs, buckets and VIPs move twice
+        g = rng.choice(list(GATEWAYS))
+        with controller.db.write() as w:
+            w.session.execute(update(m.Host.__table__).where(m.Host.__table__.c.name == g)
+                              .values(last_seen=m.now().replace(year=2000)))
+        from controller.liveness import mark_silent_hosts_down
+
+        mark_silent_hosts_down(controller.db, 60)
+        fleet.sync(f"step {n} (gateway {g} down)")
+        controller.raw(controller.admin_token).post(f"/v1/hosts/{g}/status", json={"ports": {}})
+
+    def host_join_leave() -> None:  # a hypervisor joins (every VTEP list gains it), or a joined one leaves
+        joined = objs.setdefault("joined", [])
+        if joined and rng.random() < 0.5:
+            adm.delete(f"/v1/hosts/{joined.pop()}")
+        else:
+            joined.append(f"new{n}")
+            adm.post("/v1/hosts", {"name": joined[-1], "vtep_ip": f"172.31.3.{n % 250 + 1}"})
+
     def line() -> None:
         v = vpc()
         vlan = 100 + n
@@ -385,7 +409,8 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
                                                    group_create, rule_add, rule_delete, group_delete, peering,
                                                    cross_peering, unpeer, route_delete, eip_associate, eip_release,
                                                    natgw, dnat, natgw_delete, lb, member, member_weight, monitor,
-                                                   health, lb_delete, host_move, host_down_up, other_tenant,
+                                                   health, lb_delete, host_move, host_down_up, gateway_down_up,
+                                                   host_join_leave, host_join_leave, other_tenant,
                                                    line, line, line_update, line_learns, line_learns, line_delete,
                                                    service, publish, publish, endpoint, endpoint, consume, consume,
                                                    consume, endpoint_delete, service_allow]

@@ -3,8 +3,12 @@ exactly the whole config the controller compiles at that revision, whatever the 
 
 from __future__ import annotations
 
+import json
 import random
 
+from sqlalchemy import update
+
+from controller import models as m
 from tests.conftest import Controller
 from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
 
@@ -118,3 +122,49 @@ def test_delta_that_does_not_fit_is_refused_by_the_agent_side(controller: Contro
         is None
     # and the 304 when nothing changed
     assert adm.get("/v1/hosts/hv1/config/delta", after=d.revision, timeout=0.2) is None
+
+
+def test_topology_events_cost_other_hosts_an_entry(controller: Controller) -> None:
+    """With form=objects a hypervisor joining, moving its VTEP or leaving sends every other host that VTEP entry
+    (under a kilobyte), never its whole config; a hypervisor going down and up sends nobody anything."""
+    adm = controller.admin
+    for i, h in enumerate(HOSTS):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+    t = controller.tenant()
+    for v in range(3):
+        vpc = t.post("/v1/vpcs", {"name": f"v{v}", "cidr": f"10.{v}.0.0/16"})
+        sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": f"10.{v}.0.0/24"})
+        controller.orchestrator().post("/v1/ports/bulk", {"ports": [
+            {"subnet_id": sn["id"], "name": f"p{j}", "host": HOSTS[j % 3]} for j in range(30)]})
+    held = {h: apply_delta(None, HostConfigDelta.model_validate(adm.get(f"/v1/hosts/{h}/config/delta",
+                                                                         form="objects"))) for h in HOSTS}
+
+    def deltas() -> dict[str, HostConfigDelta | None]:
+        out = {}
+        for h in HOSTS:
+            body = adm.get(f"/v1/hosts/{h}/config/delta", after=held[h].revision, form="objects", timeout=0.1)
+            out[h] = None if body is None else HostConfigDelta.model_validate(body)
+            if out[h] is not None:
+                assert len(json.dumps(body)) < 1024, body
+                held[h] = apply_delta(held[h], out[h])
+                assert held[h] == HostConfig.model_validate(adm.get(f"/v1/hosts/{h}/config"))
+        return out
+
+    adm.post("/v1/hosts", {"name": "joiner", "vtep_ip": "172.31.9.9"})
+    for d in deltas().values():
+        assert d is not None and d.changed_vpcs == [] and d.vteps is None and not d.ports and not d.endpoints
+        assert [v.host for v in d.vtep_updates] == ["joiner"] and d.vteps_removed == []
+    adm.patch("/v1/hosts/joiner", {"vtep_ip": "172.31.9.10"})
+    assert all(d is not None and [v.ip for v in d.vtep_updates] == ["172.31.9.10"] for d in deltas().values())
+    adm.delete("/v1/hosts/joiner")
+    assert all(d is not None and d.vteps_removed == ["joiner"] and not d.vtep_updates for d in deltas().values())
+    assert all("joiner" not in {v.host for v in cfg.vteps} for cfg in held.values())
+
+    from controller.liveness import mark_silent_hosts_down
+    with controller.db.write() as w:  # hv3 silent: down, then back
+        w.session.execute(update(m.Host.__table__).where(m.Host.__table__.c.name == "hv3")
+                          .values(last_seen=m.now().replace(year=2000)))
+    assert mark_silent_hosts_down(controller.db, 60) == ["hv3"]
+    controller.raw(controller.admin_token).post("/v1/hosts/hv3/status", json={"ports": {}})
+    assert adm.get("/v1/hosts/hv3")["status"] == "up"
+    assert deltas() == dict.fromkeys(HOSTS)
