@@ -35,7 +35,8 @@ from controller.compiler import compile_host
 from controller.db import Database
 from controller.fragments import FRAGMENTS
 from tests.support.controller import PgDatabase, free_port
-from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
+from tianji.host_delta import apply_delta
+from tianji.southbound import HostConfig, HostConfigDelta
 from tianjictl.client import Client
 
 BIN = Path(sys.executable).parent / "tianji"
@@ -56,8 +57,15 @@ class ControllerProcess:
         if database_url:
             cmd += ["--database-url", database_url]
         # the benches measure what the controller can do, not its per-credential rate limit (TIANJI_RATE_LIMIT)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "w"),
-                                     env=os.environ | {"TIANJI_RATE_LIMIT": "0"} | (env or {}))
+        self.cmd, self.env = cmd, os.environ | {"TIANJI_RATE_LIMIT": "0"} | (env or {})
+        self._start()
+        self.admin = Client(self.url, self.admin_token)
+        self.orchestrator_token = self.admin.post("/v1/orchestrator-tokens", {"name": "bench"})["token"]
+        self.db = Database(database_url or f"sqlite:///{self.state / 'tianji.db'}")
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "a"),
+                                     env=self.env)
         deadline = time.time() + 30
         while True:
             try:
@@ -68,9 +76,12 @@ class ControllerProcess:
                 if time.time() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("controller did not start: " + (self.state / "log").read_text()) from None
                 time.sleep(0.2)
-        self.admin = Client(self.url, self.admin_token)
-        self.orchestrator_token = self.admin.post("/v1/orchestrator-tokens", {"name": "bench"})["token"]
-        self.db = Database(database_url or f"sqlite:///{self.state / 'tianji.db'}")
+
+    def restart(self) -> None:
+        """Stopped (SIGTERM) and started again on the same port, state and database: every watcher reconnects."""
+        self.proc.terminate()
+        self.proc.wait(15)
+        self._start()
 
     def orchestrator(self) -> Client:
         """Binds ports to hosts (tenants may not); one token, a client per call (a connection per thread)."""

@@ -30,24 +30,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.control_plane import ControllerProcess
 from tests.support.controller import PgDatabase
-from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
-from tianji.southbound_client import Southbound
+from tianji.host_delta import apply_delta
+from tianji.southbound import HostConfig, HostConfigDelta
+from tianji.southbound_client import REPORT_REFRESH_S, Southbound
 from tianjictl.client import Client
 
 BEAT_S = 2.0
 
 
 class SimHost:
-    """One hypervisor's control loops, without a switch: register, watch (the agent's client), beat."""
+    """One hypervisor's control loops, without a switch: register, follow the config stream (the agent's client,
+    falling back to the long-poll as it does), and report as the agent does (only while the stream is down, or
+    every REPORT_REFRESH_S)."""
 
-    def __init__(self, url: str, token: str, name: str, vtep: str) -> None:
+    def __init__(self, url: str, token: str, name: str, vtep: str, mode: str) -> None:
         self.api = Southbound(url, token, timeout=30)
-        self.name, self.vtep = name, vtep
+        self.name, self.vtep, self.mode = name, vtep, mode
         self.cfg: HostConfig | None = None
         self.after = -1
         self.seen: dict[str, float] = {}  # port id -> when it first arrived (after the first config)
+        self.vteps_seen: dict[str, float] = {}  # VTEP host -> when it first arrived
         self.bytes = 0
-        self.silent = threading.Event()  # set: stop beating (a host going silent)
+        self.silent = threading.Event()  # set: the agent is gone (no stream, no reports)
+        self.reported = 0.0
 
     def take(self, d: HostConfigDelta, answer) -> None:
         t = time.monotonic()
@@ -63,21 +68,35 @@ class SimHost:
                 self.seen.setdefault(e.port_id, t)
             for p in d.ports:
                 self.seen.setdefault(p.id, t)
+            for v in d.vtep_updates or d.vteps or ():
+                self.vteps_seen.setdefault(v.host, t)
 
     def watch(self) -> None:
         self.api.register(self.name, self.vtep, "hypervisor")
-        self.api.watch(f"/v1/hosts/{self.name}/config/delta", HostConfigDelta,
-                       lambda: {"after": self.after, "form": "objects"}, self.take, lambda e: None)
+        self.follow()
+
+    def follow(self) -> None:
+        path, params = f"/v1/hosts/{self.name}/config", lambda: {"after": self.after, "form": "objects"}
+        if self.mode == "stream" and self.api.stream(f"{path}/stream", HostConfigDelta, params, self.take,
+                                                     lambda e: None, self.silent, keepalive=BEAT_S):
+            return
+        self.api.watch(f"{path}/delta", HostConfigDelta, params, self.take, lambda e: None, self.silent)
+
+    def resume(self) -> None:
+        self.silent.clear()
+        threading.Thread(target=self.follow, daemon=True).start()
 
 
 def beats(hosts: list[SimHost], stop: threading.Event) -> None:
-    """Every host beats every BEAT_S, spread over the interval, each on its own client (its own connection)."""
+    """Every host reports as the agent does: every BEAT_S while its stream is down, else every REPORT_REFRESH_S;
+    spread over the interval, each on its own client (its own connection)."""
     while not stop.is_set():
         t0 = time.monotonic()
         for i, h in enumerate(hosts):
-            if not h.silent.is_set():
+            if not h.silent.is_set() and (not h.api.streaming or t0 - h.reported > REPORT_REFRESH_S):
                 try:
                     h.api.beat(h.name, {"ports": {}})
+                    h.reported = t0
                 except Exception:
                     pass
             lag = t0 + BEAT_S * (i + 1) / len(hosts) - time.monotonic()
@@ -85,10 +104,10 @@ def beats(hosts: list[SimHost], stop: threading.Event) -> None:
                 time.sleep(lag)
 
 
-def watchers_main(url: str, tokens: dict[str, str], conn) -> None:
+def watchers_main(url: str, tokens: dict[str, str], mode: str, conn) -> None:
     """The simulated hosts' process: answers the parent's questions on `conn`."""
     raise_fd_limit()
-    hosts = [SimHost(url, tok, name, f"172.16.{i // 250}.{i % 250 + 1}") for i, (name, tok) in
+    hosts = [SimHost(url, tok, name, f"172.16.{i // 250}.{i % 250 + 1}", mode) for i, (name, tok) in
              enumerate(tokens.items())]
     for h in hosts:
         threading.Thread(target=h.watch, daemon=True).start()
@@ -106,8 +125,12 @@ def watchers_main(url: str, tokens: dict[str, str], conn) -> None:
             conn.send({h.name: h.bytes for h in hosts})
         elif cmd == "silent":
             name, on = arg
-            (by_name[name].silent.set if on else by_name[name].silent.clear)()
+            (by_name[name].silent.set if on else by_name[name].resume)()
             conn.send(True)
+        elif cmd == "current":  # how many hold a config at least at this revision
+            conn.send(sum(h.cfg is not None and h.cfg.revision >= arg for h in hosts))
+        elif cmd == "vteps":
+            conn.send({h.name: h.vteps_seen.get(arg) for h in hosts})
         elif cmd == "stop":
             stop.set()
             conn.send(True)
@@ -160,7 +183,7 @@ class Run:
         a, n = self.args, len(self.hosts)
         tokens = {h: self.ctl.admin.post("/v1/host-tokens", {"host": h})["token"] for h in self.hosts}
         self.conn, child = mp.Pipe()
-        self.proc = mp.Process(target=watchers_main, args=(self.ctl.url, tokens, child), daemon=True)
+        self.proc = mp.Process(target=watchers_main, args=(self.ctl.url, tokens, a.mode, child), daemon=True)
         self.proc.start()
         t0 = time.monotonic()
         while self.ask("ready") < n:
@@ -169,7 +192,8 @@ class Run:
             time.sleep(0.5)
         self.log(f"{n} hosts registered and watching in {time.monotonic() - t0:.1f} s")
         t = self.ctl.admin.post("/v1/tenants", {"name": "fanout"})
-        self.ctl.admin.put(f"/v1/tenants/{t['id']}/quotas", {"vpcs": -1, "subnets": -1, "ports": -1})
+        self.ctl.admin.put(f"/v1/tenants/{t['id']}/quotas", {"vpcs": -1, "subnets": -1, "ports": -1, "eips": -1,
+                                                              "nat_gateways": -1})
         tenant = Client(self.ctl.url, t["token"])
         orch = self.ctl.orchestrator()
         self.subnets: dict[str, str] = {}
@@ -184,6 +208,7 @@ class Run:
             if v % 100 == 99:
                 self.log(f"  {v + 1} of {a.vpcs} VPCs loaded ({(v + 1) * a.ports_per_vpc} ports)")
         self.res["load_s"] = round(time.monotonic() - t0, 1)
+        self.nat(tenant)
         time.sleep(3)
 
     def paced(self, rate: float) -> dict:
@@ -223,32 +248,103 @@ class Run:
                 "bytes_per_create": round(received / max(1, len(made))),
                 "controller_cpu_pct": round(100 * (cpu1 - cpu0) / (elapsed + 5), 1), "controller_rss_mb": rss}
 
+    def nat(self, tenant: Client) -> None:
+        """Two NAT gateway instances beating (as gateways do), and --nat-vpcs VPCs whose default route is a NAT
+        gateway: what an instance's failure moves (their buckets), in the configs of those VPCs' hosts."""
+        adm = self.ctl.admin
+        adm.post("/v1/eip-pools", {"cidr": "198.51.96.0/20"})
+        self.gateways = {f"gwsim{i}": threading.Event() for i in range(2)}  # set: silent
+        for i, g in enumerate(self.gateways):
+            adm.post("/v1/hosts", {"name": g, "vtep_ip": f"172.18.0.{i + 1}", "kind": "gateway", "role": "nat"})
+        self.stop_beats = threading.Event()
+        threading.Thread(target=self.gateway_beats, daemon=True).start()
+        self.nat_vpcs = list(self.layout)[:self.args.nat_vpcs]
+        for vid in self.nat_vpcs:
+            eip = tenant.post("/v1/eips", {})
+            gw = tenant.post("/v1/nat-gateways", {"vpc_id": vid, "eip_ids": [eip["id"]]})
+            tenant.post(f"/v1/vpcs/{vid}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+        time.sleep(3)
+
+    def gateway_beats(self) -> None:
+        api = Client(self.ctl.url, self.ctl.admin_token)
+        while not self.stop_beats.wait(0.2):
+            for g, silent in self.gateways.items():
+                if not silent.is_set():
+                    try:
+                        api.post(f"/v1/hosts/{g}/status", {"ports": {}})
+                    except Exception:
+                        pass
+
+    def received(self, b0: dict) -> tuple[int, int]:
+        """(bytes per host, hosts that received anything) since `b0`."""
+        b1 = self.ask("bytes")
+        got = [b1[h] - b0.get(h, 0) for h in b1]
+        return round(sum(got) / len(got)), sum(1 for x in got if x)
+
+    def wait_status(self, name: str, status: str, limit: float) -> float:
+        t0 = time.monotonic()
+        while self.ctl.admin.get(f"/v1/hosts/{name}")["status"] != status and time.monotonic() - t0 < limit:
+            time.sleep(0.1)
+        return round(time.monotonic() - t0, 2)
+
     def topology(self) -> dict:
-        out = {}
+        out: dict = {}
         b0 = self.ask("bytes")
+        t0 = time.monotonic()
         self.ctl.admin.post("/v1/hosts", {"name": "joiner", "vtep_ip": "172.17.0.1"})
         time.sleep(5)
-        b1 = self.ask("bytes")
-        out["host_join_bytes_per_host"] = round((sum(b1.values()) - sum(b0.values())) / len(self.hosts))
+        got = [t - t0 for t in self.ask("vteps", "joiner").values() if t is not None]
+        out["host_join_bytes_per_host"], _ = self.received(b0)
+        out["host_join_p50_ms"], out["host_join_max_ms"] = pct(got, 0.5), pct(got, 1.0)
+        out["host_join_hosts_told"] = len(got)
+
+        b0 = self.ask("bytes")
         victim = self.hosts[0]
         self.ask("silent", (victim, True))
-        down_after = 15.0
-        t0 = time.monotonic()
-        while self.ctl.admin.get(f"/v1/hosts/{victim}")["status"] != "down":
-            if time.monotonic() - t0 > down_after + 10:
-                break
-            time.sleep(0.5)
+        out["host_down_after_s"] = self.wait_status(victim, "down", 40)
         self.ask("silent", (victim, False))
-        time.sleep(5)
-        b2 = self.ask("bytes")
-        out["host_down_up_bytes_per_host"] = round((sum(b2.values()) - sum(b1.values())) / len(self.hosts))
+        self.wait_status(victim, "up", 20)
+        time.sleep(3)
+        out["host_down_up_bytes_per_host"], out["host_down_up_hosts_told"] = self.received(b0)
+
+        b0 = self.ask("bytes")
+        g = next(iter(self.gateways))
+        self.gateways[g].set()
+        out["gateway_down_after_s"] = self.wait_status(g, "down", 20)
+        time.sleep(3)
+        out["gateway_fail_bytes_per_host"], out["gateway_fail_hosts_told"] = self.received(b0)
+        self.gateways[g].clear()
+        self.wait_status(g, "up", 10)
+        time.sleep(2)
+
+        out |= self.reconnect()
         cpu0, _ = cpu_and_rss(self.ctl.proc.pid)
         time.sleep(10)
         cpu1, rss = cpu_and_rss(self.ctl.proc.pid)
         out["idle_cpu_pct"], out["idle_rss_mb"] = round(10 * (cpu1 - cpu0), 1), rss
         return out
 
+    def reconnect(self) -> dict:
+        """The controller restarted: every watcher reconnects at once. Until every host holds a config at least
+        as new as one written right after the restart; and whether anyone was marked down meanwhile."""
+        t0 = time.monotonic()
+        self.ctl.restart()
+        vid = next(iter(self.layout))
+        self.ctl.orchestrator().post("/v1/ports", {"subnet_id": self.subnets[vid], "name": "after-restart",
+                                                   "host": self.layout[vid][0]})
+        rev = self.ctl.db.revision()
+        n = len(self.hosts)
+        while self.ask("current", rev) < n and time.monotonic() - t0 < 120:
+            time.sleep(0.2)
+        converged = round(time.monotonic() - t0, 1)
+        time.sleep(max(0.0, 16 - converged))  # a whole silence after the restart: anyone marked down shows
+        hosts = self.ctl.admin.get("/v1/hosts")
+        return {"reconnect_s": converged, "reconnect_current": self.ask("current", rev),
+                "reconnect_marked_down": sum(1 for h in hosts if h["status"] == "down")}
+
     def close(self) -> None:
+        if hasattr(self, "stop_beats"):
+            self.stop_beats.set()
         try:
             self.ask("stop")
         except Exception:
@@ -268,6 +364,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--backends", default="postgres")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--nat-vpcs", type=int, default=50, help="VPCs with a NAT gateway as their default route")
+    ap.add_argument("--mode", choices=("stream", "poll"), default="stream",
+                    help="how the simulated hosts watch: the config stream (as the agent does) or the long-poll")
     args = ap.parse_args()
     results = []
     for backend in args.backends.split(","):
@@ -291,8 +390,13 @@ def main() -> None:
                   f"{x['api_p99_ms']} | {x['last_host_p50_ms']} / {x['last_host_p99_ms']} / {x['last_host_max_ms']} | "
                   f"{x['not_delivered']} | {x['bytes_per_create']} | {x['controller_cpu_pct']} / "
                   f"{x['controller_rss_mb']} |")
-        print(f"topology ({res['backend']}): a host joining {res['host_join_bytes_per_host']} bytes per other host; a "
-              f"host down and up {res['host_down_up_bytes_per_host']}; idle CPU {res['idle_cpu_pct']}% of a core, "
+        print(f"topology ({res['backend']}): a host joining {res['host_join_bytes_per_host']} bytes per other host "
+              f"(all {res['host_join_hosts_told']} told in {res['host_join_p50_ms']} / {res['host_join_max_ms']} ms "
+              f"p50/max); a host down ({res['host_down_after_s']} s) and up {res['host_down_up_bytes_per_host']} bytes "
+              f"per host ({res['host_down_up_hosts_told']} told); a gateway instance failing "
+              f"{res['gateway_fail_bytes_per_host']} bytes per host ({res['gateway_fail_hosts_told']} told); "
+              f"controller restart: {res['reconnect_current']} hosts current in {res['reconnect_s']} s, "
+              f"{res['reconnect_marked_down']} marked down; idle CPU {res['idle_cpu_pct']}% of a core, "
               f"RSS {res['idle_rss_mb']} MB; load {res['load_s']} s")
     print(json.dumps(results))
 

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from controller import errors
 from controller.api import (
     gateways,
+    host_stream,
     hosts,
     lb,
     lb_health,
@@ -86,8 +87,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.collector = Collector()
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
-    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, nat, lb, lb_health, gateways,
-              private_lines, services):
+    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,
+              gateways, private_lines, services):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)
@@ -159,8 +160,11 @@ async def _liveness(app: FastAPI) -> None:
                 log.warning("writing heartbeats failed: %s", e)
             continue
         try:
+            # a thousand hosts whose streams were on a replica that died (or on this process before a restart)
+            # reconnect with jitter: no hypervisor is judged until it had a whole silence to find this one
+            settled = time.monotonic() - app.state.leadership.since >= s.host_down_after
             down = await asyncio.to_thread(mark_silent_hosts_down, app.state.db, s.host_down_after,
-                                           s.gateway_down_after, app.state.beats)
+                                           s.gateway_down_after, app.state.beats, settled)
             for name in down:
                 log.warning("host %s silent too long: marked down, its ports DOWN", name)
         except Exception as e:  # keep checking through transient database errors

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from controller.fragments import FRAGMENTS, cached, store
 from controller.lb_compiler import by_listener
 from controller.line_compiler import line_route_infos
+from controller.patches import patch
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNS,
@@ -43,6 +44,7 @@ from controller.reads import (
     Reads,
     host_view,
 )
+from tianji.host_delta import delta_of
 from tianji.southbound import (
     GATEWAY_ROLES,
     OVERLAY_MTU,
@@ -61,7 +63,6 @@ from tianji.southbound import (
     SubnetInfo,
     VpcInfo,
     Vtep,
-    delta_of,
 )
 
 
@@ -98,7 +99,8 @@ def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> 
         built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
             id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
             eip_home_vtep=instances[eip_home] if eip_home else None, gateway_ip=p.gateway_ip))
-    return {vid: tuple(ports) for vid, ports in built.items()}
+    # in id order by Python's comparison, not the database collation's: a patched VPC is put back in this order
+    return {vid: tuple(sorted(ports, key=lambda p: p.id)) for vid, ports in built.items()}
 
 
 def service_home(endpoint_id: str, service_instances: dict[str, str]) -> str | None:
@@ -182,11 +184,13 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
     return out.config if out else None
 
 
-def compile_host_delta(s: Session, host: str, base: int, form: str = "sections") -> HostConfigDelta | None:
+def compile_host_delta(s: Session, host: str, base: int, form: str = "sections",
+                       sent: dict[str, Any] | None = None) -> HostConfigDelta | None:
     """What changed in the host's config after revision `base` (see HostConfigDelta): the sections of the VPCs
     stamped after it (their endpoints, groups, and the host's ports in them); with `form` "sections" everything
     when the topology moved, with "objects" the VTEP entries that changed (whatever else a topology change
-    changes in the config stamped its VPCs: stamps.py).
+    changes in the config stamped its VPCs: stamps.py). `sent`: the config stream's record of the endpoints it
+    sent per VPC, which then go as changes (controller/patches.py).
 
     A VPC that became relevant after `base` is among the changed ones: it became the host's own by a port write
     that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
@@ -198,9 +202,11 @@ def compile_host_delta(s: Session, host: str, base: int, form: str = "sections")
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
+    d = delta_of(out.config, base, None) if changed is None else out.delta(base, changed)
+    if sent is not None:
+        d = patch(d, out.endpoints, out.local, sent)
     if changed is None:
-        return delta_of(out.config, base, None)
-    d = out.delta(base, changed)
+        return d
     if out.vteps_stamp > base:
         rows = Reads()
         rows.add("updates", Q_VTEPS_AFTER, base=base)

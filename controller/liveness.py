@@ -58,10 +58,11 @@ class Beats:
 
 
 def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float | None = None,
-                           beats: Beats | None = None) -> list[str]:
+                           beats: Beats | None = None, hypervisors: bool = True) -> list[str]:
     """Hosts silent for longer than `silence` seconds (gateways: `gateway_silence`) go down, and their ports
     DOWN; a gateway going down stamps the VPCs gateways serve, so their targets and EIP homes follow (a
-    hypervisor going down changes nothing anyone compiles: controller/stamps.py)."""
+    hypervisor going down changes nothing anyone compiles: controller/stamps.py). `hypervisors` False: gateways
+    only (a new leader's first `silence`: its hosts' streams are still finding it)."""
     if beats is not None:
         beats.flush(db)
     cutoffs = {"hypervisor": now() - timedelta(seconds=silence),
@@ -69,7 +70,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
     with db.read() as s:
         stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
                                                     .where(m.Host.status == "up"))
-                 if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"])]
+                 if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"]) and (hypervisors or k == "gateway")]
     if stale and beats is not None:  # beats that came while the flush was writing: not in the database yet
         recent = beats.since_flush()
         stale = [(n, k) for n, k in stale if n not in recent or recent[n] < cutoffs.get(k, cutoffs["hypervisor"])]

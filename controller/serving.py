@@ -13,12 +13,16 @@ import asyncio
 import gc
 import socket
 import time
+import weakref
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from controller.tls import peer_names
+
+T = TypeVar("T")
 
 
 def _nodelay(transport: asyncio.BaseTransport) -> None:
@@ -78,6 +82,22 @@ def limit_threads() -> None:
     import anyio.to_thread
 
     anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS_PER_WORKER
+
+
+# Watches compile in threads of their own, never more than these at once per process: a thousand hosts' watches
+# then queue behind each other, never in front of a tenant's create (which takes the default threads above).
+WATCH_THREADS = 4
+_watch_limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its limiter
+
+
+async def watch_thread(fn: Callable[[], T]) -> T:
+    """`fn` (a watch's database work) in one of the watches' threads."""
+    import anyio.to_thread
+
+    loop = asyncio.get_running_loop()
+    if (limiter := _watch_limiters.get(loop)) is None:
+        limiter = _watch_limiters[loop] = anyio.CapacityLimiter(WATCH_THREADS)
+    return await anyio.to_thread.run_sync(fn, limiter=limiter)
 
 
 class Collector:

@@ -38,11 +38,25 @@ class Wake:
         return self.unknown or self.vteps or host in self.hosts or not relevant.isdisjoint(self.vpcs)
 
 
+class Subscription:
+    """One watch's wakes. A host's watch is indexed by its host and the VPCs its config holds (`keys`), so a write
+    wakes the watches it concerns, not all of them; a gateway's (no keys) hears every wake."""
+
+    __slots__ = ("queue", "host", "vpcs")
+
+    def __init__(self, host: str | None) -> None:
+        self.queue: asyncio.Queue[Wake] = asyncio.Queue()
+        self.host, self.vpcs = host, frozenset[str]()
+
+
 @dataclass
 class Broadcaster:
     db: Database
     loop: asyncio.AbstractEventLoop | None = None
-    queues: set[asyncio.Queue] = field(default_factory=set)
+    subs: set[Subscription] = field(default_factory=set)  # every subscription
+    every: set[Subscription] = field(default_factory=set)  # those without keys
+    by_host: dict[str, set[Subscription]] = field(default_factory=dict)
+    by_vpc: dict[str, set[Subscription]] = field(default_factory=dict)
     latest: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
@@ -62,13 +76,52 @@ class Broadcaster:
     def stop(self) -> None:
         self._stop.set()
 
-    def subscribe(self) -> asyncio.Queue:
-        q: asyncio.Queue = asyncio.Queue()
-        self.queues.add(q)
-        return q
+    def subscribe(self, host: str | None = None) -> Subscription:
+        sub = Subscription(host)
+        self.subs.add(sub)
+        if host is None:
+            self.every.add(sub)
+        else:
+            self.by_host.setdefault(host, set()).add(sub)
+        return sub
 
-    def unsubscribe(self, q: asyncio.Queue) -> None:
-        self.queues.discard(q)
+    def hear_all(self, sub: Subscription) -> None:
+        """Every wake reaches `sub` until `keys` is next called: while its watch reads what its config holds, a
+        write to a VPC it is about to hold must not pass it by."""
+        self.every.add(sub)
+
+    def keys(self, sub: Subscription, vpcs: frozenset[str]) -> None:
+        """The VPCs `sub`'s config holds now: the writes to them (and its host) wake it, and no other."""
+        self.every.discard(sub)
+        for v in sub.vpcs - vpcs:
+            if (held := self.by_vpc.get(v)) is not None:
+                held.discard(sub)
+                if not held:
+                    del self.by_vpc[v]
+        for v in vpcs - sub.vpcs:
+            self.by_vpc.setdefault(v, set()).add(sub)
+        sub.vpcs = vpcs
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.keys(sub, frozenset())
+        self.subs.discard(sub)
+        self.every.discard(sub)
+        if sub.host is not None and (held := self.by_host.get(sub.host)) is not None:
+            held.discard(sub)
+            if not held:
+                del self.by_host[sub.host]
+
+    def concerned(self, w: Wake) -> set[Subscription]:
+        """The subscriptions a wake may concern: all for one without detail or a VTEP list change, else those of
+        its hosts and VPCs (and those without keys)."""
+        if w.unknown or w.vteps:
+            return set(self.subs)
+        out = set(self.every)
+        for h in w.hosts:
+            out |= self.by_host.get(h, set())
+        for v in w.vpcs:
+            out |= self.by_vpc.get(v, set())
+        return out
 
     def busy(self, window: float = 0.1, count: int = 3) -> bool:
         """Writes are arriving in a burst: at least `count` wakes in the last `window` seconds."""
@@ -90,8 +143,8 @@ class Broadcaster:
                 self.delivered.popitem(last=False)
         self.recent.append(time.monotonic())
         self.latest = max(self.latest, w.revision)
-        for q in list(self.queues):
-            q.put_nowait(w)
+        for sub in self.concerned(w):
+            sub.queue.put_nowait(w)
 
     def publish(self, w: Wake) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -161,20 +214,19 @@ def parse_notify(payload: str) -> Wake:
 async def next_wake(q: asyncio.Queue, deadline: float,
                     relevant: Callable[[Wake], bool | Awaitable[bool]]) -> Wake | None:
     """The long-poll wait every watch shares: the first wake `relevant` accepts, or None at `deadline`
-    (monotonic), when the watch answers 304."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        try:
-            w = await asyncio.wait_for(q.get(), remaining)
-        except TimeoutError:
-            continue
-        ok = relevant(w)
-        if inspect.isawaitable(ok):
-            ok = await ok
-        if ok:
-            return w
+    (monotonic), when the watch answers 304. One timer for the whole wait, not one per wake."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
+            while True:
+                w = await q.get()
+                ok = relevant(w)
+                if inspect.isawaitable(ok):
+                    ok = await ok
+                if ok:
+                    return w
+    except TimeoutError:
+        return None
 
 
 @dataclass
@@ -189,20 +241,31 @@ class Held:
 
 async def long_poll(bc: Broadcaster, coalesce: float, deadline: float, look: Callable[[], Awaitable[Held]],
                     relevant: Callable[[Wake, Held], bool | Awaitable[bool]],
-                    woken: Callable[[Wake, Held], Awaitable[Held]] | None = None) -> tuple[Held, bool]:
+                    woken: Callable[[Wake, Held], Awaitable[Held]] | None = None,
+                    host: str | None = None) -> tuple[Held, bool]:
     """The one server-side watch (hosts' and gateway instances'): `look` at the watcher's config; until it is
     ready, wait for a wake that is `relevant` to it (a write that may change it), let a burst of writes settle,
     and look again (or let `woken` say what the wake tells without looking). (what was last seen, whether to
-    answer it); False: `deadline` (monotonic) passed first, and the watch answers 304."""
-    q = bc.subscribe()  # before the first look: a write committed meanwhile still wakes us
+    answer it); False: `deadline` (monotonic) passed first, and the watch answers 304. `host`: a host's watch,
+    woken only by writes to it and to the VPCs its config holds (`held.value`)."""
+    sub = bc.subscribe(host)  # before the first look, hearing all: a write committed meanwhile still wakes us
+    bc.hear_all(sub)
+
+    async def looked(how: Callable[[], Awaitable[Held]] = look) -> Held:
+        bc.hear_all(sub)
+        got = await how()
+        if host is not None:
+            bc.keys(sub, frozenset(got.value or ()))
+        return got
+
     try:
-        held = await look()
+        held = await looked()
         while not held.ready:
-            w = await next_wake(q, deadline, lambda w, h=held: relevant(w, h))
+            w = await next_wake(sub.queue, deadline, lambda w, h=held: relevant(w, h))
             if w is None:
                 return held, False
             await bc.settle(coalesce)
-            held = await (woken(w, held) if woken is not None else look())
+            held = await (looked(lambda w=w, h=held: woken(w, h)) if woken is not None else looked())
         return held, True
     finally:
-        bc.unsubscribe(q)
+        bc.unsubscribe(sub)

@@ -184,7 +184,10 @@ class HostConfigDelta(Versioned):
     lists every VPC the config holds, so the agent drops the others. `vteps` is None when unchanged.
 
     With `form=objects` the VTEP list changes by entry: `vtep_updates` (appeared or changed) and `vteps_removed`,
-    so a host joining costs every other host one entry. `apply_delta` is the one definition of how one applies."""
+    so a host joining costs every other host one entry. On the config stream, a VPC in `patched_vpcs` (one the
+    stream sent before) has in `endpoints` and `ports` only those that appeared or changed, and
+    `endpoints_removed`, `ports_removed` name those that went: a port created in a VPC of 200 sends one each.
+    `tianji.host_delta.apply_delta` is the one definition of how a delta applies."""
 
     host: str
     revision: int
@@ -200,73 +203,9 @@ class HostConfigDelta(Versioned):
     vteps: list[Vtep] | None = None
     vtep_updates: list[Vtep] = Field(default_factory=list)
     vteps_removed: list[str] = Field(default_factory=list)
-
-
-def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None) -> HostConfigDelta:
-    """The delta that takes a config at `base` to `cfg`: the sections of the VPCs in `changed_vpcs`.
-    `changed_vpcs` None (the topology moved: VTEPs are in every section) or base -1: everything."""
-    whole = base < 0 or changed_vpcs is None
-    keep = {v.id for v in cfg.vpcs} if whole else changed_vpcs & {v.id for v in cfg.vpcs}
-    return HostConfigDelta.model_construct(  # from a validated config: nothing to validate again
-        host=cfg.host, revision=cfg.revision, base=-1 if base < 0 else base, vtep_ip=cfg.vtep_ip, mtu=cfg.mtu,
-        vpc_ids=[v.id for v in cfg.vpcs], changed_vpcs=sorted(keep),
-        vpcs=[v for v in cfg.vpcs if v.id in keep], endpoints=[e for e in cfg.endpoints if e.vpc_id in keep],
-        security_groups=[g for g in cfg.security_groups if g.vpc_id in keep],
-        ports=[p for p in cfg.ports if p.vpc_id in keep], vteps=cfg.vteps if whole else None)
-
-
-def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None:
-    """The config a delta leads to from `cfg` (the config at `d.base`; None when there is none yet). None when the
-    delta does not apply (another base, or a VPC the agent holds nothing for): the agent then asks for a whole
-    config (after=-1). The result equals the whole config the controller compiles at `d.revision`."""
-    if d.base < 0:
-        cfg = HostConfig(host=d.host, revision=d.base)
-    elif cfg is None or cfg.revision != d.base:
-        return None
-    changed = set(d.changed_vpcs)
-    vpcs = {v.id: v for v in cfg.vpcs if v.id not in changed}
-    vpcs.update((v.id, v) for v in d.vpcs)
-    if any(v not in vpcs for v in d.vpc_ids):
-        return None
-    wanted = set(d.vpc_ids)
-    held = cfg.endpoints_by_vpc()
-    endpoints: dict[str, list[Endpoint]] = {v: [] if v in changed else list(held.get(v, ())) for v in d.vpc_ids}
-    for e in d.endpoints:
-        endpoints[e.vpc_id].append(e)
-    groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed}
-    groups.update((g.id, g) for g in d.security_groups)
-    local: dict[str, list[PortInfo]] = {v: [] for v in d.vpc_ids}
-    for p in cfg.ports:
-        if p.vpc_id in wanted and p.vpc_id not in changed:
-            local[p.vpc_id].append(p)
-    for p in d.ports:
-        if p.vpc_id not in local:
-            return None  # a port in a VPC the config does not hold
-        local[p.vpc_id].append(p)
-    ports = [p for v in sorted(wanted) for p in local[v]]
-    used = {g for p in ports for g in p.security_group_ids}
-    if not used <= groups.keys():
-        return None
-    new = HostConfig.model_construct(  # from validated parts: nothing to validate again
-        host=d.host, revision=d.revision, vtep_ip=d.vtep_ip, mtu=d.mtu, ports=ports,
-        vpcs=[vpcs[v] for v in sorted(wanted)], endpoints=[e for v in sorted(wanted) for e in endpoints[v]],
-        security_groups=[groups[g] for g in sorted(used)], vteps=_vteps_after(cfg.vteps, d))
-    new._by_vpc.value = endpoints
-    return new
-
-
-def _vteps_after(held: list[Vtep], d: HostConfigDelta) -> list[Vtep]:
-    """The VTEP list after `d`: its whole list, or the one held with its entries' changes (in host order); the very
-    list held when nothing changed (the agent compares it by identity)."""
-    if d.vteps is not None:
-        return d.vteps
-    if not d.vtep_updates and not d.vteps_removed:
-        return held
-    by_host = {v.host: v for v in held}
-    for name in d.vteps_removed:
-        by_host.pop(name, None)
-    by_host.update((v.host, v) for v in d.vtep_updates)
-    return [by_host[h] for h in sorted(by_host)]
+    patched_vpcs: list[str] = Field(default_factory=list)
+    endpoints_removed: list[str] = Field(default_factory=list)
+    ports_removed: list[str] = Field(default_factory=list)
 
 
 class PortStatusReport(BaseModel):

@@ -34,6 +34,8 @@ M = TypeVar("M", bound=BaseModel)
 POLL_S = 25  # how long the controller holds a watch without news
 RETRY_S = 1.0  # the longest wait after a poll that reached no controller (it doubles up to this from 0.1 s)
 FAILOVER_JITTER_S = 0.2  # the longest pause before asking the next replica
+REPORT_REFRESH_S = 30.0  # a host's port report is sent again this often while its config stream is its heartbeat
+KEEPALIVE_S = 2.0  # a stream's keep-alive lines: a stalled controller is left after three missed
 
 
 class SouthboundError(Exception):
@@ -69,6 +71,8 @@ class Southbound:
             else False
         self._clients: dict[tuple[str, bool], httpx.Client] = {}
         self._lock = threading.Lock()
+        self.streaming = False  # a stream is open and heard from (then it is the host's heartbeat)
+        self.heard = 0.0  # when it last was (monotonic)
 
     @property
     def current(self) -> str:
@@ -157,6 +161,65 @@ class Southbound:
                 (errors or (lambda x: log.warning("watch %s: %s", path, x)))(e)
                 time.sleep(random.uniform(wait / 2, wait))
                 wait = min(RETRY_S, wait * 2)
+
+    def stream(self, path: str, model: type[M], params: Callable[[], Mapping[str, Any]],
+               apply: Callable[[M, Answer], None], errors: Callable[[Exception], None] | None = None,
+               stop: threading.Event | None = None, keepalive: float = KEEPALIVE_S) -> bool:
+        """`watch` on one connection (server-sent events, controller/api/host_stream.py): each event is handed to
+        `apply` as it comes; when the stream breaks (the controller away, nothing heard for 3 keep-alives, another
+        request moved us to another replica) the same question again from what is held, as `watch` does. False
+        at once when the controller has no such stream (an older version): the caller watches instead."""
+        wait = 0.1
+        while stop is None or not stop.is_set():
+            url = self.url
+            try:
+                with self.client(url, poller=True).stream(
+                        "GET", path, params={**params(), "keepalive": keepalive},
+                        timeout=httpx.Timeout(self._timeout, read=3 * keepalive)) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        if r.status_code == 404 and _detail(r) == "Not Found":
+                            return False  # the route, not the host: an older controller
+                        raise SouthboundError(r.status_code, _detail(r))
+                    wait = 0.1
+                    self._follow(url, r, model, apply, stop)
+                # the controller ended it (shutting down): a thousand hosts must not all be back in one millisecond
+                time.sleep(random.uniform(0, RETRY_S))
+            except Exception as e:  # keep watching through controller outages and bad answers
+                if isinstance(e, httpx.TransportError) or isinstance(e, SouthboundError) and e.status >= 500:
+                    self._move_on(url, e)
+                (errors or (lambda x: log.warning("stream %s: %s", path, x)))(e)
+                time.sleep(random.uniform(wait / 2, wait))
+                wait = min(RETRY_S, wait * 2)
+            finally:
+                self.streaming = False
+        return True
+
+    def _follow(self, url: str, r: httpx.Response, model: type[M], apply: Callable[[M, Answer], None],
+                stop: threading.Event | None) -> None:
+        """The events of one stream, until it ends, `stop`, or another request moves us off `url`."""
+        event, data = "", ""
+        for line in r.iter_lines():
+            self.streaming, self.heard = True, time.monotonic()
+            if self.url != url or stop is not None and stop.is_set():
+                return
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data = line[5:].strip()
+            elif not line and data:
+                if event == "gone":
+                    raise SouthboundError(404, "the controller does not know this host (deleted)")
+                apply(model.model_validate_json(data), Answer(200, data.encode(), r.headers))
+                event, data = "", ""
+
+    def _move_on(self, url: str, why: Exception) -> None:
+        """A stream's controller failed: the next replica from now on, after the jittered pause."""
+        if len(self.urls) > 1:
+            nxt = self.urls[(self.urls.index(url) + 1) % len(self.urls)] if url in self.urls else self.urls[0]
+            failure = why if isinstance(why, SouthboundError) else SouthboundError(0, f"{url}: {why}")
+            self._move(url, nxt, failure)
+            time.sleep(random.uniform(0, FAILOVER_JITTER_S))
 
     def _poll_unless_moved(self, path: str, params: Mapping[str, Any]) -> Answer | None:
         """One long-poll; with replicas, None as soon as another request (a beat that timed out) moved us to

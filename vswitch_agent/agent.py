@@ -29,8 +29,9 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
-from tianji.southbound_client import Southbound, SouthboundError
+from tianji.host_delta import apply_delta
+from tianji.southbound import HostConfig, HostConfigDelta
+from tianji.southbound_client import REPORT_REFRESH_S, Southbound, SouthboundError
 from tianji.statusfile import write_atomic
 from vswitch_agent import dns, health, icmp, openflow, punts
 from vswitch_agent.audit import Audit
@@ -120,9 +121,13 @@ class AgentApp(app_manager.OSKenApp):
         """The delta watch: a change in one VPC sends that VPC's sections, not the host's whole config. Through a
         controller outage it keeps its revision and asks from there when the controller answers again."""
         self._register()
-        self.api.watch(f"/v1/hosts/{self.opts.host}/config/delta", HostConfigDelta,
-                       lambda: {"after": self.after, "form": "objects"}, self._take_delta,
-                       lambda e: self._error(f"watch: {e}"))
+        params = lambda: {"after": self.after, "form": "objects"}  # noqa: E731
+        if not self.api.stream(f"/v1/hosts/{self.opts.host}/config/stream", HostConfigDelta, params,
+                               self._take_delta, lambda e: self._error(f"watch: {e}"),
+                               keepalive=self.opts.heartbeat_interval):
+            log.warning("the controller has no config stream (an older version): long-polling instead")
+            self.api.watch(f"/v1/hosts/{self.opts.host}/config/delta", HostConfigDelta, params, self._take_delta,
+                           lambda e: self._error(f"watch: {e}"))
 
     def _take_delta(self, delta: HostConfigDelta, _answer: object) -> None:
         cfg = apply_delta(self.cfg if self.after >= 0 else None, delta)
@@ -141,6 +146,10 @@ class AgentApp(app_manager.OSKenApp):
         self._hint(None if delta.base < 0 else set(delta.changed_vpcs))
 
     def _heartbeat_loop(self) -> None:
+        """The port report, every heartbeat interval while the config stream is down; while it is up (it is the
+        beat, controller/api/host_stream.py) only when the report changed, and every REPORT_REFRESH_S."""
+        sent: dict | None = None
+        sent_at = 0.0
         while True:
             ports = {}
             if self.cfg is not None and self.ifaces_known:
@@ -148,8 +157,10 @@ class AgentApp(app_manager.OSKenApp):
                 ports = {p.id: ("UP" if up and p.id in self.ofports else "DOWN") for p in self.cfg.ports}
             self.state["ports"] = ports
             try:
-                self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]},
-                              timeout=max(1.0, self.opts.heartbeat_interval))
+                if ports != sent or not self.api.streaming or time.monotonic() - sent_at > REPORT_REFRESH_S:
+                    self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]},
+                                  timeout=max(1.0, self.opts.heartbeat_interval))
+                    sent, sent_at = ports, time.monotonic()
             except SouthboundError as e:
                 if e.status == 404:  # the controller forgot us (fresh database): register again
                     self._register()
@@ -322,6 +333,7 @@ class AgentApp(app_manager.OSKenApp):
         write_atomic(status_path(self.opts.state_dir, self.opts.host),
                      json.dumps(self.state | {"controller": self.api.current, "pid": os.getpid(),
                                               "controller_failovers": self.api.failovers,
+                                              "streaming": self.api.streaming,
                                               "switch_connected": s is not None and s.alive,
                                               "switch_synced": s is not None and s.swept,
                                               "desired_revision": self.cfg.revision if self.cfg else None,

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of
@@ -15,6 +14,7 @@ from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
 from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections
 from controller.reads import may_serve
+from controller.serving import watch_thread
 from controller.watch import Held, Wake, long_poll
 from tianji.southbound import GatewayConfig, GatewayConfigDelta
 
@@ -66,7 +66,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
 
     async def look() -> Held:
         t0 = time.perf_counter()
-        out = await run_in_threadpool(compile_now)
+        out = await watch_thread(compile_now)
         if out is None:
             raise not_found("gateway", name)
         return Held(out.at, out.at > after and (after < 0 or digest != out.digest), (out, t0))
@@ -77,7 +77,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
             return False  # compiled already
         if w.unknown or w.topology or not out.universe.isdisjoint(w.vpcs):
             return True
-        return bool(w.vpcs) and await run_in_threadpool(concerns, set(w.vpcs))
+        return bool(w.vpcs) and await watch_thread(lambda: concerns(set(w.vpcs)))
 
     held, changed = await long_poll(request.app.state.broadcaster, settings.watch_coalesce,
                                     time.monotonic() + min(timeout, settings.max_watch_timeout), look, may_change)

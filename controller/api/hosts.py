@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
@@ -20,6 +19,7 @@ from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.models import now
 from controller.reads import host_revision
+from controller.serving import watch_thread
 from controller.watch import Held, Wake, long_poll
 from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 
@@ -197,6 +197,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
     answer; only a wake without detail (another process, a huge change) is checked in the database."""
     db: Database = db_of(request)
     settings = request.app.state.settings
+    request.app.state.beats.note(name)  # a watching host is alive (controller/liveness.py)
 
     def check() -> tuple[int, set[str]] | None:
         with db.snapshot() as s:
@@ -207,7 +208,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
             return build(s, name)
 
     async def look() -> Held:
-        state = await run_in_threadpool(check)
+        state = await watch_thread(check)
         if state is None:
             raise not_found("host", name)
         return Held(state[0], state[0] > after, state[1])
@@ -219,10 +220,10 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
 
     held, changed = await long_poll(request.app.state.broadcaster, settings.watch_coalesce,
                                     time.monotonic() + min(timeout, settings.max_watch_timeout), look,
-                                    lambda w, h: w.concerns(name, h.value), woken)
+                                    lambda w, h: w.concerns(name, h.value), woken, host=name)
     if not changed:
         return Response(status_code=304, headers={"X-Tianji-Revision": str(held.revision)})
-    cfg = await run_in_threadpool(compile_now)
+    cfg = await watch_thread(compile_now)
     if cfg is None:
         raise not_found("host", name)
     return Response(cfg.model_dump_json(), media_type="application/json",

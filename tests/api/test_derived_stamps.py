@@ -14,17 +14,17 @@ import pytest
 from sqlalchemy import update
 
 from controller import models as m
-from controller.compiler import compile_host
+from controller.compiler import compile_host, compile_host_delta
 from controller.fragments import FRAGMENTS
 from controller.gateway_compiler import compile_gateway_sections
 from controller.stamps import CHANGES
 from tests.conftest import Controller, backends, served
+from tianji.host_delta import apply_delta
 from tianji.southbound import (
     GatewayConfigDelta,
     GatewayHeld,
     HostConfig,
     HostConfigDelta,
-    apply_delta,
     apply_gateway_delta,
 )
 
@@ -56,6 +56,8 @@ class Fleet:
         self.c = c
         self.hosts: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)
         self.objects: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # watching with form=objects
+        self.streamed: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # as the config stream sends
+        self.sent: dict[str, dict] = {h: {} for h in HOSTS}  # each stream's record (controller/patches.py)
         self.gateways: dict[str, GatewayHeld] = {g: GatewayHeld() for g in GATEWAYS}
 
     def cold(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,6 +78,14 @@ class Fleet:
                     new = apply_delta(held, d)
                     assert new is not None, f"{step}: {h}'s delta ({form}) did not apply"
                     fleet[h] = new
+        for h, held in self.streamed.items():  # the stream's compile, in this process, with its record
+            with self.c.db.snapshot() as s:
+                d = compile_host_delta(s, h, held.revision if held else -1, "objects", self.sent[h])
+            assert d is not None
+            if held is None or d.revision > held.revision:
+                new = apply_delta(held, d)
+                assert new is not None, f"{step}: {h}'s streamed delta did not apply"
+                self.streamed[h] = new
         for g, held in self.gateways.items():
             body = adm.get(f"/v1/gateways/{g}/config/delta", after=held.revision)
             if body is not None:
@@ -84,7 +94,8 @@ class Fleet:
                 self.gateways[g] = got[0]
         hosts, gws = self.cold()
         for h in HOSTS:
-            for form, got in (("sections", self.hosts[h]), ("objects", self.objects[h])):
+            for form, got in (("sections", self.hosts[h]), ("objects", self.objects[h]),
+                              ("stream", self.streamed[h])):
                 want = hosts[h]
                 assert got is not None and want is not None
                 a, b = got.model_dump(exclude={"revision"}), want.model_dump(exclude={"revision"})

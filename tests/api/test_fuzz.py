@@ -233,12 +233,16 @@ def requests(world: World, spec: dict) -> Iterator[tuple[str, str, dict, Any]]:
 
 
 def send(http: httpx.Client, method: str, url: str, query: dict, body: Any) -> httpx.Response:
+    """The answer; of a stream (the config stream, which lasts as long as its watcher), the status alone."""
     if isinstance(body, tuple):
-        return http.request(method, url, params=query, content=body[1].encode("utf-8", "surrogatepass"),
-                            headers={"Content-Type": "application/json"})
-    content = None if body is None else json.dumps(body).encode()  # lone surrogates stay escaped, as a client sends
-    return http.request(method, url, params=query, content=content,
-                        headers={"Content-Type": "application/json"} if content is not None else {})
+        content, headers = body[1].encode("utf-8", "surrogatepass"), {"Content-Type": "application/json"}
+    else:  # lone surrogates stay escaped, as a client sends
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if content is not None else {}
+    with http.stream(method, url, params=query, content=content, headers=headers) as r:
+        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+            r.read()
+        return r
 
 
 @pytest.fixture(params=backends())

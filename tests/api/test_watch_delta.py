@@ -10,7 +10,8 @@ from sqlalchemy import update
 
 from controller import models as m
 from tests.conftest import Controller
-from tianji.southbound import HostConfig, HostConfigDelta, apply_delta
+from tianji.host_delta import apply_delta
+from tianji.southbound import HostConfig, HostConfigDelta
 
 HOSTS = ["hv1", "hv2", "hv3"]
 

@@ -1,0 +1,108 @@
+"""The host's config as a stream: one connection per watcher for as long as it watches (server-sent events).
+
+`GET /v1/hosts/{name}/config/stream?after=REV` answers `text/event-stream`: an event per change of the host's
+config (`event: delta`, `id:` its revision, `data:` a HostConfigDelta from the last one sent), and a comment line
+every `keepalive` seconds while nothing changes. Why server-sent events: the changes flow one way (the agent's
+few writes, its port reports, stay requests); it is plain HTTP/1.1 through the same TLS, client certificates,
+tokens and proxies as every other call, with nothing to add on either side (HTTP/2 would need another server,
+a WebSocket another protocol and library for a channel that is one-way anyway). Against the long-poll it
+replaces, a busy watcher costs one write per change instead of a request's whole parse, routing, middleware
+and authentication, and an idle one nothing but its keep-alive line.
+
+The open stream is also the host's heartbeat: it notes a beat at every event and keep-alive line (controller
+/liveness.py), so an agent that streams need not send a request every 2 s to stay up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+
+from controller.api.common import MAX_BIGINT, db_of
+from controller.auth import Principal, own_host, require_infra
+from controller.compiler import compile_host_delta
+from controller.errors import not_found
+from controller.reads import host_revision
+from controller.serving import watch_thread
+from controller.watch import next_wake
+from tianji.southbound import HostConfigDelta
+
+router = APIRouter(tags=["hosts"])
+
+# whole configs compiled at once per process (a mass reconnect from scratch queues here, not in the database)
+WHOLE_AT_ONCE = 4
+_whole: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its semaphore
+
+
+def whole_configs() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    if (sem := _whole.get(loop)) is None:
+        sem = _whole[loop] = asyncio.Semaphore(WHOLE_AT_ONCE)
+    return sem
+
+
+@router.get("/hosts/{name}/config/stream",
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "an event per change (`data`: a HostConfigDelta from the last one)"}})
+async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
+                        form: Literal["sections", "objects"] = Query("objects"),
+                        keepalive: float = Query(5.0, ge=0.2, le=60),
+                        p: Principal = Depends(require_infra)) -> StreamingResponse:
+    """The delta watch on one connection: the first event takes the config from `after` (-1: a whole config),
+    each next one from the event before. `keepalive`: seconds between keep-alive lines (the client's read timeout
+    is a few of them: a stalled controller is noticed that soon)."""
+    own_host(p, name, "hypervisor")
+    db = db_of(request)
+
+    def known() -> bool:
+        with db.snapshot() as s:
+            return host_revision(s, name) is not None
+
+    if not await watch_thread(known):
+        raise not_found("host", name)
+    return StreamingResponse(_events(request, name, after, form, keepalive), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def _events(request: Request, name: str, after: int, form: str, keepalive: float) -> AsyncIterator[str]:
+    state = request.app.state
+    bc, beats, db = state.broadcaster, state.beats, state.db
+
+    sent: dict = {}  # VPC -> the endpoints this stream sent of it (controller/patches.py)
+
+    def compile_now(base: int) -> HostConfigDelta | None:
+        with db.snapshot() as s:
+            return compile_host_delta(s, name, base, form, sent if form == "objects" else None)
+
+    sub = bc.subscribe(name)
+    try:
+        while True:
+            beats.note(name)
+            bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
+            if after < 0:
+                async with whole_configs():
+                    d = await watch_thread(partial(compile_now, -1))
+            else:
+                d = await watch_thread(partial(compile_now, after))
+            if d is None:
+                yield "event: gone\ndata: {}\n\n"  # the host was deleted
+                return
+            bc.keys(sub, frozenset(d.vpc_ids))
+            if d.revision > after or after < 0:
+                yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
+                after = d.revision
+            vpcs = set(d.vpc_ids)
+            while await next_wake(sub.queue, time.monotonic() + keepalive,
+                                  lambda w, v=vpcs: w.concerns(name, v)) is None:
+                beats.note(name)
+                yield ": keepalive\n\n"
+            await bc.settle(state.settings.watch_coalesce)
+    finally:
+        bc.unsubscribe(sub)

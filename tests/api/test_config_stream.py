@@ -1,0 +1,199 @@
+"""The config stream (`/v1/hosts/{name}/config/stream`, server-sent events) as the agent's client follows it: every
+change arrives as one event on the one connection, applied it equals the whole config; the open stream keeps its
+host up without a heartbeat; a write wakes the watches it concerns and no other; a host may stream its own config
+only; a client of an older controller (no stream) is told so."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from controller.liveness import mark_silent_hosts_down
+from tests.conftest import Controller
+from tests.support.wait import wait_for
+from tianji.host_delta import apply_delta
+from tianji.southbound import HostConfig, HostConfigDelta
+from tianji.southbound_client import Southbound, SouthboundError
+
+
+class Follower:
+    """A host following its stream on a thread, as vswitch_agent does."""
+
+    def __init__(self, c: Controller, host: str, token: str) -> None:
+        self.api = Southbound(c.url, token, tls=c.tls)
+        self.host, self.cfg, self.events, self.bytes = host, None, 0, 0
+        self.last: HostConfigDelta | None = None
+        self.stop = threading.Event()
+        self.result: list[bool] = []
+        self.errors: list[Exception] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        self.result.append(self.api.stream(
+            f"/v1/hosts/{self.host}/config/stream", HostConfigDelta,
+            lambda: {"after": self.cfg.revision if self.cfg else -1}, self.take, self.errors.append, self.stop,
+            keepalive=0.3))
+
+    def take(self, d: HostConfigDelta, answer) -> None:
+        self.last = d
+        self.cfg = apply_delta(self.cfg, d)
+        assert self.cfg is not None
+        self.events += 1
+        self.bytes += len(answer.body)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.api.close()
+
+
+def _setup(c: Controller, hosts: list[str]) -> tuple[dict[str, str], list[dict]]:
+    tokens = {}
+    for i, h in enumerate(hosts):
+        c.admin.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+        tokens[h] = c.admin.post("/v1/host-tokens", {"host": h})["token"]
+    t = c.tenant()
+    subnets = []
+    for v in range(2):
+        vpc = t.post("/v1/vpcs", {"name": f"v{v}", "cidr": f"10.{v}.0.0/16"})
+        subnets.append(t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": f"10.{v}.0.0/24"}))
+    return tokens, subnets
+
+
+def test_stream_follows_writes_on_one_connection(controller: Controller) -> None:
+    c = controller
+    tokens, subnets = _setup(c, ["hv1", "hv2", "hv3"])
+    orch = c.orchestrator()
+    orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "a", "host": "hv1"})
+    orch.post("/v1/ports", {"subnet_id": subnets[1]["id"], "name": "b", "host": "hv3"})
+    f = {h: Follower(c, h, tok) for h, tok in tokens.items()}
+    try:
+        wait_for(lambda: all(x.cfg is not None for x in f.values()), 10, "every host's first config")
+        first = {h: x.events for h, x in f.items()}
+        for i in range(5):  # writes to v0, whose only host is hv1 (and hv2 once it gets a port there)
+            orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": f"p{i}", "host": "hv1"})
+        orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "q", "host": "hv2"})
+
+        def caught_up() -> bool:
+            return all(x.cfg == HostConfig.model_validate(c.admin.get(f"/v1/hosts/{h}/config"))
+                       for h, x in f.items())
+
+        wait_for(caught_up, 10, "every host's config, as its stream brought it, equals the whole config")
+        assert f["hv3"].events == first["hv3"]  # v1 was not written: hv3's stream heard nothing
+        assert f["hv1"].events > first["hv1"] and len(f["hv1"].cfg.endpoints) == 7
+        c.admin.post("/v1/hosts", {"name": "joiner", "vtep_ip": "172.31.9.9"})  # the VTEP list: everyone, by entry
+        wait_for(lambda: all("joiner" in {v.host for v in x.cfg.vteps} for x in f.values()), 10, "the new VTEP")
+        assert all(not x.errors for x in f.values()), {h: x.errors for h, x in f.items()}
+        assert all(x.api.streaming for x in f.values())
+        assert not c.app.state.broadcaster.every  # every subscription is indexed by its host and VPCs
+        assert set(c.app.state.broadcaster.by_host) == {"hv1", "hv2", "hv3"}
+    finally:
+        for x in f.values():
+            x.close()
+    wait_for(lambda: not c.app.state.broadcaster.subs, 10, "the closed streams' subscriptions gone")
+
+
+def test_an_open_stream_is_the_heartbeat(controller: Controller) -> None:
+    """hv1 streams and never beats; hv2 neither streams nor beats: only hv2 goes down."""
+    c = controller
+    tokens, _ = _setup(c, ["hv1", "hv2"])
+    f = Follower(c, "hv1", tokens["hv1"])
+    try:
+        wait_for(lambda: f.cfg is not None, 10, "hv1's first config")
+        time.sleep(1.5)  # several keep-alives: each a beat
+        assert sorted(mark_silent_hosts_down(c.db, 1.0, beats=c.app.state.beats)) == ["hv2"]
+        assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
+    finally:
+        f.close()
+
+
+def test_a_host_streams_its_own_config_only(controller: Controller) -> None:
+    tokens, _ = _setup(controller, ["hv1", "hv2"])
+    with httpx.Client(base_url=controller.url, headers={"Authorization": f"Bearer {tokens['hv1']}"}) as h:
+        r = h.get("/v1/hosts/hv2/config/stream")
+        assert r.status_code == 403
+        r = h.get("/v1/hosts/hv1/config/stream", params={"keepalive": 0})
+        assert r.status_code == 422 and "keepalive" in r.text
+    with httpx.Client(base_url=controller.url,
+                      headers={"Authorization": f"Bearer {controller.admin_token}"}) as a:
+        assert a.get("/v1/hosts/nope/config/stream").status_code == 404
+
+
+def test_a_controller_without_the_stream_is_told_apart_from_an_unknown_host(controller: Controller) -> None:
+    tokens, _ = _setup(controller, ["hv1"])
+    api = Southbound(controller.url, controller.admin_token, tls=controller.tls)
+    seen: list[Exception] = []
+    stop = threading.Event()
+    # an unknown host: an error to report (the agent registers again), and the stream is retried
+    t = threading.Thread(target=api.stream, args=("/v1/hosts/ghost/config/stream", HostConfigDelta, dict,
+                                                   lambda d, a: None, seen.append, stop), daemon=True)
+    t.start()
+    wait_for(lambda: seen, 5, "the 404's report")
+    stop.set()
+    t.join(5)
+    assert isinstance(seen[0], SouthboundError) and seen[0].status == 404
+    # no such route (an older controller): False at once, and the caller long-polls instead
+    assert api.stream("/v1/hosts/hv1/config/no-such-stream", HostConfigDelta, dict, lambda d, a: None) is False
+    api.close()
+
+
+@pytest.mark.parametrize("n", [30])
+def test_many_streams_one_write_wakes_only_its_watchers(controller: Controller, n: int) -> None:
+    c = controller
+    hosts = [f"hv{i}" for i in range(n)]
+    tokens, subnets = _setup(c, hosts)
+    orch = c.orchestrator()
+    for i, h in enumerate(hosts):  # hv0..hv9 hold v0, the others v1
+        orch.post("/v1/ports", {"subnet_id": subnets[0 if i < 10 else 1]["id"], "name": f"p{i}", "host": h})
+    f = {h: Follower(c, h, tokens[h]) for h in hosts}
+    try:
+        wait_for(lambda: all(x.cfg is not None for x in f.values()), 20, "every host's first config")
+        before = {h: x.events for h, x in f.items()}
+        orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "new", "host": "hv0"})
+        wait_for(lambda: all(f[h].events > before[h] for h in hosts[:10]), 10, "v0's hosts told")
+        time.sleep(0.5)
+        assert all(f[h].events == before[h] for h in hosts[10:])
+    finally:
+        for x in f.values():
+            x.close()
+
+
+def test_a_vpc_sent_before_changes_by_endpoint(controller: Controller) -> None:
+    """A port created, moved and deleted in a VPC of 60 ports: every host of the VPC is sent that one endpoint (or
+    its removal), and what it holds equals the whole config each time."""
+    c = controller
+    tokens, subnets = _setup(c, ["hv1", "hv2", "hv3"])
+    orch = c.orchestrator()
+    orch.post("/v1/ports/bulk", {"ports": [{"subnet_id": subnets[0]["id"], "name": f"p{j}",
+                                            "host": f"hv{j % 3 + 1}"} for j in range(60)]})
+    f = {h: Follower(c, h, tok) for h, tok in tokens.items()}
+
+    def settled(what: str) -> None:
+        wait_for(lambda: all(x.cfg == HostConfig.model_validate(c.admin.get(f"/v1/hosts/{h}/config"))
+                             for h, x in f.items()), 10, what)
+
+    try:
+        settled("the first configs")
+        b0 = {h: x.bytes for h, x in f.items()}
+        p = orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "new", "host": "hv1"})
+        settled("the new port everywhere")
+        for h in ("hv2", "hv3"):  # not their own port: the VPC patched with one endpoint
+            d = f[h].last
+            assert d.patched_vpcs == [subnets[0]["vpc_id"]] and [e.port_id for e in d.endpoints] == [p["id"]]
+            assert not d.ports and not d.ports_removed  # its own 20 ports there did not change: not sent
+            # the VPC's entry, and its default group, whose members (an address per port) did change: 2.3 KB,
+            # against 20 KB for the VPC's whole section
+            assert f[h].bytes - b0[h] < 3000, str({k: len(str(v)) for k, v in d.model_dump().items()})
+        orch.patch(f"/v1/ports/{p['id']}", {"host": "hv2"})
+        settled("the moved port everywhere")
+        assert [e.host for e in f["hv3"].last.endpoints] == ["hv2"]
+        c.admin.delete(f"/v1/ports/{p['id']}")
+        settled("the deleted port gone everywhere")
+        assert f["hv3"].last.endpoints_removed == [p["id"]] and not f["hv3"].last.endpoints
+    finally:
+        for x in f.values():
+            x.close()
