@@ -6,9 +6,10 @@ never with the whole database: every query below is keyed by the host or by thos
 
 A VPC's endpoints (every bound port: IP, MAC, host, VTEP) are most of a config and are shared by every host that
 has a port in the VPC or in a peer. They are compiled once per VPC revision and kept in `FRAGMENTS`: every write
-that changes a VPC's ports stamps the VPC with the write's revision, and every change of a host's VTEP stamps the
-topology, so a VPC's fragment compiled at (VPC revision, topology revision) is right for every snapshot that shows
-those stamps, whichever controller process made the change. A port created in one VPC recompiles that VPC's
+that changes a VPC's ports stamps the VPC with the write's revision (a host's new VTEP stamps the VPCs of its
+ports), and every change of the live gateway instances stamps the topology, so a VPC's fragment compiled at (VPC
+revision, topology revision) is right for every snapshot that shows those stamps, whichever controller process
+made the change. A port created in one VPC recompiles that VPC's
 fragment only, and the new version replaces the old.
 """
 
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session
 from controller.fragments import FRAGMENTS, cached, store
 from controller.lb_compiler import by_listener
 from controller.line_compiler import line_route_infos
-from controller.patches import patch
+from controller.patches import Sent, patch
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNS,
@@ -67,8 +68,8 @@ from tianji.southbound import (
 
 
 class Topology(NamedTuple):
-    """Every host's VTEP, and the live gateway instances of each role (name -> VTEP): hosts appearing, changing VTEP
-    or role, and going up or down all stamp the topology, which versions this fragment."""
+    """Every host's VTEP, and the live gateway instances of each role (name -> VTEP): versioned by the VTEP list's
+    stamp and the topology's (gateways appearing, changing VTEP or role, going up or down)."""
 
     vteps: tuple[Vtep, ...]
     instances: dict[str, str]  # NAT
@@ -185,7 +186,7 @@ def compile_host(s: Session, host: str) -> HostConfig | None:
 
 
 def compile_host_delta(s: Session, host: str, base: int, form: str = "sections",
-                       sent: dict[str, Any] | None = None) -> HostConfigDelta | None:
+                       sent: Sent | None = None) -> HostConfigDelta | None:
     """What changed in the host's config after revision `base` (see HostConfigDelta): the sections of the VPCs
     stamped after it (their endpoints, groups, and the host's ports in them); with `form` "sections" everything
     when the topology moved, with "objects" the VTEP entries that changed (whatever else a topology change
@@ -198,7 +199,7 @@ def compile_host_delta(s: Session, host: str, base: int, form: str = "sections",
     out = _compile_host(s, host)
     if out is None:
         return None
-    whole = base < 0 or form != "objects" and out.topology > base
+    whole = base < 0 or form != "objects" and max(out.topology, out.vteps_stamp) > base
     changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
     if changed is not None and out.host_stamp > base:
         changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
@@ -277,7 +278,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     revs = {vid: v.revision for vid, v in vpcs.items()}
 
     # what the cache holds at these versions, and what it does not
-    hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
+    hosts_frag = FRAGMENTS.get(s, ("hosts",), (topology, view.vteps))
     with_topology = {vid: (rev, topology) for vid, rev in revs.items()}
     local, stale_ports = cached(s, f"ports:{host}", {vid: with_topology[vid] for vid in own})
     endpoints, stale_endpoints = cached(s, "endpoints", with_topology)
@@ -308,7 +309,7 @@ def _compile_host(s: Session, host: str) -> Compiled | None:
     rows = reads.run(s)
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
-        FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
+        FRAGMENTS.put(s, ("hosts",), (topology, view.vteps), hosts_frag)
     vteps, instances, lb_instances, line_instances, service_instances = hosts_frag
     store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
     store(s, "endpoints", with_topology,

@@ -102,11 +102,12 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
     rows = gateway_view(s, name)
     if not rows:
         return None
-    vtep_ip, topology, at, role = rows[0][:4]
+    vtep_ip, topology, at, role, vteps_stamp = rows[0][:5]
     # id -> (revision, vni, router MAC), from plain tuples: a Row's attribute access was most of a compile
-    vpcs = {vid: (rev, vni, rmac, mtu) for _, _, _, _, vid, rev, vni, rmac, mtu in rows if vid is not None}
+    vpcs = {vid: (rev, vni, rmac, mtu) for _, _, _, _, _, vid, rev, vni, rmac, mtu in rows if vid is not None}
     versions = {vid: (v[0], topology) for vid, v in vpcs.items()}
-    hosts_frag = FRAGMENTS.get(s, ("hosts",), topology)
+    hosts_version = (topology, vteps_stamp)  # the VTEP list and the live instances
+    hosts_frag = FRAGMENTS.get(s, ("hosts",), hosts_version)
     got = FRAGMENTS.get_many(s, {("gateway", name, vid): version for vid, version in versions.items()})
     sections: dict[str, tuple[GatewaySection, str] | None] = {k[2]: v[0] for k, v in got.items()}
     stale = [vid for vid in versions if vid not in sections]
@@ -124,7 +125,7 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
     got_rows = reads.run(s)
     if hosts_frag is None:
         hosts_frag = hosts_fragment(got_rows["hosts"])
-        FRAGMENTS.put(s, ("hosts",), topology, hosts_frag)
+        FRAGMENTS.put(s, ("hosts",), hosts_version, hosts_frag)
     vteps = hosts_frag.vteps
     if stale:
         store(s, "endpoints", versions,
@@ -136,12 +137,13 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
             sections[vid] = built.get(vid)
             FRAGMENTS.put(s, ("gateway", name, vid), versions[vid], (sections[vid],))
     present = {vid: sec for vid, sec in sections.items() if sec is not None}
-    vteps_digest = FRAGMENTS.get(s, ("vteps-digest",), topology)
+    vteps_digest = FRAGMENTS.get(s, ("vteps-digest",), hosts_version)
     if vteps_digest is None:
         vteps_digest = (digest_of("|".join(f"{v.host},{v.ip},{v.kind}" for v in vteps)),)
-        FRAGMENTS.put(s, ("vteps-digest",), topology, vteps_digest)
-    return GatewayCompiled(name, at, vtep_ip, topology, frozenset(vpcs), {vid: vpcs[vid][0] for vid in present},
-                           present, vteps, vteps_digest[0])
+        FRAGMENTS.put(s, ("vteps-digest",), hosts_version, vteps_digest)
+    # an instance takes every host change whole (its VTEP list is one digest): a few instances, rare changes
+    return GatewayCompiled(name, at, vtep_ip, max(topology, vteps_stamp), frozenset(vpcs),
+                           {vid: vpcs[vid][0] for vid in present}, present, vteps, vteps_digest[0])
 
 
 ROLE_READS = {"lb": (("lbs", Q_LB_MEMBERS),), LINE_ROLE: (("lines", Q_LINES),),

@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from tianji.host_delta import changes
-from tianji.southbound import Endpoint, HostConfigDelta, PortInfo
+from tianji.southbound import Endpoint, HostConfigDelta, PortInfo, SecurityGroupInfo
 
 Fragment = Sequence[Endpoint]
 _MEMO: OrderedDict[tuple[int, int], tuple] = OrderedDict()  # (id(old), id(new)) -> (old, new, changed, gone)
@@ -37,25 +38,44 @@ def _changes(old: Sequence, new: Sequence, ident: str) -> tuple[list, list[str]]
     return changed, removed
 
 
+@dataclass
+class Sent:
+    """What a config stream sent: per VPC its endpoints, the host's ports and their groups (id -> group), and
+    the list of the config's VPCs."""
+
+    vpcs: dict[str, tuple[Fragment, Sequence[PortInfo], dict[str, SecurityGroupInfo]]] = field(default_factory=dict)
+    vpc_ids: list[str] | None = None
+
+
+def _groups_by_vpc(d: HostConfigDelta) -> dict[str, dict[str, SecurityGroupInfo]]:
+    out: dict[str, dict[str, SecurityGroupInfo]] = {}
+    for g in d.security_groups:
+        out.setdefault(g.vpc_id, {})[g.id] = g
+    return out
+
+
 def patch(d: HostConfigDelta, endpoints: dict[str, Fragment], local: dict[str, Sequence[PortInfo]],
-          sent: dict[str, tuple[Fragment, Sequence[PortInfo]]]) -> HostConfigDelta:
-    """`d` with the endpoints and ports of the VPCs `sent` holds as changes (`patched_vpcs`); `sent` then holds
-    what the watcher does after `d`."""
+          sent: Sent) -> HostConfigDelta:
+    """`d` with the endpoints, ports and groups of the VPCs `sent` holds as changes (`patched_vpcs`), and without
+    its list of VPCs when it is the one sent; `sent` then holds what the watcher does after `d`."""
+    groups = _groups_by_vpc(d)
     if d.base < 0 or d.vteps is not None:  # a whole config: the watcher replaces everything
-        sent.clear()
-        sent.update((vid, (endpoints[vid], local.get(vid, ()))) for vid in d.changed_vpcs)
+        sent.vpcs = {vid: (endpoints[vid], local.get(vid, ()), groups.get(vid, {})) for vid in d.changed_vpcs}
+        sent.vpc_ids = d.vpc_ids
         return d
     eps: list[Endpoint] = []
     ports: list[PortInfo] = []
+    kept: list[SecurityGroupInfo] = []
     patched: list[str] = []
     eps_gone: list[str] = []
     ports_gone: list[str] = []
     for vid in d.changed_vpcs:
-        new = (endpoints[vid], local.get(vid, ()))
-        old = sent.get(vid)
+        new = (endpoints[vid], local.get(vid, ()), groups.get(vid, {}))
+        old = sent.vpcs.get(vid)
         if old is None:
             eps += new[0]
             ports += new[1]
+            kept += new[2].values()
         else:
             changed, gone = _changes(old[0], new[0], "port_id")
             eps += changed
@@ -63,11 +83,15 @@ def patch(d: HostConfigDelta, endpoints: dict[str, Fragment], local: dict[str, S
             changed, gone = _changes(old[1], new[1], "id")
             ports += changed
             ports_gone += gone
+            kept += [g for gid, g in new[2].items() if old[2].get(gid) != g]  # the unused go on their own
             patched.append(vid)
-        sent[vid] = new
-    for vid in sent.keys() - set(d.vpc_ids):
-        del sent[vid]
-    if not patched:
+        sent.vpcs[vid] = new
+    for vid in sent.vpcs.keys() - set(d.vpc_ids):
+        del sent.vpcs[vid]
+    same_vpcs = d.vpc_ids == sent.vpc_ids
+    sent.vpc_ids = d.vpc_ids
+    if not patched and not same_vpcs:
         return d
-    return d.model_copy(update={"endpoints": eps, "ports": ports, "patched_vpcs": patched,
-                                "endpoints_removed": eps_gone, "ports_removed": ports_gone})
+    return d.model_copy(update={"endpoints": eps, "ports": ports, "security_groups": kept,
+                                "patched_vpcs": patched, "endpoints_removed": eps_gone, "ports_removed": ports_gone,
+                                "vpc_ids": None if same_vpcs else d.vpc_ids})

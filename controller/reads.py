@@ -135,7 +135,7 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
 Q_GATEWAY_VIEW = text("""
     SELECT h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
            (SELECT value FROM counters WHERE name = 'revision') AS at, COALESCE(h.role, 'nat') AS role,
-           v.id, v.revision, v.vni, v.router_mac, v.mtu
+           (SELECT value FROM counters WHERE name = 'vteps') AS vteps, v.id, v.revision, v.vni, v.router_mac, v.mtu
     FROM hosts h LEFT JOIN (SELECT id, revision, vni, router_mac, mtu,
                                    CASE WHEN id IN (SELECT vpc_id FROM load_balancers) THEN 'lb' END AS lb,
                                    CASE WHEN id IN (SELECT vpc_id FROM private_lines) THEN 'private-line' END

@@ -86,7 +86,7 @@ def limit_threads() -> None:
 
 # Watches compile in threads of their own, never more than these at once per process: a thousand hosts' watches
 # then queue behind each other, never in front of a tenant's create (which takes the default threads above).
-WATCH_THREADS = 4
+WATCH_THREADS = 8
 _watch_limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its limiter
 
 

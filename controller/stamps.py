@@ -99,14 +99,14 @@ def _host(s: Session, h: m.Host, out: ChangeSet, state: str) -> None:
     * a gateway's role or liveness: the VPCs gateways serve (their EIP homes, NAT buckets, VIPs, line routes,
       service endpoints follow the live instances), never the others';
     * a hypervisor's liveness: nothing anyone compiles (its ports' status is reported, not compiled).
-    The topology stamp (which versions fragments, and gateways' configs) moves for all but the last."""
+    The topology stamp (the live instances: it versions fragments) moves for gateways' changes only."""
     changed = set(HOST_COMPILED) if state != "dirty" else \
         {a for a in HOST_COMPILED if get_history(h, a).has_changes()}
     gateway = "gateway" in _values(h, "kind")
     entry = bool(changed & set(VTEP_ENTRY))
     if not (entry or gateway and changed):
         return
-    out.add(hosts=[h.name], topology=True)
+    out.add(hosts=[h.name], topology=gateway)
     if entry:
         (out.removed if state == "deleted" else out.vteps).add(h.name)
     if state == "dirty" and "vtep_ip" in changed:
@@ -198,7 +198,8 @@ def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
 ROW_AFFECTS: dict[str, Callable[[dict, ChangeSet], None]] = {
     "ports": lambda r, out: out.add([r["vpc_id"]], [r.get("host")]),
     "port_security_groups": lambda r, out: None,  # inserted with their ports, which stamp the same
-    "hosts": lambda r, out: (out.add(hosts=[r["name"]], topology=True), out.vteps.add(r["name"])),
+    "hosts": lambda r, out: (out.add(hosts=[r["name"]], topology=r.get("kind") == "gateway"),
+                             out.vteps.add(r["name"])),
 }
 
 

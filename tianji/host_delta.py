@@ -33,6 +33,8 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     elif cfg is None or cfg.revision != d.base:
         return None
     changed = set(d.changed_vpcs)
+    if d.vpc_ids is None:  # the VPCs held (the config stream leaves out an unchanged list)
+        d = d.model_copy(update={"vpc_ids": [v.id for v in cfg.vpcs]})
     vpcs = {v.id: v for v in cfg.vpcs if v.id not in changed}
     vpcs.update((v.id, v) for v in d.vpcs)
     if any(v not in vpcs for v in d.vpc_ids):
@@ -41,7 +43,8 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     endpoints = _endpoints_after(cfg.endpoints_by_vpc(), d, changed)
     if endpoints is None:
         return None
-    groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed}
+    patched = set(d.patched_vpcs)
+    groups = {g.id: g for g in cfg.security_groups if g.vpc_id not in changed or g.vpc_id in patched}
     groups.update((g.id, g) for g in d.security_groups)
     local = _ports_after(cfg.ports, d, changed)
     if local is None:

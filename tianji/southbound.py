@@ -185,8 +185,9 @@ class HostConfigDelta(Versioned):
 
     With `form=objects` the VTEP list changes by entry: `vtep_updates` (appeared or changed) and `vteps_removed`,
     so a host joining costs every other host one entry. On the config stream, a VPC in `patched_vpcs` (one the
-    stream sent before) has in `endpoints` and `ports` only those that appeared or changed, and
-    `endpoints_removed`, `ports_removed` name those that went: a port created in a VPC of 200 sends one each.
+    stream sent before) has in `endpoints`, `ports` and `security_groups` only those that appeared or changed,
+    and `endpoints_removed`, `ports_removed` name those that went (a group no port uses goes on its own): a port
+    created in a VPC of 200 sends one each.
     `tianji.host_delta.apply_delta` is the one definition of how a delta applies."""
 
     host: str
@@ -194,7 +195,7 @@ class HostConfigDelta(Versioned):
     base: int
     vtep_ip: str | None = None
     mtu: int = OVERLAY_MTU
-    vpc_ids: list[str] = Field(default_factory=list)
+    vpc_ids: list[str] | None = Field(default_factory=list)  # None: the config's VPCs did not change (stream)
     changed_vpcs: list[str] = Field(default_factory=list)
     vpcs: list[VpcInfo] = Field(default_factory=list)
     endpoints: list[Endpoint] = Field(default_factory=list)

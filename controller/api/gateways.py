@@ -75,7 +75,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
         out = held.value[0]
         if w.revision and w.revision <= out.at and not w.unknown:
             return False  # compiled already
-        if w.unknown or w.topology or not out.universe.isdisjoint(w.vpcs):
+        if w.unknown or w.topology or w.vteps or not out.universe.isdisjoint(w.vpcs):
             return True
         return bool(w.vpcs) and await watch_thread(lambda: concerns(set(w.vpcs)))
 

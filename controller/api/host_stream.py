@@ -29,6 +29,7 @@ from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.compiler import compile_host_delta
 from controller.errors import not_found
+from controller.patches import Sent
 from controller.reads import host_revision
 from controller.serving import watch_thread
 from controller.watch import next_wake
@@ -75,7 +76,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     state = request.app.state
     bc, beats, db = state.broadcaster, state.beats, state.db
 
-    sent: dict = {}  # VPC -> the endpoints this stream sent of it (controller/patches.py)
+    sent = Sent()  # what this stream sent (controller/patches.py)
 
     def compile_now(base: int) -> HostConfigDelta | None:
         with db.snapshot() as s:
@@ -94,15 +95,17 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             if d is None:
                 yield "event: gone\ndata: {}\n\n"  # the host was deleted
                 return
-            bc.keys(sub, frozenset(d.vpc_ids))
+            bc.keys(sub, frozenset(sent.vpc_ids if form == "objects" else d.vpc_ids))
             if d.revision > after or after < 0:
                 yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
                 after = d.revision
-            vpcs = set(d.vpc_ids)
+            vpcs = set(sub.vpcs)
             while await next_wake(sub.queue, time.monotonic() + keepalive,
                                   lambda w, v=vpcs: w.concerns(name, v)) is None:
                 beats.note(name)
                 yield ": keepalive\n\n"
             await bc.settle(state.settings.watch_coalesce)
+            while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
+                sub.queue.get_nowait()
     finally:
         bc.unsubscribe(sub)

@@ -17,6 +17,7 @@ from controller import models as m
 from controller.compiler import compile_host, compile_host_delta
 from controller.fragments import FRAGMENTS
 from controller.gateway_compiler import compile_gateway_sections
+from controller.patches import Sent
 from controller.stamps import CHANGES
 from tests.conftest import Controller, backends, served
 from tianji.host_delta import apply_delta
@@ -57,7 +58,7 @@ class Fleet:
         self.hosts: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)
         self.objects: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # watching with form=objects
         self.streamed: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # as the config stream sends
-        self.sent: dict[str, dict] = {h: {} for h in HOSTS}  # each stream's record (controller/patches.py)
+        self.sent = {h: Sent() for h in HOSTS}  # each stream's record (controller/patches.py)
         self.gateways: dict[str, GatewayHeld] = {g: GatewayHeld() for g in GATEWAYS}
 
     def cold(self) -> tuple[dict[str, Any], dict[str, Any]]:

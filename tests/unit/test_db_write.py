@@ -28,10 +28,12 @@ def test_deferred_inserts_land_with_the_stamp(database: Database) -> None:
         t.defer(INSERT_HOST, [host("hv1", "172.16.0.1"), host("hv2", "172.16.0.2")])
     with db.read() as s:
         rows = dict(s.execute(select(HOSTS.c.name, HOSTS.c.config_revision)).all())
-        topology = s.execute(select(m.Counter.value).where(m.Counter.name == "topology")).scalar()
+        vteps = s.execute(select(m.Counter.value).where(m.Counter.name == "vteps")).scalar()
+        entries = dict(s.execute(select(HOSTS.c.name, HOSTS.c.vtep_revision)).all())
     assert db.revision() == before + 1
-    # stamped from the rows (controller/stamps.py), after the insert, in the same transaction
-    assert rows == {"hv1": before + 1, "hv2": before + 1} and topology == before + 1
+    # stamped from the rows (controller/stamps.py), after the insert, in the same transaction: the hosts, their
+    # VTEP entries and the VTEP list
+    assert rows == {"hv1": before + 1, "hv2": before + 1} == entries and vteps == before + 1
 
 
 def test_a_broken_constraint_fails_the_write_and_changes_nothing(database: Database) -> None:
