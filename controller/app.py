@@ -35,6 +35,7 @@ from controller.liveness import Beats, mark_silent_hosts_down
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
+from controller.stream_hub import StreamHub
 from controller.tls import reload_certificates
 from controller.watch import Broadcaster
 
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.broadcaster = Broadcaster(db, revoked=lambda: forget_credentials(app.state),
                                         hearing=lambda on: setattr(app.state, "hears_revocations", on))
     app.state.beats = Beats()
+    app.state.stream_hub = StreamHub(db)
     app.state.collector = Collector()
     errors.install(app)
     app.add_middleware(Guard, state=app.state)

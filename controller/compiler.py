@@ -26,7 +26,6 @@ from sqlalchemy.orm import Session
 from controller.fragments import FRAGMENTS, cached, store
 from controller.lb_compiler import by_listener
 from controller.line_compiler import line_route_infos
-from controller.patches import Sent, patch
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNS,
@@ -38,14 +37,12 @@ from controller.reads import (
     Q_LINE_ROUTES,
     Q_LOCAL,
     Q_NAT_GATEWAYS,
-    Q_REMOVED_AFTER,
     Q_ROUTES,
     Q_SUBNETS,
-    Q_VTEPS_AFTER,
+    HostView,
     Reads,
     host_view,
 )
-from tianji.host_delta import delta_of
 from tianji.southbound import (
     GATEWAY_ROLES,
     OVERLAY_MTU,
@@ -181,42 +178,8 @@ def _routes(v, vpc_rows: dict, peers, user_routes, gateway_eips: dict[str, list[
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
-    out = _compile_host(s, host)
-    return out.config if out else None
-
-
-def compile_host_delta(s: Session, host: str, base: int, form: str = "sections",
-                       sent: Sent | None = None) -> HostConfigDelta | None:
-    """What changed in the host's config after revision `base` (see HostConfigDelta): the sections of the VPCs
-    stamped after it (their endpoints, groups, and the host's ports in them); with `form` "sections" everything
-    when the topology moved, with "objects" the VTEP entries that changed (whatever else a topology change
-    changes in the config stamped its VPCs: stamps.py). `sent`: the config stream's record of the endpoints it
-    sent per VPC, which then go as changes (controller/patches.py).
-
-    A VPC that became relevant after `base` is among the changed ones: it became the host's own by a port write
-    that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
-    own, which is why a stamped host also gets the peers of its stamped VPCs."""
-    out = _compile_host(s, host)
-    if out is None:
-        return None
-    whole = base < 0 or form != "objects" and max(out.topology, out.vteps_stamp) > base
-    changed = None if whole else {vid for vid, rev in out.vpc_revisions.items() if rev > base}
-    if changed is not None and out.host_stamp > base:
-        changed |= {peer for vid in out.own & changed for _, peer in out.peers.get(vid, ())}
-    d = delta_of(out.config, base, None) if changed is None else out.delta(base, changed)
-    if sent is not None:
-        d = patch(d, out.endpoints, out.local, sent)
-    if changed is None:
-        return d
-    if out.vteps_stamp > base:
-        rows = Reads()
-        rows.add("updates", Q_VTEPS_AFTER, base=base)
-        rows.add("removed", Q_REMOVED_AFTER, base=base)
-        got = rows.run(s)
-        d = d.model_copy(update={"vtep_updates": [Vtep.model_construct(host=n, ip=ip, kind=k)
-                                                  for n, ip, k in got["updates"]],
-                                 "vteps_removed": [n for (n,) in got["removed"]]})
-    return d
+    view = host_view(s, host)
+    return None if view is None else compile_hosts(s, {host: view})[host].config
 
 
 @dataclass
@@ -267,79 +230,100 @@ class Compiled:
             ports=[p for vid in own for p in self.local[vid]], vteps=None)
 
 
-def _compile_host(s: Session, host: str) -> Compiled | None:
-    """Two round trips at most: the host's view (Q_HOST_VPCS), then every fragment the cache does not hold at the
-    view's versions, read together. Each fragment is versioned by the stamps it follows (see FRAGMENTS)."""
-    view = host_view(s, host)
-    if view is None:
-        return None
-    topology, vpcs, own = view.topology, view.vpcs, view.own
-    relevant = sorted(vpcs)
-    revs = {vid: v.revision for vid, v in vpcs.items()}
+def compile_hosts(s: Session, views: dict[str, HostView]) -> dict[str, Compiled]:
+    """Every host's config from one snapshot (the views' own, Q_HOST_VPCS): one more round trip at most, for every
+    fragment the cache does not hold at the views' versions, read together and shared by the hosts that need it.
+    Each fragment is versioned by the stamps it follows (see FRAGMENTS)."""
+    if not views:
+        return {}
+    first = next(iter(views.values()))  # one snapshot: one topology, one VTEP list
+    topology, vteps_stamp = first.topology, first.vteps
+    vpcs = {vid: row for v in views.values() for vid, row in v.vpcs.items()}
+    peers = {vid: p for v in views.values() for vid, p in v.peers.items()}  # a VPC's peerings: the same for all
+    own_any = {vid for v in views.values() for vid in v.own}
+    revs = {vid: row.revision for vid, row in vpcs.items()}
+    with_topology = {vid: (rev, topology) for vid, rev in revs.items()}
 
     # what the cache holds at these versions, and what it does not
-    hosts_frag = FRAGMENTS.get(s, ("hosts",), (topology, view.vteps))
-    with_topology = {vid: (rev, topology) for vid, rev in revs.items()}
-    local, stale_ports = cached(s, f"ports:{host}", {vid: with_topology[vid] for vid in own})
+    hosts_frag = FRAGMENTS.get(s, ("hosts",), (topology, vteps_stamp))
+    local: dict[str, dict] = {}
+    stale_ports: dict[str, list[str]] = {}
+    for host, v in views.items():
+        local[host], stale = cached(s, f"ports:{host}", {vid: with_topology[vid] for vid in v.own})
+        if stale:
+            stale_ports[host] = stale
     endpoints, stale_endpoints = cached(s, "endpoints", with_topology)
-    groups, stale_groups = cached(s, "sg", {vid: revs[vid] for vid in own})
-    entries, stale_entries = _cached_entries(s, own, with_topology)
+    groups, stale_groups = cached(s, "sg", {vid: revs[vid] for vid in own_any})
+    entries, stale_own, stale_peer = _cached_entries(s, views, with_topology)
+    stale_entries = sorted({*stale_own, *stale_peer})
     subnets, stale_subnets = cached(s, "subnets", {vid: revs[vid] for vid in stale_entries})
-    stale_own = [vid for vid in stale_entries if vid in own]
+    rows = _stale_reads(hosts_frag is None, stale_ports, stale_endpoints, stale_groups, stale_subnets,
+                        stale_entries, stale_own).run(s)
 
-    reads = Reads()
-    if hosts_frag is None:
-        reads.add("hosts", Q_HOSTS)
-    if stale_ports:
-        reads.add("ports", Q_LOCAL, host=host, vpcs=stale_ports)
-    if stale_endpoints:
-        reads.add("endpoints", Q_ENDPOINTS, vpcs=stale_endpoints)
-    if stale_groups:
-        reads.add("rules", Q_GROUP_RULES, vpcs=stale_groups)
-        reads.add("members", Q_GROUP_MEMBERS, vpcs=stale_groups)
-    if stale_subnets:
-        reads.add("subnets", Q_SUBNETS, vpcs=stale_subnets)
-    if stale_entries:
-        reads.add("lbs", Q_LB_MEMBERS, vpcs=stale_entries)
-    if stale_own:
-        reads.add("routes", Q_ROUTES, vpcs=stale_own)
-        reads.add("gateways", Q_NAT_GATEWAYS, vpcs=stale_own)
-        reads.add("line_routes", Q_LINE_ROUTES, vpcs=stale_own)
-        reads.add("dns", Q_DNS, vpcs=stale_own)
-    rows = reads.run(s)
     if hosts_frag is None:
         hosts_frag = hosts_fragment(rows["hosts"])
-        FRAGMENTS.put(s, ("hosts",), (topology, view.vteps), hosts_frag)
+        FRAGMENTS.put(s, ("hosts",), (topology, vteps_stamp), hosts_frag)
     vteps, instances, lb_instances, line_instances, service_instances = hosts_frag
-    store(s, f"ports:{host}", with_topology, _ports_fragments(rows["ports"], stale_ports, instances), local)
+    for host, stale in stale_ports.items():
+        store(s, f"ports:{host}", with_topology, _ports_fragments(rows[f"ports:{host}"], stale, instances),
+              local[host])
     store(s, "endpoints", with_topology,
-           endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}, service_instances), endpoints)
+          endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}, service_instances), endpoints)
     store(s, "sg", revs, groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes, gateway_eips, line_routes, dns = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)
-    for vid in stale_entries:
-        routes = _routes(vpcs[vid], vpcs, view.peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
-                         instances, line_routes.get(vid, ()), line_instances) if vid in own else []
-        entries[vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []), dns.get(vid, []))
-        FRAGMENTS.put(s, ("own-vpc" if vid in own else "peer-vpc", vid), with_topology[vid], (entries[vid],))
+    for kind, stale in (("own-vpc", stale_own), ("peer-vpc", stale_peer)):
+        for vid in stale:
+            routes = _routes(vpcs[vid], vpcs, peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
+                             instances, line_routes.get(vid, ()), line_instances) if kind == "own-vpc" else []
+            entries[kind][vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []), dns.get(vid, []))
+            FRAGMENTS.put(s, (kind, vid), with_topology[vid], (entries[kind][vid],))
+    return {host: Compiled(
+        host, v.revision, v.vtep_ip, v.stamp, topology, v.vteps, {vid: revs[vid] for vid in v.vpcs}, v.own, v.peers,
+        sorted(v.vpcs), {vid: entries["own-vpc" if vid in v.own else "peer-vpc"][vid] for vid in v.vpcs},
+        local[host], endpoints, {gid: g for vid in v.own for gid, g in groups[vid].items()}, vteps)
+        for host, v in views.items()}
 
-    by_id = {gid: g for vid in own for gid, g in groups[vid].items()}
-    return Compiled(host, view.revision, view.vtep_ip, view.stamp, topology, view.vteps, revs, own, view.peers,
-                    relevant, entries, local, endpoints, by_id, vteps)
+
+def _stale_reads(hosts: bool, ports: dict[str, list[str]], endpoints: list[str], groups: list[str],
+                 subnets: list[str], entries: list[str], own: list[str]) -> Reads:
+    """The reads of the fragments found missing, to be sent together."""
+    reads = Reads()
+    if hosts:
+        reads.add("hosts", Q_HOSTS)
+    for host, stale in ports.items():
+        reads.add(f"ports:{host}", Q_LOCAL, host=host, vpcs=stale)
+    if endpoints:
+        reads.add("endpoints", Q_ENDPOINTS, vpcs=endpoints)
+    if groups:
+        reads.add("rules", Q_GROUP_RULES, vpcs=groups)
+        reads.add("members", Q_GROUP_MEMBERS, vpcs=groups)
+    if subnets:
+        reads.add("subnets", Q_SUBNETS, vpcs=subnets)
+    if entries:
+        reads.add("lbs", Q_LB_MEMBERS, vpcs=entries)
+    if own:
+        reads.add("routes", Q_ROUTES, vpcs=own)
+        reads.add("gateways", Q_NAT_GATEWAYS, vpcs=own)
+        reads.add("line_routes", Q_LINE_ROUTES, vpcs=own)
+        reads.add("dns", Q_DNS, vpcs=own)
+    return reads
 
 
-def _cached_entries(s: Session, own: frozenset[str], versions: dict[str, tuple]) -> tuple[dict, list[str]]:
-    """The VPC entries the cache holds, and the VPCs whose entry it does not. An entry (own VPCs with their route
-    tables, peered ones for their VNI, router MAC and subnets) follows the VPC's revision (subnets, routes,
-    peerings, NAT gateways and their EIPs all stamp it) and the topology (which instances serve a NAT gateway)."""
-    entries: dict[str, VpcInfo] = {}
-    stale: list[str] = []
-    for kind, ids in (("own-vpc", own), ("peer-vpc", versions.keys() - own)):
-        got, miss = cached(s, kind, {vid: versions[vid] for vid in ids})
-        entries.update(got)
-        stale += miss
-    return entries, stale
+def _cached_entries(s: Session, views: dict[str, HostView],
+                    versions: dict[str, tuple]) -> tuple[dict[str, dict], list[str], list[str]]:
+    """The VPC entries the cache holds (kind -> VPC -> entry), and the VPCs whose own and peer entries it does not.
+    An entry (own VPCs with their route tables, peered ones for their VNI, router MAC and subnets) follows the
+    VPC's revision (subnets, routes, peerings, NAT gateways and their EIPs all stamp it) and the topology (which
+    instances serve a NAT gateway). A VPC may be one host's own and another's peer: both are needed."""
+    own = {vid for v in views.values() for vid in v.own}
+    peer = {vid for v in views.values() for vid in v.vpcs if vid not in v.own}
+    entries: dict[str, dict] = {}
+    stale: dict[str, list[str]] = {}
+    for kind, ids in (("own-vpc", own), ("peer-vpc", peer)):
+        entries[kind], stale[kind] = cached(s, kind, {vid: versions[vid] for vid in sorted(ids)})
+    return entries, stale["own-vpc"], stale["peer-vpc"]
 
 
 def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list],

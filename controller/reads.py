@@ -194,9 +194,10 @@ Q_SERVED_VPCS = union(select(_NATGWS.c.vpc_id), select(_PORTS.c.vpc_id).join(_EI
                       select(_LBS.c.vpc_id), select(_LINES.c.vpc_id), select(_ENDPOINTS.c.vpc_id),
                       select(_PORTS.c.vpc_id).join(_ENDPOINTS, _ENDPOINTS.c.provider_port_id == _PORTS.c.id))
 # the VTEP entries that appeared or changed, and went, after a revision: a delta's share of a VTEP list change
-Q_VTEPS_AFTER = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind) \
+Q_VTEPS_AFTER = select(_HOSTS.c.name, _HOSTS.c.vtep_ip, _HOSTS.c.kind, _HOSTS.c.vtep_revision) \
     .where(_HOSTS.c.vtep_revision > bindparam("base")).order_by(_HOSTS.c.name)
-Q_REMOVED_AFTER = select(_REMOVED.c.name).where(_REMOVED.c.revision > bindparam("base")).order_by(_REMOVED.c.name)
+Q_REMOVED_AFTER = select(_REMOVED.c.name, _REMOVED.c.revision).where(_REMOVED.c.revision > bindparam("base")) \
+    .order_by(_REMOVED.c.name)
 Q_HAS_NAT_GATEWAY = select(_NATGWS.c.id).where(in_ids(_NATGWS.c.vpc_id, "vpcs")).limit(1)
 Q_HAS_EIP_PORT = select(_EIPS.c.id).join(_PORTS, _PORTS.c.id == _EIPS.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).limit(1)
@@ -231,7 +232,16 @@ class HostView:
 
 
 def host_view(s: Session, host: str) -> HostView | None:
-    rows = s.execute(Q_HOST_VPCS, {"host": host}).all()
+    return _view_of(s.execute(Q_HOST_VPCS, {"host": host}).all())
+
+
+def host_views(s: Session, hosts: list[str]) -> dict[str, HostView | None]:
+    """Each host's view, read together (one round trip on PostgreSQL): a batch of watches' compiles."""
+    return {h: _view_of(rows) for h, rows in zip(hosts, fetch_all(s, [(Q_HOST_VPCS, {"host": h}) for h in hosts]),
+                                                 strict=True)}
+
+
+def _view_of(rows: Any) -> HostView | None:
     if not rows:
         return None
     vpcs, own, peers = {}, set(), defaultdict(list)

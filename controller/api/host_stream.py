@@ -9,17 +9,15 @@ a WebSocket another protocol and library for a channel that is one-way anyway). 
 replaces, a busy watcher costs one write per change instead of a request's whole parse, routing, middleware
 and authentication, and an idle one nothing but its keep-alive line.
 
-The open stream is also the host's heartbeat: it notes a beat at every event and keep-alive line (controller
+Every stream woken by the same writes is compiled in one batch (controller/stream_hub.py). The open stream is
+also the host's heartbeat: it notes a beat at every event and keep-alive line (controller
 /liveness.py), so an agent that streams need not send a request every 2 s to stay up.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
 from collections.abc import AsyncIterator
-from functools import partial
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -27,27 +25,14 @@ from fastapi.responses import StreamingResponse
 
 from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
-from controller.compiler import compile_host_delta
 from controller.errors import not_found
+from controller.host_deltas import Asked
 from controller.patches import Sent
 from controller.reads import host_revision
 from controller.serving import watch_thread
 from controller.watch import next_wake
-from tianji.southbound import HostConfigDelta
 
 router = APIRouter(tags=["hosts"])
-
-# whole configs compiled at once per process (a mass reconnect from scratch queues here, not in the database)
-WHOLE_AT_ONCE = 4
-_whole: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its semaphore
-
-
-def whole_configs() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    if (sem := _whole.get(loop)) is None:
-        sem = _whole[loop] = asyncio.Semaphore(WHOLE_AT_ONCE)
-    return sem
-
 
 @router.get("/hosts/{name}/config/stream",
             responses={200: {"content": {"text/event-stream": {}},
@@ -74,24 +59,14 @@ async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-
 
 async def _events(request: Request, name: str, after: int, form: str, keepalive: float) -> AsyncIterator[str]:
     state = request.app.state
-    bc, beats, db = state.broadcaster, state.beats, state.db
-
+    bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
     sent = Sent()  # what this stream sent (controller/patches.py)
-
-    def compile_now(base: int) -> HostConfigDelta | None:
-        with db.snapshot() as s:
-            return compile_host_delta(s, name, base, form, sent if form == "objects" else None)
-
     sub = bc.subscribe(name)
     try:
         while True:
             beats.note(name)
             bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
-            if after < 0:
-                async with whole_configs():
-                    d = await watch_thread(partial(compile_now, -1))
-            else:
-                d = await watch_thread(partial(compile_now, after))
+            d = await hub.compile(Asked(name, after, form, sent if form == "objects" else None))
             if d is None:
                 yield "event: gone\ndata: {}\n\n"  # the host was deleted
                 return

@@ -14,9 +14,10 @@ from controller import models as m
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
-from controller.compiler import compile_host, compile_host_delta
+from controller.compiler import compile_host
 from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
+from controller.host_deltas import compile_host_delta
 from controller.models import now
 from controller.reads import host_revision
 from controller.serving import watch_thread

@@ -154,9 +154,13 @@ def test_many_streams_one_write_wakes_only_its_watchers(controller: Controller, 
         wait_for(lambda: all(x.cfg is not None for x in f.values()), 20, "every host's first config")
         before = {h: x.events for h, x in f.items()}
         orch.post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "new", "host": "hv0"})
+        hub = c.app.state.stream_hub
+        batches, compiled = hub.batches, hub.compiled
         wait_for(lambda: all(f[h].events > before[h] for h in hosts[:10]), 10, "v0's hosts told")
         time.sleep(0.5)
         assert all(f[h].events == before[h] for h in hosts[10:])
+        # the ten woken streams compiled together: far fewer batches than streams (controller/stream_hub.py)
+        assert hub.compiled - compiled == 10 and hub.batches - batches <= 5, (hub.batches - batches)
     finally:
         for x in f.values():
             x.close()

@@ -14,9 +14,10 @@ import pytest
 from sqlalchemy import update
 
 from controller import models as m
-from controller.compiler import compile_host, compile_host_delta
+from controller.compiler import compile_host
 from controller.fragments import FRAGMENTS
 from controller.gateway_compiler import compile_gateway_sections
+from controller.host_deltas import Asked, compile_host_deltas
 from controller.patches import Sent
 from controller.stamps import CHANGES
 from tests.conftest import Controller, backends, served
@@ -79,9 +80,10 @@ class Fleet:
                     new = apply_delta(held, d)
                     assert new is not None, f"{step}: {h}'s delta ({form}) did not apply"
                     fleet[h] = new
-        for h, held in self.streamed.items():  # the stream's compile, in this process, with its record
-            with self.c.db.snapshot() as s:
-                d = compile_host_delta(s, h, held.revision if held else -1, "objects", self.sent[h])
+        with self.c.db.snapshot() as s:  # the streams' compile, in this process, all hosts in one batch
+            batch = compile_host_deltas(s, [Asked(h, held.revision if held else -1, "objects", self.sent[h])
+                                            for h, held in self.streamed.items()])
+        for (h, held), d in zip(list(self.streamed.items()), batch, strict=True):
             assert d is not None
             if held is None or d.revision > held.revision:
                 new = apply_delta(held, d)
