@@ -22,6 +22,9 @@ class Asked:
     base: int
     form: str = "sections"
     sent: Sent | None = None
+    # a stream woken only by VTEP list changes since `base` (form objects): its delta is those entries alone, at
+    # this revision (controller/api/host_stream.py says which it may claim)
+    vteps_only: int | None = None
 
 
 def compile_host_delta(s: Session, host: str, base: int, form: str = "sections",
@@ -40,11 +43,12 @@ def compile_host_deltas(s: Session, asked: list[Asked]) -> list[HostConfigDelta 
     that stamped it, or a peer by a peering write that stamped it, or the peer of a VPC that became the host's
     own, which is why a stamped host also gets the peers of its stamped VPCs. Three round trips for the batch:
     the views, the missing fragments, the VTEP entries."""
-    views = host_views(s, sorted({a.host for a in asked}))
+    views = host_views(s, sorted({a.host for a in asked if a.vteps_only is None}))
     compiled = compile_hosts(s, {h: v for h, v in views.items() if v is not None})
-    out = [_delta(compiled[a.host], a) if a.host in compiled else None for a in asked]
-    wanting = [i for i, (a, d) in enumerate(zip(asked, out, strict=True))
-               if d is not None and d.vteps is None and compiled[a.host].vteps_stamp > a.base]
+    out = [_entries_only(a) if a.vteps_only is not None else _delta(compiled[a.host], a)
+           if a.host in compiled else None for a in asked]
+    wanting = [i for i, (a, d) in enumerate(zip(asked, out, strict=True)) if a.vteps_only is not None
+               or d is not None and d.vteps is None and compiled[a.host].vteps_stamp > a.base]
     if wanting:
         floor = min(asked[i].base for i in wanting)
         reads = Reads()
@@ -59,6 +63,12 @@ def compile_host_deltas(s: Session, asked: list[Asked]) -> list[HostConfigDelta 
                                  if r > base],
                 "vteps_removed": [n for n, r in got["removed"] if r > base]})
     return out
+
+
+def _entries_only(a: Asked) -> HostConfigDelta:
+    assert a.sent is not None and a.vteps_only is not None
+    return HostConfigDelta.model_construct(host=a.host, revision=a.vteps_only, base=a.base, vtep_ip=a.sent.vtep_ip,
+                                           vpc_ids=None)
 
 
 def _delta(c: Compiled, a: Asked) -> HostConfigDelta:

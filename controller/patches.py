@@ -45,6 +45,7 @@ class Sent:
 
     vpcs: dict[str, tuple[Fragment, Sequence[PortInfo], dict[str, SecurityGroupInfo]]] = field(default_factory=dict)
     vpc_ids: list[str] | None = None
+    vtep_ip: str | None = None  # the host's own, as last sent
 
 
 def _groups_by_vpc(d: HostConfigDelta) -> dict[str, dict[str, SecurityGroupInfo]]:
@@ -59,6 +60,7 @@ def patch(d: HostConfigDelta, endpoints: dict[str, Fragment], local: dict[str, S
     """`d` with the endpoints, ports and groups of the VPCs `sent` holds as changes (`patched_vpcs`), and without
     its list of VPCs when it is the one sent; `sent` then holds what the watcher does after `d`."""
     groups = _groups_by_vpc(d)
+    sent.vtep_ip = d.vtep_ip
     if d.base < 0 or d.vteps is not None:  # a whole config: the watcher replaces everything
         sent.vpcs = {vid: (endpoints[vid], local.get(vid, ()), groups.get(vid, {})) for vid in d.changed_vpcs}
         sent.vpc_ids = d.vpc_ids

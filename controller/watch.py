@@ -33,6 +33,7 @@ class Wake:
     topology: bool = False  # gateway instances' concern; what it changes in hypervisors' configs is stamped apart
     unknown: bool = False
     vteps: bool = False  # the VTEP list every hypervisor holds changed
+    ordered: bool = False  # from the database's own order of commits (NOTIFY, the revision poll): see `confirmed`
 
     def concerns(self, host: str, relevant: set[str]) -> bool:
         return self.unknown or self.vteps or host in self.hosts or not relevant.isdisjoint(self.vpcs)
@@ -58,6 +59,10 @@ class Broadcaster:
     by_host: dict[str, set[Subscription]] = field(default_factory=dict)
     by_vpc: dict[str, set[Subscription]] = field(default_factory=dict)
     latest: int = 0
+    # every commit up to this revision has been delivered to the watches (its wake is in their queues): the wakes
+    # that come in commit order say so as they are delivered (a write of this process is published at once, and
+    # may overtake an earlier commit of another process still on its way)
+    confirmed: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
     # PostgreSQL: told when another process revoked credentials, and whether revocations are heard at all (the
@@ -134,6 +139,8 @@ class Broadcaster:
             await asyncio.sleep(coalesce)
 
     def _deliver(self, w: Wake) -> None:
+        if w.ordered:
+            self.confirmed = max(self.confirmed, w.revision)  # after the wakes before it: they were delivered
         if not w.unknown:
             # a write made here is published at its commit and comes back through NOTIFY: one wake per write
             if w.revision in self.delivered:
@@ -161,8 +168,11 @@ class Broadcaster:
             except Exception as e:  # keep watching through transient DB errors
                 log.warning("revision poll failed: %s", e)
                 continue
-            if rev > max(seen, self.latest):
-                self.publish(Wake(rev, unknown=True))
+            if rev > seen:
+                # revisions are consecutive: those this process published itself need no recheck, any other does
+                # (another worker's, committed before one of ours, was missed when only the newest was compared)
+                ours = rev - seen <= 1024 and all(r in self.delivered for r in range(seen + 1, rev + 1))
+                self.publish(Wake(rev, unknown=not ours, ordered=True))
             seen = max(seen, rev)
 
     def _listen_pg(self) -> None:
@@ -176,13 +186,15 @@ class Broadcaster:
                     conn.execute(f"LISTEN {REVOKED_CHANNEL}")
                     # Anything committed while we were (re)connecting: recheck once, forget every principal once.
                     self._heard(True)
-                    self.publish(Wake(self.db.revision(), unknown=True))
+                    self.publish(Wake(self.db.revision(), unknown=True, ordered=True))
                     while not self._stop.is_set():
                         for n in conn.notifies(timeout=1.0):
                             if n.channel == REVOKED_CHANNEL:
                                 self._heard(True)
                             else:
-                                self.publish(parse_notify(n.payload))
+                                w = parse_notify(n.payload)
+                                w.ordered = True
+                                self.publish(w)
             except Exception as e:
                 self._heard(False)
                 log.warning("LISTEN connection lost (%s); reconnecting", e)

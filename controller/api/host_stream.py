@@ -30,9 +30,10 @@ from controller.host_deltas import Asked
 from controller.patches import Sent
 from controller.reads import host_revision
 from controller.serving import watch_thread
-from controller.watch import next_wake
+from controller.watch import Wake, next_wake
 
 router = APIRouter(tags=["hosts"])
+RECHECK_S = 0.1  # how soon a VTEP list change not yet confirmed by the commit order is looked at again
 
 @router.get("/hosts/{name}/config/stream",
             responses={200: {"content": {"text/event-stream": {}},
@@ -62,25 +63,47 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
     sent = Sent()  # what this stream sent (controller/patches.py)
     sub = bc.subscribe(name)
+    claim: int | None = None
+    unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
     try:
         while True:
             beats.note(name)
-            bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
-            d = await hub.compile(Asked(name, after, form, sent if form == "objects" else None))
+            if claim is None:
+                bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
+            d = await hub.compile(Asked(name, after, form, sent if form == "objects" else None,
+                                        claim if form == "objects" and after >= 0 else None))
             if d is None:
                 yield "event: gone\ndata: {}\n\n"  # the host was deleted
                 return
-            bc.keys(sub, frozenset(sent.vpc_ids if form == "objects" else d.vpc_ids))
-            if d.revision > after or after < 0:
+            if claim is None:
+                bc.keys(sub, frozenset(sent.vpc_ids if form == "objects" else d.vpc_ids))
+            if d.revision > after or after < 0 or d.vtep_updates or d.vteps_removed:
                 yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
                 after = d.revision
             vpcs = set(sub.vpcs)
-            while await next_wake(sub.queue, time.monotonic() + keepalive,
-                                  lambda w, v=vpcs: w.concerns(name, v)) is None:
+            while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
+                                        lambda w, v=vpcs: w.concerns(name, v))) is None and not unconfirmed:
                 beats.note(name)
                 yield ": keepalive\n\n"
-            await bc.settle(state.settings.watch_coalesce)
-            while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
-                sub.queue.get_nowait()
+            woken, unconfirmed = unconfirmed, []
+            if w is not None:
+                await bc.settle(state.settings.watch_coalesce)
+                woken.append(w)
+                while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
+                    woken.append(sub.queue.get_nowait())
+            claim = _vteps_only(name, vpcs, woken, after, bc.confirmed)
+            if claim is not None:
+                unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
     finally:
         bc.unsubscribe(sub)
+
+
+def _vteps_only(name: str, vpcs: set[str], woken: list[Wake], after: int, confirmed: int) -> int | None:
+    """A host joining wakes every stream: for one it changes nothing else for (every wake since its last event
+    concerns it by the VTEP list alone), the revision its delta of VTEP entries may claim: the newest of those
+    wakes the database's order confirms (an older write of another process to one of its VPCs may still be on
+    its way); None: compile it whole."""
+    concerning = [x for x in woken if x.concerns(name, vpcs)]
+    if not all(x.vteps and not x.unknown and name not in x.hosts and vpcs.isdisjoint(x.vpcs) for x in concerning):
+        return None
+    return max([after, *(x.revision for x in concerning if x.revision <= confirmed)])

@@ -87,6 +87,12 @@ def test_stream_follows_writes_on_one_connection(controller: Controller) -> None
         assert f["hv1"].events > first["hv1"] and len(f["hv1"].cfg.endpoints) == 7
         c.admin.post("/v1/hosts", {"name": "joiner", "vtep_ip": "172.31.9.9"})  # the VTEP list: everyone, by entry
         wait_for(lambda: all("joiner" in {v.host for v in x.cfg.vteps} for x in f.values()), 10, "the new VTEP")
+        for i in range(5):  # joins interleaved with a write to a VPC: entries alone, then the VPC's section
+            c.admin.post("/v1/hosts", {"name": f"more{i}", "vtep_ip": f"172.31.8.{i + 1}"})
+            if i == 2:
+                orch.post("/v1/ports", {"subnet_id": subnets[1]["id"], "name": "late", "host": "hv3"})
+        c.admin.delete("/v1/hosts/more4")
+        wait_for(caught_up, 10, "every host's config after the joins and the write")
         assert all(not x.errors for x in f.values()), {h: x.errors for h, x in f.items()}
         assert all(x.api.streaming for x in f.values())
         assert not c.app.state.broadcaster.every  # every subscription is indexed by its host and VPCs
