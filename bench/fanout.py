@@ -36,6 +36,7 @@ from tianji.southbound_client import REPORT_REFRESH_S, Southbound
 from tianjictl.client import Client
 
 BEAT_S = 2.0
+START_S = 10.0
 
 
 class SimHost:
@@ -71,8 +72,18 @@ class SimHost:
             for v in d.vtep_updates or d.vteps or ():
                 self.vteps_seen.setdefault(v.host, t)
 
-    def watch(self) -> None:
-        self.api.register(self.name, self.vtep, "hypervisor")
+    def watch(self, delay: float) -> None:
+        """As an agent starts: registered (again and again, with backoff, while the controller cannot answer),
+        then following its config."""
+        time.sleep(delay)
+        wait = 0.5
+        while True:
+            try:
+                self.api.register(self.name, self.vtep, "hypervisor")
+                break
+            except Exception:
+                time.sleep(random.uniform(wait / 2, wait))
+                wait = min(8.0, wait * 2)
         self.follow()
 
     def follow(self) -> None:
@@ -109,8 +120,8 @@ def watchers_main(url: str, tokens: dict[str, str], mode: str, conn) -> None:
     raise_fd_limit()
     hosts = [SimHost(url, tok, name, f"172.16.{i // 250}.{i % 250 + 1}", mode) for i, (name, tok) in
              enumerate(tokens.items())]
-    for h in hosts:
-        threading.Thread(target=h.watch, daemon=True).start()
+    for h in hosts:  # a cluster booting: its agents start over START_S
+        threading.Thread(target=h.watch, args=(random.uniform(0, START_S),), daemon=True).start()
     stop = threading.Event()
     for k in range(8):  # eight beat threads, a slice of the hosts each
         threading.Thread(target=beats, args=(hosts[k::8], stop), daemon=True).start()
@@ -193,7 +204,7 @@ class Run:
         self.log(f"{n} hosts registered and watching in {time.monotonic() - t0:.1f} s")
         t = self.ctl.admin.post("/v1/tenants", {"name": "fanout"})
         self.ctl.admin.put(f"/v1/tenants/{t['id']}/quotas", {"vpcs": -1, "subnets": -1, "ports": -1, "eips": -1,
-                                                              "nat_gateways": -1})
+                                                              "security_groups": -1, "nat_gateways": -1})
         tenant = Client(self.ctl.url, t["token"])
         orch = self.ctl.orchestrator()
         self.subnets: dict[str, str] = {}

@@ -23,15 +23,20 @@ _WRITE_SEEN = (update(_HOSTS).where(_HOSTS.c.name == bindparam("b_name"), _HOSTS
 
 
 class Beats:
-    """The latest heartbeat of each host that beat since the last flush (this process's share of them)."""
+    """The latest heartbeat of each host that beat since its last was written (this process's share of them).
+
+    A beat may say how often it needs writing (`every`): an open config stream notes one at every keep-alive line
+    (a thousand hosts: 500 a second), and the database needs one per host every quarter of the silence allowed,
+    not each of them; the others stay noted here, where this process's own liveness check sees them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[str, datetime] = {}
+        self._pending: dict[str, tuple[datetime, float]] = {}  # host -> (when, how often it needs writing)
+        self._written: dict[str, datetime] = {}
 
-    def note(self, host: str) -> None:
+    def note(self, host: str, every: float = 0.0) -> None:
         with self._lock:
-            self._pending[host] = now()
+            self._pending[host] = (now(), every)
 
     def pending(self) -> int:
         return len(self._pending)
@@ -39,22 +44,28 @@ class Beats:
     def since_flush(self) -> dict[str, datetime]:
         """The beats noted and not written yet (a copy)."""
         with self._lock:
-            return dict(self._pending)
+            return {h: t for h, (t, _) in self._pending.items()}
 
     def flush(self, db: Database) -> int:
-        """Writes every pending beat in one transaction (never moving a `last_seen` back); how many."""
+        """Writes every pending beat that is due in one transaction (never moving a `last_seen` back); how many."""
         with self._lock:
-            batch, self._pending = self._pending, {}
-        if not batch:
+            due = {h: t for h, (t, every) in self._pending.items()
+                   if every <= 0 or h not in self._written or (t - self._written[h]).total_seconds() >= every}
+            for h in due:
+                del self._pending[h]
+        if not due:
             return 0
         try:
-            db.write_rows(_WRITE_SEEN, [{"b_name": h, "b_seen": t} for h, t in batch.items()])
+            # in name order: two processes flushing at once lock the rows in the same order (else a deadlock)
+            db.write_rows(_WRITE_SEEN, [{"b_name": h, "b_seen": due[h]} for h in sorted(due)])
         except Exception:
             with self._lock:  # kept for the next tick, unless a newer beat came meanwhile
-                for h, t in batch.items():
-                    self._pending.setdefault(h, t)
+                for h, t in due.items():
+                    self._pending.setdefault(h, (t, 0.0))
             raise
-        return len(batch)
+        with self._lock:
+            self._written.update(due)
+        return len(due)
 
 
 def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float | None = None,

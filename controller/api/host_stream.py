@@ -61,13 +61,14 @@ async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-
 async def _events(request: Request, name: str, after: int, form: str, keepalive: float) -> AsyncIterator[str]:
     state = request.app.state
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
+    every = state.settings.host_down_after / 4  # how often its beat needs writing (controller/liveness.py)
     sent = Sent()  # what this stream sent (controller/patches.py)
     sub = bc.subscribe(name)
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
     try:
         while True:
-            beats.note(name)
+            beats.note(name, every)
             if claim is None:
                 bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
             d = await hub.compile(Asked(name, after, form, sent if form == "objects" else None,
@@ -83,7 +84,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             vpcs = set(sub.vpcs)
             while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
                                         lambda w, v=vpcs: w.concerns(name, v))) is None and not unconfirmed:
-                beats.note(name)
+                beats.note(name, every)
                 yield ": keepalive\n\n"
             woken, unconfirmed = unconfirmed, []
             if w is not None:
