@@ -78,9 +78,12 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
         beats.flush(db)
     cutoffs = {"hypervisor": now() - timedelta(seconds=silence),
                "gateway": now() - timedelta(seconds=gateway_silence or silence)}
-    with db.read() as s:
+    silent = (m.Host.kind == "gateway") & (m.Host.last_seen < cutoffs["gateway"])
+    if hypervisors:
+        silent = silent | (m.Host.kind != "gateway") & (m.Host.last_seen < cutoffs["hypervisor"])
+    with db.read() as s:  # the silent ones only: a thousand live hosts are not read every tick
         stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
-                                                    .where(m.Host.status == "up"))
+                                                    .where(m.Host.status == "up", silent))
                  if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"]) and (hypervisors or k == "gateway")]
     if stale and beats is not None:  # beats that came while the flush was writing: not in the database yet
         recent = beats.since_flush()
