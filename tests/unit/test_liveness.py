@@ -91,3 +91,24 @@ def test_a_beat_noted_while_the_check_runs_keeps_the_host_up(database: Database)
             return beats.since_flush()
 
     assert mark_silent_hosts_down(database, silence=10, beats=Late()) == ["hv1"]
+
+
+def test_a_streams_beats_are_written_once_per_interval_and_still_seen_here(database: Database) -> None:
+    """An open config stream notes a beat at every keep-alive line; the database gets one per host per `every`
+    seconds, and the ones held back still count for this process's own down check."""
+    names = hosts(database, 3, seen_ago=30)
+    beats = Beats()
+    for h in names:
+        beats.note(h, every=60)
+    assert beats.flush(database) == 3  # never written before: due
+    with database.sessions() as s, s.begin():  # as if those were written 30 s ago
+        s.execute(HOSTS.update().values(last_seen=m.now() - timedelta(seconds=30)))
+    written = last_seen(database)
+    for h in names:
+        beats.note(h, every=60)
+    assert beats.flush(database) == 0 and last_seen(database) == written  # within the interval: held
+    assert set(beats.since_flush()) == set(names)
+    assert mark_silent_hosts_down(database, 5, beats=beats) == []  # the held beats count here
+    assert sorted(mark_silent_hosts_down(database, 5)) == names  # and without them the hosts were silent
+    beats.note(names[0])  # a beat without an interval (a status report) is written at once
+    assert beats.flush(database) == 1
