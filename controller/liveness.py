@@ -82,9 +82,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
     if hypervisors:
         silent = silent | (m.Host.kind != "gateway") & (m.Host.last_seen < cutoffs["hypervisor"])
     with db.read() as s:  # the silent ones only: a thousand live hosts are not read every tick
-        stale = [(n, k) for n, k, seen in s.execute(select(m.Host.name, m.Host.kind, m.Host.last_seen)
-                                                    .where(m.Host.status == "up", silent))
-                 if _aware(seen) < cutoffs.get(k, cutoffs["hypervisor"]) and (hypervisors or k == "gateway")]
+        stale = [(n, k) for n, k in s.execute(select(m.Host.name, m.Host.kind).where(m.Host.status == "up", silent))]
     if stale and beats is not None:  # beats that came while the flush was writing: not in the database yet
         recent = beats.since_flush()
         stale = [(n, k) for n, k in stale if n not in recent or recent[n] < cutoffs.get(k, cutoffs["hypervisor"])]

@@ -62,7 +62,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     state = request.app.state
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
     every = state.settings.host_down_after / 4  # how often its beat needs writing (controller/liveness.py)
-    sent = Sent()  # what this stream sent (controller/patches.py)
+    sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
     sub = bc.subscribe(name)
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
@@ -71,13 +71,12 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             beats.note(name, every)
             if claim is None:
                 bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
-            d = await hub.compile(Asked(name, after, form, sent if form == "objects" else None,
-                                        claim if form == "objects" and after >= 0 else None))
+            d = await hub.compile(Asked(name, after, form, sent, claim))
             if d is None:
                 yield "event: gone\ndata: {}\n\n"  # the host was deleted
                 return
             if claim is None:
-                bc.keys(sub, frozenset(sent.vpc_ids if form == "objects" else d.vpc_ids))
+                bc.keys(sub, frozenset((sent.vpc_ids if sent else d.vpc_ids) or ()))
             if d.revision > after or after < 0 or d.vtep_updates or d.vteps_removed:
                 yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
                 after = d.revision
@@ -92,7 +91,8 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 woken.append(w)
                 while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
                     woken.append(sub.queue.get_nowait())
-            claim = _vteps_only(name, vpcs, woken, after, bc.confirmed)
+            # (the objects form only: the sections form answers a whole config to a VTEP list change)
+            claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
             if claim is not None:
                 unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
     finally:
