@@ -22,6 +22,7 @@ from controller.api import (
     peerings,
     ports,
     private_lines,
+    reachability,
     security_groups,
     services,
     subnets,
@@ -90,7 +91,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,
-              gateways, private_lines, services):
+              gateways, private_lines, services, reachability):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.ofsim import CONTROLLER, Switch
 from tianji.southbound import (
     Endpoint,
     HostConfig,
@@ -19,6 +18,7 @@ from tianji.southbound import (
 from vswitch_agent import pipeline as P
 from vswitch_agent.actions import Output
 from vswitch_agent.flows import compute_flows, port_masks
+from vswitch_agent.ofmodel import CONTROLLER, Switch
 
 TUN = 100
 RA, RP, RC = "0a:58:00:00:03:e9", "0a:58:00:00:03:ea", "0a:58:00:00:03:eb"

@@ -3,11 +3,11 @@ instances, the member's host translates VIP:port to the member with conntrack an
 
 from __future__ import annotations
 
-from tests.support.ofsim import Switch
 from tests.unit.test_flows import MAC, OF, RA, TUN, config, ip_pkt
 from tianji.southbound import HostConfig, LbBackendInfo, LbListenerInfo, LbVipInfo, Vtep
 from vswitch_agent.flows import compute_flows
 from vswitch_agent.lb_flows import lb_zone_key
+from vswitch_agent.ofmodel import Switch
 
 VIP, VIP_MAC = "10.0.1.50", "02:00:00:00:00:fe"
 INSTANCES = ["192.0.2.11", "192.0.2.12"]

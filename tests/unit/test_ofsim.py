@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.ofsim import OverlapError, Switch, WireFlow
 from vswitch_agent import pipeline as P
 from vswitch_agent.actions import Conjunction, Output
 from vswitch_agent.flow import flow
 from vswitch_agent.flows import base_flows, goto
+from vswitch_agent.ofmodel import OverlapError, Switch, WireFlow
 
 IP = {"metadata": 7, "eth_type": 0x800}
 

@@ -1,4 +1,5 @@
-"""An in-memory model of OpenFlow tables and conntrack, for fast unit tests of the flow computation.
+"""An in-memory model of OpenFlow tables and conntrack: what the unit tests walk the flow computation with, and
+what the reachability analyzer (controller/reachability) runs a tenant's question through.
 
 It installs what the agent would send: every flow is encoded by `vswitch_agent.openflow.flow_add_bytes`, parsed
 back by os-ken's OpenFlow 1.3 parser, and the parsed match and instructions are what the model runs, so a flow
@@ -6,7 +7,8 @@ that the encoder gets wrong fails here as it would on a switch. Installing refus
 priority that can match the same packet (Open vSwitch picks either: the pipeline must never leave it a choice).
 
 A packet (a dict of header fields) goes in; the model walks the tables the way Open vSwitch would and returns what
-comes out: (port, packet) pairs, and packet-ins for the controller. It models exactly the match fields and actions
+comes out: (port, packet) pairs, and packet-ins for the controller; `hits` is the path it took (a table and the
+flow that matched there, for each step), which the analyzer explains. It models exactly the match fields and actions
 `flows.py` uses, and raises on anything else so a new action cannot go untested.
 """
 
@@ -117,6 +119,16 @@ def overlap(a: WireFlow, b: WireFlow) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Hit:
+    """One step of a packet's walk: the table and the flow it matched there (None: no flow matched, a miss)."""
+
+    table: int
+    flow: WireFlow | None
+    conj_id: int | None = None  # the conjunction (a security group rule's id) that matched, if the flow is its
+    pkt: dict = field(default_factory=dict)  # the packet as it met the table
+
+
 @dataclass
 class Conn:
     mark: int = 0
@@ -132,6 +144,7 @@ class Switch:
 
     flows: set[Flow]
     conntrack: dict[int, dict[tuple, tuple[Conn, bool]]] = field(default_factory=dict)  # zone -> tuple -> (conn, reply)
+    hits: list[Hit] = field(default_factory=list)  # the last injected packet's path
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -159,6 +172,7 @@ class Switch:
         pkt.setdefault("metadata", 0)
         for r in range(8):
             pkt.setdefault(f"reg{r}", 0)
+        self.hits = []
         return self._run(pkt, 0, depth=0)
 
     def _lookup(self, table: list[WireFlow], pkt: dict) -> WireFlow | None:
@@ -192,6 +206,7 @@ class Switch:
         if depth > 32:
             raise RuntimeError("pipeline loop")
         f = self._lookup(self.tables.get(table_id, []), pkt)
+        self.hits.append(Hit(table_id, f, f.m().get("conj_id") if f is not None else None, dict(pkt)))
         if f is None:
             return []
         out: list[tuple[Any, dict]] = []

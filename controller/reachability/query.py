@@ -1,0 +1,130 @@
+"""A reachability question from the API: the source port and the destination resolved (as the caller may see
+them), the walk run on configs compiled from one read snapshot, and the answer with another tenant's objects
+hidden from a tenant (a peering lets packets through, not the peer's rule names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller import models as m
+from controller.auth import Principal
+from controller.compiler import compile_host
+from controller.errors import ApiError, invalid, not_found
+from controller.gateway_compiler import compile_gateway_sections
+from controller.reachability.explain import Step
+from controller.reachability.walk import EPHEMERAL_PORT, Hop, Leg, Walk
+from tianji.southbound import GatewayConfig, HostConfig
+
+
+class DbCluster:
+    """Configs compiled from one read session (the walk asks for each host once)."""
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+
+    def host_config(self, host: str) -> HostConfig | None:
+        return compile_host(self.s, host)
+
+    def host_at(self, vtep_ip: str) -> tuple[str, str, str | None] | None:
+        row = self.s.execute(select(m.Host.name, m.Host.kind, m.Host.role).where(m.Host.vtep_ip == vtep_ip)).first()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def gateway_config(self, name: str) -> GatewayConfig | None:
+        c = compile_gateway_sections(self.s, name)
+        return None if c is None else c.config()
+
+
+@dataclass
+class Question:
+    source_port_id: str
+    ip: str | None
+    port_id: str | None
+    eip: str | None
+    protocol: str
+    port: int | None
+
+
+def answer(s: Session, q: Question, p: Principal) -> dict[str, Any]:
+    src = s.get(m.Port, q.source_port_id)
+    if src is None or not (p.sees_all or src.tenant_id == p.tenant_id):
+        raise not_found("port", q.source_port_id, "source_port_id")
+    if src.host is None:
+        raise ApiError(409, f"source_port_id: port {src.id} is bound to no host, so it sends nothing; bind it first",
+                       "source_port_id")
+    dst_ip, dst_port = _destination(s, q, p)
+    walk = Walk(DbCluster(s), {src.ip, dst_ip})
+    info = next(x for x in walk.model(src.host).cfg.ports if x.id == src.id) if walk.model(src.host) else None
+    if info is None:
+        raise ApiError(409, f"source_port_id: port {src.id} is not in host {src.host}'s config yet", "source_port_id")
+    forward = walk.send(src.host, info, dst_ip, q.protocol, EPHEMERAL_PORT, q.port)
+    reply = None
+    if forward.end == "delivered" and forward.port_id is not None and forward.packet is not None:
+        reply = _reply(walk, forward, q)
+    reachable, reason = _verdict(forward, reply, dst_port, src.id)
+    return {
+        "verdict": "reachable" if reachable else "unreachable", "reason": reason,
+        "source": {"port_id": src.id, "ip": src.ip, "vpc_id": src.vpc_id, "host": src.host},
+        "destination": {"ip": dst_ip, "port_id": dst_port, "eip": q.eip},
+        "protocol": q.protocol, "port": q.port,
+        "forward": _leg(forward, p), "reply": None if reply is None else _leg(reply, p),
+    }
+
+
+def _verdict(forward: Leg, reply: Leg | None, dst_port: str | None, src_id: str) -> tuple[bool, str]:
+    if forward.end == "dropped":
+        return False, forward.reason
+    if forward.end == "delivered" and dst_port is not None and forward.port_id != dst_port:
+        return False, f"{forward.reason}, not to port {dst_port}"
+    if reply is None:
+        return True, forward.reason
+    if reply.end != "delivered" or reply.port_id != src_id:
+        return False, f"the request arrives ({forward.reason}) but the reply does not return: {reply.reason}"
+    return True, f"{forward.reason}; the reply returns"
+
+
+def _destination(s: Session, q: Question, p: Principal) -> tuple[str, str | None]:
+    given = [k for k in ("ip", "port_id", "eip") if getattr(q, k) is not None]
+    if len(given) != 1:
+        raise invalid("destination", "give exactly one of ip, port_id, eip")
+    if q.port_id is not None:
+        port = s.get(m.Port, q.port_id)
+        if port is None or not (p.sees_all or port.tenant_id == p.tenant_id):
+            raise not_found("port", q.port_id, "destination.port_id")
+        return port.ip, port.id
+    if q.eip is not None:
+        eip = s.execute(select(m.Eip).where(m.Eip.address == q.eip)).scalar_one_or_none()
+        if eip is None or not (p.sees_all or eip.tenant_id == p.tenant_id):
+            raise not_found("EIP", q.eip, "destination.eip")
+        return eip.address, None
+    assert q.ip is not None
+    return q.ip, None
+
+
+def _reply(walk: Walk, forward: Leg, q: Question) -> Leg:
+    """The destination answers from the port the request reached, to the address and port it came from."""
+    assert forward.packet is not None and forward.port_id is not None
+    pkt, host = forward.packet, forward.hops[-1].host
+    model = walk.model(host)
+    assert model is not None
+    port = next(x for x in model.cfg.ports if x.id == forward.port_id)
+    return walk.send(host, port, pkt["ipv4_src"], q.protocol, q.port or 0, EPHEMERAL_PORT)
+
+
+def _leg(leg: Leg, p: Principal) -> dict[str, Any]:
+    return {"end": leg.end, "reason": leg.reason, "delivered_to": leg.port_id,
+            "hops": [_hop(h, p) for h in leg.hops]}
+
+
+def _hop(h: Hop, p: Principal) -> dict[str, Any]:
+    return {"host": h.host, "kind": h.kind, "role": h.role, "vni": h.vni, "steps": [_step(x, p) for x in h.steps]}
+
+
+def _step(x: Step, p: Principal) -> dict[str, Any]:
+    if x.tenant_id is not None and not p.sees_all and x.tenant_id != p.tenant_id:
+        verdict = "dropped" if x.dropped else "passed"
+        return {"table": x.table, "does": f"decided by the peer tenant's configuration: {verdict}", "object": None}
+    return {"table": x.table, "does": x.does, "object": x.object}

@@ -1,0 +1,131 @@
+"""A packet's walk across the cluster: from a VM's port through its host's switch, over VXLAN to the next host's
+switch or to a gateway instance, until it is delivered, dropped or leaves; then the reply, back the same way
+(conntrack on every switch remembers the request).
+
+Each hypervisor's switch is the agent's own flows for that host's compiled config run in the OpenFlow model
+(vswitch_agent.model_host); a gateway instance is read from its compiled config (gateway_hop.py). `Cluster` is
+where configs come from (the database, in api/reachability.py; plain dicts in tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.reachability.explain import Step, explain
+from controller.reachability.gateway_hop import gateway_steps
+from tianji.southbound import GatewayConfig, HostConfig, PortInfo
+from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, pruned
+from vswitch_agent.ofmodel import CONTROLLER
+
+PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
+MAX_HOPS = 8  # VM -> host -> host (peering) -> gateway ... -> host: more is a loop
+EPHEMERAL_PORT = 40000
+
+
+class Cluster(Protocol):
+    def host_config(self, host: str) -> HostConfig | None: ...
+    def host_at(self, vtep_ip: str) -> tuple[str, str, str | None] | None: ...  # (name, kind, role)
+    def gateway_config(self, name: str) -> GatewayConfig | None: ...
+
+
+@dataclass
+class Hop:
+    host: str
+    kind: str  # hypervisor | gateway
+    role: str | None = None  # a gateway's
+    vni: int | None = None  # the VNI it arrived in over VXLAN (None: from a local VM)
+    steps: list[Step] = field(default_factory=list)
+
+
+@dataclass
+class Leg:
+    """One direction's walk: where it ended (`end`: delivered, left, answered, dropped) and why."""
+
+    hops: list[Hop]
+    end: str
+    reason: str
+    port_id: str | None = None  # delivered to this port
+    packet: dict | None = None  # as delivered
+
+
+class Walk:
+    """One question's walk: the switches it builds stay (with their conntrack) for the reply."""
+
+    def __init__(self, cluster: Cluster, addresses: set[str]) -> None:
+        self.cluster = cluster
+        self.addresses = addresses
+        self.models: dict[str, ModelHost | None] = {}
+
+    def model(self, host: str) -> ModelHost | None:
+        if host not in self.models:
+            cfg = self.cluster.host_config(host)
+            self.models[host] = None if cfg is None else ModelHost(pruned(cfg, self.addresses))
+        return self.models[host]
+
+    def send(self, host: str, port: PortInfo, dst_ip: str, proto: str, sport: int, dport: int | None) -> Leg:
+        """A VM's packet: it ARPs for its next hop (the destination on its subnet, else its gateway), then sends."""
+        m = self.model(host)
+        if m is None or port.id not in m.ofports:
+            return Leg([], "dropped", f"port {port.id} is not on host {host}'s switch")
+        vpc = next(v for v in m.cfg.vpcs if v.id == port.vpc_id)
+        subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
+        on_link = ipaddress.IPv4Address(dst_ip) in ipaddress.IPv4Network(subnet.cidr)
+        target = dst_ip if on_link else subnet.gateway_ip
+        mac = m.arp(port.id, port.mac, port.ip, target)
+        if mac is None:
+            why = (f"no port in subnet {subnet.cidr} has address {dst_ip}" if on_link
+                   else f"the subnet gateway {target} did not answer")
+            reason = f"ARP for {target} is not answered: {why}"
+            return Leg([Hop(host, "hypervisor", steps=explain(m))], "dropped", reason)
+        hop = Hop(host, "hypervisor", steps=[Step("arp_responder", f"ARP for {target} answered by the switch: {mac}")])
+        pkt = packet(port.mac, mac, port.ip, dst_ip, proto, sport, dport)
+        return self.follow(host, m.from_port(port.id, pkt), hop, [])
+
+    def follow(self, host: str, outs: list, hop: Hop, hops: list[Hop]) -> Leg:
+        for _ in range(MAX_HOPS):
+            m = self.models[host]
+            assert m is not None
+            hop.steps += explain(m)
+            hops.append(hop)
+            if not outs:
+                return Leg(hops, "dropped", hop.steps[-1].does if hop.steps else "dropped")
+            where, pkt = outs[0]
+            if where == CONTROLLER:
+                return Leg(hops, "answered", f"answered by the agent on {host} (the VPC's DHCP or DNS)")
+            if where != TUNNEL_OFPORT:
+                pid = m.where(where)
+                return Leg(hops, "delivered", f"delivered to port {pid} on {host}", pid, pkt)
+            nxt = self.cluster.host_at(pkt["tun_ipv4_dst"])
+            if nxt is None:
+                return Leg(hops, "dropped", f"tunnelled to {pkt['tun_ipv4_dst']}, which is no registered host")
+            name, kind, role = nxt
+            if kind != "hypervisor":
+                return self.gateway(name, role, pkt, hops)
+            m2 = self.model(name)
+            if m2 is None:
+                return Leg(hops, "dropped", f"host {name} has no config")
+            outs = m2.from_tunnel(pkt, m.cfg.vtep_ip or "")
+            host, hop = name, Hop(name, "hypervisor", vni=pkt["tunnel_id"])
+        return Leg(hops, "dropped", f"more than {MAX_HOPS} hops: a loop")
+
+    def gateway(self, name: str, role: str | None, pkt: dict, hops: list[Hop]) -> Leg:
+        cfg = self.cluster.gateway_config(name)
+        role = role or "nat"
+        hop = Hop(name, "gateway", role, pkt["tunnel_id"])
+        hops.append(hop)
+        if cfg is None:
+            return Leg(hops, "dropped", f"gateway instance {name} has no config")
+        hop.steps, end, reason = gateway_steps(cfg, role, pkt)
+        return Leg(hops, end, reason, packet=pkt)
+
+
+def packet(src_mac: str, dst_mac: str, src: str, dst: str, proto: str, sport: int, dport: int | None) -> dict:
+    pkt = {"eth_src": src_mac, "eth_dst": dst_mac, "eth_type": 0x0800, "ipv4_src": src, "ipv4_dst": dst,
+           "ip_proto": PROTOCOLS[proto], "ttl": 64}
+    if proto in ("tcp", "udp"):
+        pkt |= {f"{proto}_src": sport, f"{proto}_dst": dport or 0}
+    else:
+        pkt |= {"icmp_type": 8, "icmp_code": 0}
+    return pkt

@@ -1,0 +1,162 @@
+"""The reachability analyzer (`POST /v1/reachability`) on a controller with data: every verdict kind, the objects
+it names, tenant isolation of its answers, and its errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.controller import Controller
+
+
+def ask(client, src: dict, proto: str = "tcp", port: int | None = None, **dst: str) -> dict:
+    body: dict[str, Any] = {"source_port_id": src["id"], "destination": dst, "protocol": proto}
+    if port is not None:
+        body["port"] = port
+    return client.post("/v1/reachability", body)
+
+
+def steps(answer: dict, leg: str = "forward") -> list[dict]:
+    return [s for h in answer[leg]["hops"] for s in h["steps"]]
+
+
+@pytest.fixture
+def net(controller: Controller) -> dict:
+    adm, orch = controller.admin, controller.orchestrator()
+    for i, h in enumerate(("hv1", "hv2")):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+    adm.post("/v1/hosts", {"name": "gw1", "vtep_ip": "172.31.1.1", "kind": "gateway", "role": "nat"})
+    adm.post("/v1/eip-pools", {"cidr": "198.51.100.0/24"})
+    t, t2 = controller.tenant(), controller.tenant()
+    vpc = t.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})
+    web = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "web", "cidr": "10.0.1.0/24"})
+    db = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "db", "cidr": "10.0.2.0/24"})
+    dbg = t.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "db", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 5432, "port_range_max": 5432,
+         "remote_cidr": "10.0.1.0/24"}]})
+    w1 = orch.post("/v1/ports", {"subnet_id": web["id"], "name": "w1", "host": "hv1"})
+    w2 = orch.post("/v1/ports", {"subnet_id": web["id"], "name": "w2", "host": "hv2"})
+    d1 = orch.post("/v1/ports", {"subnet_id": db["id"], "name": "d1", "host": "hv2"})
+    t.patch(f"/v1/ports/{d1['id']}", {"security_group_ids": [dbg["id"]]})
+    other = t2.post("/v1/vpcs", {"name": "other", "cidr": "10.5.0.0/16"})
+    osub = t2.post("/v1/subnets", {"vpc_id": other["id"], "name": "s", "cidr": "10.5.1.0/24"})
+    x1 = orch.post("/v1/ports", {"subnet_id": osub["id"], "name": "x1", "host": "hv1"})
+    return {"t": t, "t2": t2, "vpc": vpc, "web": web, "w1": w1, "w2": w2, "d1": d1, "dbg": dbg, "other": other,
+            "x1": x1, "admin": adm}
+
+
+def test_allowed_names_the_rule_the_route_and_the_hosts(net: dict) -> None:
+    t, w1, w2, d1, dbg = net["t"], net["w1"], net["w2"], net["d1"], net["dbg"]
+    a = ask(t, w1, "tcp", 22, port_id=w2["id"])
+    assert a["verdict"] == "reachable", a
+    assert [h["host"] for h in a["forward"]["hops"]] == ["hv1", "hv2"]
+    assert a["forward"]["hops"][1]["vni"] == net["vpc"]["vni"]
+    assert a["forward"]["delivered_to"] == w2["id"] and a["reply"]["delivered_to"] == w1["id"]
+    assert any(s["table"] == "routing" and "same subnet" in s["does"] for s in steps(a))
+    ing = [s for s in steps(a) if s["table"] == "ingress_acl"]
+    assert ing[0]["object"]["security_group_id"] == net["vpc"]["default_security_group_id"]
+
+    a = ask(t, w1, "tcp", 5432, port_id=d1["id"])
+    assert a["verdict"] == "reachable", a
+    routed = [s for s in steps(a) if s["table"] == "routing"]
+    assert routed[0]["object"]["destination"] == "10.0.0.0/16" and routed[0]["object"]["target_type"] == "local"
+    ing = [s for s in steps(a) if s["table"] == "ingress_acl"][0]
+    assert ing["object"]["security_group_id"] == dbg["id"] and "tcp/5432 from 10.0.1.0/24" in ing["does"]
+    assert [s["table"] for s in steps(a, "reply") if s["table"].endswith("acl")] == ["egress_acl", "ingress_acl"]
+    assert all("established" in s["does"] for s in steps(a, "reply") if s["table"].endswith("acl"))
+
+
+def test_denied_by_a_group_names_the_port_and_its_groups(net: dict) -> None:
+    a = ask(net["t"], net["w1"], "tcp", 443, port_id=net["d1"]["id"])
+    assert a["verdict"] == "unreachable"
+    assert a["forward"]["end"] == "dropped"
+    last = steps(a)[-1]
+    assert last["table"] == "ingress_acl" and last["object"]["security_group_ids"] == [net["dbg"]["id"]]
+    assert f"no ingress rule of port {net['d1']['id']}'s security groups" in a["reason"]
+    assert "tcp/443 from 10.0.1." in a["reason"]
+    assert a["reply"] is None
+
+
+def test_denied_by_egress_and_by_spoofed_nothing(net: dict) -> None:
+    t, w1 = net["t"], net["w1"]
+    g = t.post("/v1/security-groups", {"vpc_id": net["vpc"]["id"], "name": "mute", "rules": []})
+    t.patch(f"/v1/ports/{w1['id']}", {"security_group_ids": [g["id"]]})
+    a = ask(t, w1, "udp", 53, ip=net["w2"]["ip"])
+    assert a["verdict"] == "unreachable"
+    assert steps(a)[-1]["table"] == "egress_acl" and "no egress rule" in a["reason"]
+
+
+def test_isolation_other_tenants_are_not_routed_nor_nameable(net: dict) -> None:
+    t, w1, x1 = net["t"], net["w1"], net["x1"]
+    a = ask(t, w1, "tcp", 80, ip=x1["ip"])
+    assert a["verdict"] == "unreachable"
+    assert f"no route to {x1['ip']}" in a["reason"]
+    assert net["other"]["id"] not in str(a) and x1["id"] not in str(a)
+    r = t.http.post("/v1/reachability", json={"source_port_id": w1["id"], "destination": {"port_id": x1["id"]},
+                                              "protocol": "tcp", "port": 80})
+    assert r.status_code == 404 and r.json()["field"] == "destination.port_id"
+    r = net["t2"].http.post("/v1/reachability", json={"source_port_id": w1["id"], "destination": {"ip": "10.0.1.9"},
+                                                      "protocol": "icmp"})
+    assert r.status_code == 404 and r.json()["field"] == "source_port_id"
+    a = ask(t, w1, "tcp", 80, ip="10.0.1.250")  # on the subnet, but no port has it
+    assert a["verdict"] == "unreachable" and "ARP for 10.0.1.250 is not answered" in a["reason"]
+
+
+def test_peering_across_tenants_hides_the_peers_rules(net: dict) -> None:
+    t, t2, w1, x1 = net["t"], net["t2"], net["w1"], net["x1"]
+    pc = t.post("/v1/peerings", {"requester_vpc_id": net["vpc"]["id"], "accepter_vpc_id": net["other"]["id"]})
+    t2.post(f"/v1/peerings/{pc['id']}/accept")
+    og = t2.post("/v1/security-groups", {"vpc_id": net["other"]["id"], "name": "from-prod", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 80, "port_range_max": 80,
+         "remote_cidr": "10.0.0.0/16"}]})
+    t2.patch(f"/v1/ports/{x1['id']}", {"security_group_ids": [og["id"]]})
+    a = ask(t, w1, "tcp", 80, ip=x1["ip"])
+    assert a["verdict"] == "reachable", a
+    route = [s for s in steps(a) if s["table"] == "routing"][0]
+    assert route["object"]["target_type"] == "peering" and "into VPC" in route["does"]
+    assert og["id"] not in str(a), "a tenant sees no rule of the peer's"
+    assert any("peer tenant" in s["does"] for s in steps(a))
+    full = ask(net["admin"], w1, "tcp", 80, ip=x1["ip"])
+    assert any(s["object"] and s["object"].get("security_group_id") == og["id"] for s in steps(full))
+    assert ask(t, w1, "tcp", 81, ip=x1["ip"])["verdict"] == "unreachable"
+
+
+def test_nat_gateway_hop_names_the_instance_and_the_translation(net: dict) -> None:
+    t, vpc, w1 = net["t"], net["vpc"], net["w1"]
+    eip = t.post("/v1/eips", {})
+    gw = t.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
+    t.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": net["web"]["id"], "eip_ids": [eip["id"]]})
+    a = ask(t, w1, "tcp", 443, ip="8.8.8.8")
+    assert a["verdict"] == "unreachable" and "no route to 8.8.8.8" in a["reason"]
+    t.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+    a = ask(t, w1, "tcp", 443, ip="8.8.8.8")
+    assert a["verdict"] == "reachable", a
+    assert a["forward"]["end"] == "left"
+    gwhop = a["forward"]["hops"][-1]
+    assert (gwhop["host"], gwhop["kind"], gwhop["role"]) == ("gw1", "gateway", "nat")
+    assert eip["address"] in gwhop["steps"][-1]["does"]
+    t.patch(f"/v1/ports/{net['d1']['id']}", {"security_group_ids": [vpc["default_security_group_id"]]})
+    a = ask(t, net["d1"], "tcp", 443, ip="8.8.8.8")  # the db subnet has no SNAT rule
+    assert a["verdict"] == "unreachable" and "no SNAT rule" in a["reason"]
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"destination": {"ip": "10.0.0.1"}, "protocol": "tcp", "port": 1}, "source_port_id"),
+    ({"source_port_id": "P", "destination": {}, "protocol": "icmp"}, "destination"),
+    ({"source_port_id": "P", "destination": {"ip": "10.0.0.1", "port_id": "x"}, "protocol": "icmp"}, "destination"),
+    ({"source_port_id": "P", "destination": {"ip": "10.0.0.300"}, "protocol": "icmp"}, "destination.ip"),
+    ({"source_port_id": "P", "destination": {"ip": "10.0.0.1"}, "protocol": "tcp"}, "port"),
+    ({"source_port_id": "P", "destination": {"ip": "10.0.0.1"}, "protocol": "sctp", "port": 1}, "protocol"),
+])
+def test_bad_questions_name_the_field(net: dict, body: dict, field: str) -> None:
+    r = net["t"].http.post("/v1/reachability", json=body)
+    assert r.status_code == 422, r.text
+    assert field in r.text
+
+
+def test_unbound_source_is_a_conflict(net: dict, controller: Controller) -> None:
+    p = controller.orchestrator().post("/v1/ports", {"subnet_id": net["web"]["id"], "name": "loose"})
+    r = net["t"].http.post("/v1/reachability", json={"source_port_id": p["id"], "destination": {"ip": "10.0.1.9"},
+                                                     "protocol": "icmp"})
+    assert r.status_code == 409 and r.json()["field"] == "source_port_id"
