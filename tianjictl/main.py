@@ -180,7 +180,8 @@ def _register_components() -> None:
     import tianjictl.lines
     import tianjictl.network
     import tianjictl.pki
-    import tianjictl.services  # noqa: F401 - their commands register on `app` as they are imported
+    import tianjictl.services
+    import tianjictl.trace  # noqa: F401 - their commands register on `app` as they are imported
 
     try:
         from vswitch_agent.cli import agent_app

@@ -3,6 +3,7 @@ it names, tenant isolation of its answers, and its errors."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -160,3 +161,26 @@ def test_unbound_source_is_a_conflict(net: dict, controller: Controller) -> None
     r = net["t"].http.post("/v1/reachability", json={"source_port_id": p["id"], "destination": {"ip": "10.0.1.9"},
                                                      "protocol": "icmp"})
     assert r.status_code == 409 and r.json()["field"] == "source_port_id"
+
+
+def test_tianji_trace_takes_names_and_says_the_verdict_in_its_exit_status(net: dict, controller: Controller) -> None:
+    from typer.testing import CliRunner
+
+    from tianjictl.main import _register_components, app
+
+    _register_components()
+
+    def tianji(*args: str) -> tuple[int, str]:
+        r = CliRunner().invoke(app, ["--url", controller.url, "--token", net["t"].token, *args],
+                               env={"COLUMNS": "200"})
+        return r.exit_code, r.output
+
+    code, out = tianji("trace", "w1", "d1", "--proto", "tcp", "--port", "5432")
+    assert code == 0, out
+    assert out.startswith("REACHABLE") and "hv2" in out and net["dbg"]["id"] in out, out
+    code, out = tianji("trace", "w1", "d1", "--port", "443")
+    assert code == 3 and out.startswith("UNREACHABLE") and "x ingress_acl" in out, out
+    code, out = tianji("trace", "w1", "8.8.8.8", "--port", "443", "-o", "json")
+    assert code == 3 and json.loads(out)["forward"]["end"] == "dropped", out
+    code, out = tianji("trace", "nosuch", "10.0.1.3", "--proto", "icmp")
+    assert code == 1 and "port nosuch not found" in out and "source_port_id" in out, out

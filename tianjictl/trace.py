@@ -1,0 +1,76 @@
+"""`tianji trace SRC DST`: the reachability analyzer (POST /v1/reachability) from the command line."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+import typer
+
+from tianjictl.main import app, call, console, fail
+
+
+def _is_address(s: str) -> bool:
+    try:
+        ipaddress.IPv4Address(s)
+    except ValueError:
+        return False
+    return True
+
+
+def port_ref(ctx: typer.Context, ref: str, what: str) -> str:
+    """A port's id from its id or its name (a name must be unique among the ports the caller sees)."""
+    found = call(ctx, "GET", "/v1/ports", name=ref)
+    if len(found) == 1:
+        return found[0]["id"]
+    if len(found) > 1:
+        fail(f"{what}: {len(found)} ports are named {ref!r}; give the port's id", code=2)
+    return ref  # an id (or nothing: the controller says which)
+
+
+@app.command("trace")
+def trace(ctx: typer.Context,
+          source: str = typer.Argument(..., help="the source port (id or name)"),
+          destination: str = typer.Argument(..., help="an IPv4 address or a port (id or name)"),
+          proto: str = typer.Option("tcp", "--proto", help="tcp, udp or icmp"),
+          port: int = typer.Option(None, "--port", help="the destination port (tcp, udp)"),
+          eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address"),
+          output: str = typer.Option("text", "-o", "--output", help="text or json")) -> None:
+    """Whether SOURCE's packets reach DESTINATION, and the path hop by hop: the security group rule, route and
+    port that decide on each host, and each gateway's translation. Exit status 0: reachable, 3: unreachable."""
+    if _is_address(destination):
+        dst = {"eip" if eip else "ip": destination}
+    elif eip:
+        fail("--eip: DESTINATION must be an address", code=2)
+        return
+    else:
+        dst = {"port_id": port_ref(ctx, destination, "DESTINATION")}
+    body: dict[str, Any] = {"source_port_id": port_ref(ctx, source, "SOURCE"), "destination": dst,
+                            "protocol": proto}
+    if port is not None:
+        body["port"] = port
+    a = call(ctx, "POST", "/v1/reachability", body)
+    if output == "json" or ctx.obj.as_json:
+        console.print_json(json.dumps(a))
+    else:
+        render(a)
+    raise typer.Exit(0 if a["verdict"] == "reachable" else 3)
+
+
+def render(a: dict) -> None:
+    colour = "green" if a["verdict"] == "reachable" else "red"
+    what = a["protocol"] + (f"/{a['port']}" if a["port"] else "")
+    console.print(f"[bold {colour}]{a['verdict'].upper()}[/]  {a['source']['ip']} -> {a['destination']['ip']} "
+                  f"{what}: {a['reason']}", highlight=False)
+    for leg in ("forward", "reply"):
+        if a[leg] is None:
+            continue
+        console.print(f"[bold]{leg}[/] ({a[leg]['end']})")
+        for h in a[leg]["hops"]:
+            label = h["kind"] + (f" {h['role']}" if h["role"] else "")
+            vni = f", VNI {h['vni']}" if h["vni"] is not None else ""
+            console.print(f"  [cyan]{h['host']}[/] ({label}{vni})", highlight=False)
+            for s in h["steps"]:
+                mark = "[red]x[/]" if s["does"].endswith(": dropped") else "-"
+                console.print(f"    {mark} {s['table']:<17} {s['does']}", highlight=False)
