@@ -9,7 +9,8 @@ import signal
 import time
 from contextlib import asynccontextmanager, suppress
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from controller import errors
 from controller.api import (
@@ -37,8 +38,10 @@ from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.stream_hub import StreamHub
+from controller.telemetry import Metrics, Telemetry
 from controller.tls import reload_certificates
 from controller.watch import Broadcaster
+from tianji import logs
 
 log = logging.getLogger("tianji.controller")
 
@@ -88,8 +91,11 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.beats = Beats()
     app.state.stream_hub = StreamHub(db)
     app.state.collector = Collector()
+    app.state.metrics = Metrics(app.state)
+    app.state.stream_hub.timed = app.state.metrics.compile.labels("stream-batch").observe
     errors.install(app)
     app.add_middleware(Guard, state=app.state)
+    app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,
               gateways, private_lines, services, reachability):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
@@ -111,6 +117,20 @@ def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
                     "role": lead.role, "liveness_checks": lead.leading(), "pid": os.getpid(),
                     "settings_differ_from_other_replicas": app.state.settings_differ}
         return {"status": "ok"}
+
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition"}})
+    def metrics(request: Request) -> Response:
+        """Prometheus metrics of this controller process: requests by route and status and their latency, open
+        config streams and waiting watches, compile time, the revision, the database pool, hosts by status. The
+        admin token (a bearer credential in the scrape config), unless the controller runs with
+        TIANJI_METRICS_OPEN=true."""
+        if not app.state.settings.metrics_open:
+            p = cached_principal(app.state, request.headers.get("authorization", ""))
+            if p is None or not p.is_admin:
+                raise errors.ApiError(401, "metrics need the admin token (or TIANJI_METRICS_OPEN=true)")
+        body, kind = app.state.metrics.exposition()
+        return Response(body, media_type=kind)
 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: the reason is in `detail`"}})
     def readyz() -> dict:
@@ -138,7 +158,9 @@ def private_database_files(settings: Settings) -> None:
 
 
 def app_from_env() -> FastAPI:
-    """Factory for `uvicorn --workers`: every worker process builds its app from the environment."""
+    """Factory for `uvicorn --workers`: every worker process builds its app (and its logging) from the
+    environment."""
+    logs.setup(os.environ.get("TIANJI_LOG_LEVEL", "info"))
     return create_app(Settings.from_env(), announce_token=False)
 
 

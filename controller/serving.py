@@ -68,7 +68,9 @@ def server_options(trusted_proxies: list[str] | None = None) -> dict[str, Any]:
     # With --workers, uvicorn's supervisor kills a worker whose health-check thread has not answered in 5 s.
     # Under a saturating load that thread can wait that long for the GIL, and a busy worker was killed with its
     # requests (seen here: clients' connections reset mid-benchmark). A dead worker is still noticed at once.
+    # no uvicorn access log: controller/telemetry.py logs each request once, with its id and credential
     return {"http": http, "loop": "auto", "timeout_worker_healthcheck": 120, "server_header": False,
+            "access_log": False,
             "proxy_headers": bool(trusted_proxies), "forwarded_allow_ips": ",".join(trusted_proxies or []) or ""}
 
 

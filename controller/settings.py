@@ -72,6 +72,8 @@ class Settings(BaseSettings):
                                                            "and per credential tried; 0: off")
     auth_fail_burst: int = Field(20, ge=1)
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    metrics_open: bool = Field(False, description="serve /metrics without a token (a scraper on a trusted network); "
+                                                  "else it needs the admin token")
     trusted_proxies: list[str] = Field(default_factory=list,
                                        description="addresses or networks of reverse proxies whose X-Forwarded-For "
                                                    "is believed (JSON list); none by default")

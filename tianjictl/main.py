@@ -38,7 +38,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
                                               "then need a certificate naming the host (mutual TLS)"),
           insecure_http: bool = typer.Option(False, "--insecure-http",
                                              help="serve plain HTTP: every token crosses the network in clear"),
-          log_level: str = typer.Option("info")) -> None:
+          log_level: str = typer.Option("info"),
+          log_format: str = typer.Option("text", envvar="TIANJI_LOG_FORMAT",
+                                         help="text, or json: one object per line with each request's id, "
+                                              "credential and latency")) -> None:
     """Start the controller: REST API under /v1, OpenAPI at /docs. HTTPS with --tls-cert/--tls-key; plain HTTP
     only with --insecure-http. SIGHUP reloads the certificate (docs/security.md)."""
     import functools
@@ -51,8 +54,12 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
     from controller.serving import server_options
     from controller.settings import Settings
     from controller.tls import uvicorn_factory
+    from tianji import logs
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.setup(log_level, log_format)
+    except ValueError as e:
+        fail(f"--log-format: {e}")
     if not tls_cert and not insecure_http:
         fail("give --tls-cert and --tls-key (HTTPS), or --insecure-http to serve tokens in clear (a lab only); "
              "`tianji pki init DIR` makes a CA and certificates")
@@ -71,6 +78,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
         logging.getLogger("tianji.controller").warning(
             "serving plain HTTP (--insecure-http): tokens cross the network in clear; give --tls-cert/--tls-key")
     options = server_options(settings.trusted_proxies)
+    options["log_config"] = None  # uvicorn's loggers go to ours (tianji.logs: text or JSON)
+    os.environ["TIANJI_LOG_LEVEL"], os.environ["TIANJI_LOG_FORMAT"] = log_level, log_format  # for workers
     if tls_cert:
         options["ssl_context_factory"] = functools.partial(uvicorn_factory, str(tls_cert), str(tls_key),
                                                            str(client_ca) if client_ca else None)

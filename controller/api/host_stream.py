@@ -64,6 +64,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     every = state.settings.host_down_after / 4  # how often its beat needs writing (controller/liveness.py)
     sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
     sub = bc.subscribe(name)
+    state.metrics.streams.inc()
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
     try:
@@ -97,6 +98,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
     finally:
         bc.unsubscribe(sub)
+        state.metrics.streams.dec()
 
 
 def _vteps_only(name: str, vpcs: set[str], woken: list[Wake], after: int, confirmed: int) -> int | None:
