@@ -26,13 +26,27 @@ class JsonFormatter(logging.Formatter):
 JsonFormatter.converter = __import__("time").gmtime  # timestamps in UTC, as the Z says
 
 
-def setup(level: str = "info", fmt: str | None = None) -> None:
-    """The root logger: `fmt` json or text (default: TIANJI_LOG_FORMAT, else text)."""
+def setup(level: str = "info", fmt: str | None = None, component: str | None = None) -> None:
+    """The root logger: `fmt` json or text (default: TIANJI_LOG_FORMAT, else text); `component` (a host's name)
+    in every line, as a field in JSON."""
     fmt = (fmt or os.environ.get("TIANJI_LOG_FORMAT") or "text").lower()
     if fmt not in ("json", "text"):
         raise ValueError(f"log format {fmt!r}: json or text")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    text = TEXT_FORMAT if component is None else TEXT_FORMAT.replace(" %(levelname)s", f" {component} %(levelname)s")
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(text))
+    if component is not None and fmt == "json":
+        handler.addFilter(_Tag(component))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class _Tag(logging.Filter):
+    def __init__(self, component: str) -> None:
+        super().__init__()
+        self.component = component
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.component = self.component
+        return True

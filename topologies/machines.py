@@ -22,6 +22,7 @@ from topologies.netns import sh
 from vswitch_agent.ovsdb import Ovsdb
 
 VM_MTU = "1450"  # the VPCs' MTU: the underlay's 1500 less the VXLAN encapsulation
+AGENT_METRICS_PORT = 9465  # each agent's Prometheus metrics, on 127.0.0.1 in its hypervisor's namespace
 
 
 def spawn(ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:
@@ -105,7 +106,7 @@ class Hypervisor:
         """`tls`: --ca, --cert and --key (the emulated cluster's); none where the controller serves plain HTTP."""
         cmd = [tianji, "agent", "--host", self.name, "--controller", controller_url, "--token", token,
                "--vtep-ip", self.vtep, "--underlay-if", underlay_if, "--ovs-rundir", str(self.rundir),
-               "--state-dir", str(state_dir), *tls]
+               "--state-dir", str(state_dir), "--metrics-port", str(AGENT_METRICS_PORT), *tls]
         return cmd + (["--of-port", str(self.of_port)] if self.of_port is not None else [])
 
     def start_agent(self, tianji: str, controller_url: str, token: str, state_dir: Path, log: Path,

@@ -33,7 +33,7 @@ from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
 from tianji.southbound_client import REPORT_REFRESH_S, Southbound, SouthboundError
 from tianji.statusfile import write_atomic
-from vswitch_agent import dns, health, icmp, openflow, punts
+from vswitch_agent import dns, health, icmp, metrics, openflow, punts
 from vswitch_agent.audit import Audit
 from vswitch_agent.dns_forward import Forwarder
 from vswitch_agent.engine import FlowEngine
@@ -75,7 +75,8 @@ class AgentApp(app_manager.OSKenApp):
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
                                       "audit_repairs": 0, "audit_sweeps": 0, "connects": 0, "drops": {},
-                                      "whole_configs": 0, "ports": {}, "last_change_ms": None}
+                                      "whole_configs": 0, "ports": {}, "last_change_ms": None, "errors": 0,
+                                      "packet_ins": {}}
         self.audit = Audit(o, self.engine, self.state, self.wake.set)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -85,6 +86,9 @@ class AgentApp(app_manager.OSKenApp):
                    functools.partial(self.prober.run, hub.sleep),
                    *((self.dns_forwarder.run,) if self.dns_forwarder else ())):
             self.threads.append(hub.spawn(self._forever, fn))
+        if self.opts.metrics_port:
+            collector = metrics.AgentCollector(self.opts.host, self.status, lambda: list(self.engine.desired))
+            self.threads.append(hub.spawn(metrics.serve, collector, self.opts.metrics_port, self.opts.metrics_address))
         return t
 
     def _forever(self, fn: Any) -> None:
@@ -98,6 +102,7 @@ class AgentApp(app_manager.OSKenApp):
     def _error(self, msg: str) -> None:
         log.warning(msg)
         self.state["last_error"] = {"at": time.time(), "message": msg}
+        self.state["errors"] += 1
 
     def _hint(self, vpcs: set[str] | None) -> None:
         with self.hints_lock:
@@ -248,20 +253,28 @@ class AgentApp(app_manager.OSKenApp):
         try:
             in_port, data = msg.match["in_port"], bytes(msg.data)
             if self.prober.on_packet(in_port, data, time.time()):
+                self._count_in("health_probe")
                 return
             port_id = next((pid for pid, of in self.ofports.items() if of == in_port), None)
             if self.cfg is None or port_id is None:
+                self._count_in("unclaimed")
                 return  # from the tunnel: the routing hop was the sender's host
             if (q := dns.parse(data)) is not None:
+                self._count_in("dns")
                 self._dns(msg.datapath, in_port, port_id, q)
                 return
             expired = msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL
+            self._count_in("ttl_expired" if expired else "dhcp")
             if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit)) is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
                 if expired:
                     self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
         except Exception as e:  # malformed packet-ins never take the agent down
             self._error(f"packet-in: {e}")
+
+    def _count_in(self, kind: str) -> None:
+        ins = self.state["packet_ins"]
+        ins[kind] = ins.get(kind, 0) + 1
 
     def _dns(self, dp: Any, in_port: int, port_id: str, q: dns.Query) -> None:
         if self.cfg is None or not self.dns_limit.allow():
@@ -328,16 +341,17 @@ class AgentApp(app_manager.OSKenApp):
             st["converged_at"], st["converged_revision"] = time.time(), cfg.revision
             self._write_status()
 
-    def _write_status(self) -> None:
+    def status(self) -> dict[str, Any]:
+        """What the status file says and the metrics show."""
         s = self.session
+        return self.state | {"controller": self.api.current, "pid": os.getpid(),
+                             "controller_failovers": self.api.failovers, "streaming": self.api.streaming,
+                             "switch_connected": s is not None and s.alive, "switch_synced": s is not None and s.swept,
+                             "desired_revision": self.cfg.revision if self.cfg else None, "updated": time.time()}
+
+    def _write_status(self) -> None:
         write_atomic(status_path(self.opts.state_dir, self.opts.host),
-                     json.dumps(self.state | {"controller": self.api.current, "pid": os.getpid(),
-                                              "controller_failovers": self.api.failovers,
-                                              "streaming": self.api.streaming,
-                                              "switch_connected": s is not None and s.alive,
-                                              "switch_synced": s is not None and s.swept,
-                                              "desired_revision": self.cfg.revision if self.cfg else None,
-                                              "updated": time.time()}))  # compact: C's encoder, 10x faster
+                     json.dumps(self.status()))  # compact: C's encoder, 10x faster
 
 
 def run(o: AgentOptions) -> None:

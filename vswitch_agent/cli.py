@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,10 @@ def agent(ctx: typer.Context,
           state_dir: Path = typer.Option(DEFAULT_STATE, help="status and zone files"),
           dns_forwarder: str = typer.Option(None, help="the operator's resolver (IP[:PORT]) for VMs' names outside "
                                                        "the VPCs' zone (default: those are refused)"),
-          log_level: str = typer.Option("info")) -> None:
+          metrics_port: int = typer.Option(None, help="serve Prometheus metrics on this TCP port"),
+          metrics_address: str = typer.Option("127.0.0.1", help="... on this address"),
+          log_level: str = typer.Option("info"),
+          log_format: str = typer.Option("text", envvar="TIANJI_LOG_FORMAT", help="text or json")) -> None:
     """Run the agent: `tianji agent --host NAME --controller URL --token T --vtep-ip IP --underlay-if IF`."""
     if ctx.invoked_subcommand is not None:
         return
@@ -59,7 +61,13 @@ def agent(ctx: typer.Context,
     except (OSError, ValueError) as e:
         console.print(f"[red]error:[/red] --dns-forwarder {dns_forwarder!r}: give IP or IP:PORT ({e})")
         raise typer.Exit(2) from None
-    logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s {host} %(levelname)s %(name)s: %(message)s")
+    from tianji import logs
+
+    try:
+        logs.setup(log_level, log_format, component=host)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] --log-format: {e}")
+        raise typer.Exit(2) from None
     from tianji.tls import ClientTls
     from vswitch_agent.agent import run
     from vswitch_agent.host import AgentOptions
@@ -67,7 +75,8 @@ def agent(ctx: typer.Context,
     run(AgentOptions(host=host, controller=controller, token=token, vtep_ip=vtep_ip, underlay_if=underlay_if,
                      tls=ClientTls.from_env(ca, cert, key),
                      ovs_rundir=ovs_rundir, datapath=datapath, of_port=of_port, port_type=port_type,
-                     state_dir=state_dir, dns_forwarder=forwarder))
+                     state_dir=state_dir, dns_forwarder=forwarder, metrics_port=metrics_port,
+                     metrics_address=metrics_address))
 
 
 @agent_app.command("status")

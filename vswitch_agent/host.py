@@ -35,6 +35,8 @@ class AgentOptions:
     heartbeat_interval: float = 2.0
     dns_forwarder: tuple[str, int] | None = None  # the operator's resolver, for names outside the VPCs' zone
     tls: ClientTls | None = None  # how the controller is verified, and this host's certificate
+    metrics_port: int | None = None  # Prometheus metrics over HTTP (None: not served)
+    metrics_address: str = "127.0.0.1"
 
     @property
     def vtep_addr(self) -> str:
