@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from controller import errors
+from controller import errors, openapi
 from controller.api import (
     gateways,
     host_stream,
@@ -30,6 +30,7 @@ from controller.api import (
     tenants,
     vpcs,
 )
+from controller.api.ops_schemas import Healthz, Readyz
 from controller.auth import cached_principal, forget_credentials
 from controller.db import Database
 from controller.guards import Guard
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
             app.state.broadcaster.stop()
             app.state.leadership.stop()
 
-    app = FastAPI(title="Tianji controller", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="Tianji controller", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Tenant VPC networking for private GPU clouds: VPCs, subnets, ports, peering, "
                               "route tables, security groups; and the host watch API agents reconcile from.")
     app.state.settings, app.state.db, app.state.admin_token = settings, db, admin_token
@@ -101,13 +102,14 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)
+    openapi.install(app)
     return app
 
 
 def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
     """/healthz and /readyz: for the load balancer in front of the replicas, without a token."""
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], response_model=Healthz, response_model_exclude_none=True)
     def healthz(request: Request) -> dict:
         """Unauthenticated: the process is alive (a load balancer's liveness probe). With the admin token, also
         the revision, the database kind and this replica's role."""
@@ -132,7 +134,8 @@ def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
         body, kind = app.state.metrics.exposition()
         return Response(body, media_type=kind)
 
-    @app.get("/readyz", tags=["ops"], responses={503: {"description": "not ready: the reason is in `detail`"}})
+    @app.get("/readyz", tags=["ops"], response_model=Readyz, response_model_by_alias=True,
+             responses={503: {"description": "not ready: the reason is in `detail`"}})
     def readyz() -> dict:
         """Unauthenticated: whether this replica should get traffic: its database answers, the schema is at
         this controller's head, and it leads or follows the leader election (nothing about tenants)."""

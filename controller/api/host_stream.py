@@ -36,7 +36,10 @@ router = APIRouter(tags=["hosts"])
 RECHECK_S = 0.1  # how soon a VTEP list change not yet confirmed by the commit order is looked at again
 
 @router.get("/hosts/{name}/config/stream",
-            responses={200: {"content": {"text/event-stream": {}},
+            response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {"schema": {
+                "type": "string", "description": "server-sent events: `event: delta` (data: a HostConfigDelta as "
+                                                 "JSON, from the last one), `event: gone`, and `:` keep-alives"}}},
                              "description": "an event per change (`data`: a HostConfigDelta from the last one)"}})
 async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                         form: Literal["sections", "objects"] = Query("objects"),

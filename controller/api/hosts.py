@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of
+from controller.api.ops_schemas import HostStatusAnswer
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.compiler import compile_host
@@ -136,7 +137,7 @@ Q_LIVENESS = select(_HOSTS.c.status, _HOSTS.c.kind).where(_HOSTS.c.name == bindp
 Q_PORT_STATUS = select(_PORTS.c.id, _PORTS.c.status).where(_PORTS.c.host == bindparam("host"))
 
 
-@router.post("/hosts/{name}/status")
+@router.post("/hosts/{name}/status", response_model=HostStatusAnswer)
 def host_status(name: str, body: PortStatusReport, request: Request,
                 p: Principal = Depends(require_infra)) -> dict:
     """Heartbeat plus port UP/DOWN reports. Only a change of state is a write that bumps the revision.

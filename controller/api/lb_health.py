@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller.api.common import WriteRoute, db_of
+from controller.api.ops_schemas import HealthAnswer
 from controller.api.schemas import Req
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import ApiError
@@ -25,7 +26,7 @@ class HealthReport(Req):
         max_length=10_000, description="member id -> what its checks say")
 
 
-@router.post("/hosts/{name}/lb-health")
+@router.post("/hosts/{name}/lb-health", response_model=HealthAnswer)
 def report_health(name: str, body: HealthReport, request: Request, p: Principal = Depends(require_infra)) -> dict:
     """Only for members whose port is on this host, whose pool is monitored and that are not draining."""
     own_host(p, name, "hypervisor")

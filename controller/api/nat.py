@@ -26,6 +26,7 @@ from controller.api.nat_schemas import (
     SnatRuleCreate,
     SnatRuleOut,
 )
+from controller.api.ops_schemas import EipPoolOut
 from controller.auth import Principal, require_admin, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import overlaps
@@ -35,7 +36,7 @@ router = APIRouter(tags=["nat"], route_class=WriteRoute)
 
 
 # --- pools (admin) --------------------------------------------------------------------------------------------
-@router.post("/eip-pools", status_code=201)
+@router.post("/eip-pools", status_code=201, response_model=EipPoolOut)
 def create_pool(body: EipPoolCreate, request: Request, _: Principal = Depends(require_admin)) -> dict:
     with db_of(request).write() as t:
         for other in t.session.execute(select(m.EipPool)).scalars():
@@ -47,7 +48,7 @@ def create_pool(body: EipPoolCreate, request: Request, _: Principal = Depends(re
         return {"id": pool.id, "cidr": pool.cidr}
 
 
-@router.get("/eip-pools")
+@router.get("/eip-pools", response_model=list[EipPoolOut])
 def list_pools(request: Request, _: Principal = Depends(require_admin)) -> list[dict]:
     with db_of(request).read() as s:
         return [{"id": p.id, "cidr": p.cidr} for p in s.execute(select(m.EipPool)).scalars()]

@@ -26,6 +26,7 @@ from controller.api.line_schemas import (
     RefusedPrefix,
     SessionOut,
 )
+from controller.api.ops_schemas import LineReportAnswer
 from controller.auth import Principal, own_host, require_infra, require_tenant_api
 from controller.errors import conflict, invalid, not_found
 from controller.line_compiler import LINE_ROLE, live_line_instances, pairs_of, session_instances
@@ -189,7 +190,7 @@ def delete_line(line_id: str, request: Request, p: Principal = Depends(require_t
         s.delete(line)
 
 
-@router.put("/gateways/{name}/private-lines/{line_id}")
+@router.put("/gateways/{name}/private-lines/{line_id}", response_model=LineReportAnswer)
 def report_line(name: str, line_id: str, body: LineReport, request: Request,
                 p: Principal = Depends(require_infra)) -> dict:
     """An instance's sessions of a line as its BGP daemon sees them. The prefixes it accepted replace what it had

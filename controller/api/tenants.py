@@ -10,6 +10,7 @@ from sqlalchemy import select
 from controller import models as m
 from controller import quotas
 from controller.api.common import Page, WriteRoute, db_of, paged
+from controller.api.ops_schemas import WhoAmI
 from controller.api.schemas import (
     AuditOut,
     HostTokenCreate,
@@ -86,7 +87,7 @@ def delete_tenant(tenant_id: str, request: Request, _: Principal = Depends(requi
     forget_credentials(request.app.state)
 
 
-@router.get("/whoami")
+@router.get("/whoami", response_model=WhoAmI)
 def whoami(p: Principal = Depends(principal)) -> dict:
     return {"kind": p.kind, "tenant_id": p.tenant_id, "name": p.name}
 

@@ -120,6 +120,8 @@ class World:
             ("PATCH", "/v1/hosts/{name}"): {"vtep_ip": "192.0.2.11", "role": None},
             ("POST", "/v1/hosts/{name}/status"): {"ports": {self.port["id"]: "UP"}},
             ("POST", "/v1/eip-pools"): {"cidr": "203.0.113.0/28"},
+            ("POST", "/v1/reachability"): {"source_port_id": self.port["id"], "destination": {"ip": "10.0.1.9"},
+                                           "protocol": "tcp", "port": 443},
             ("POST", "/v1/eips"): {"tenant_id": self.tenant_id},
             ("POST", "/v1/eips/{eip_id}/associate"): {"port_id": self.port2["id"]},
             ("POST", "/v1/nat-gateways"): {"vpc_id": v, "name": n, "eip_ids": [self.eips[3]["id"]]},

@@ -1,0 +1,155 @@
+"""The OpenAPI document and its viewers, as clients and operators need them:
+
+- a bearer security scheme (Swagger UI's Authorize button), required on every /v1 operation;
+- each operation's real error codes, from what it is: 401 and 429 for any /v1 call, 403 where a role is required,
+  404 where the path names a resource, 409 for writes, 413 with a body, 422 for input; every one answered as
+  problem+json (controller/errors.py);
+- an example on every schema (one written on the model, else one built from its fields' types and names);
+- Swagger UI and ReDoc served from this controller's own files (fastapi-offline's copies): clusters are often
+  air-gapped, and a browser must not fetch anything from outside.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+
+ASSETS = "/static/docs"
+ROLE_CHECKS = ("require_admin", "require_tenant_api", "require_infra", "require_port_api")  # controller/auth.py
+WRITES = ("post", "put", "patch", "delete")
+SAMPLES = {"id": "5f0c2a4e-8d1b-4c3e-9a7f-2b6d1e0c9a11", "cidr": "10.0.0.0/16", "ip": "10.0.1.5",
+           "address": "10.0.1.5", "mac": "02:00:0a:00:01:05", "name": "web", "host": "hv1", "vtep_ip": "172.31.0.11",
+           "destination": "0.0.0.0/0", "protocol": "tcp", "direction": "ingress", "status": "active"}
+
+
+def assets_dir() -> Path:
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("fastapi-offline is not installed: `make setup` installs it (Swagger UI's own files)")
+    return Path(spec.origin).parent / "static"
+
+
+def install(app: FastAPI) -> None:
+    """Call after every route is added."""
+    app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Tianji API",
+                                   swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{ASSETS}/favicon.png",
+                                   swagger_ui_parameters={"persistAuthorization": True})
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title="Tianji API",
+                              redoc_js_url=f"{ASSETS}/redoc.standalone.js", redoc_favicon_url=f"{ASSETS}/favicon.png",
+                              with_google_fonts=False)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            refine(doc, {r.name: r for r in api_routes(app.routes)})
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def api_routes(routes: list[Any]) -> list[APIRoute]:
+    """Every APIRoute, those of included routers too (FastAPI keeps those in the router they came from)."""
+    out: list[APIRoute] = []
+    for r in routes:
+        if isinstance(r, APIRoute):
+            out.append(r)
+        elif (inner := getattr(r, "original_router", None)) is not None:
+            out += api_routes(inner.routes)
+    return out
+
+
+def refine(doc: dict[str, Any], routes: dict[str, APIRoute]) -> None:
+    """`routes`: by name (the handler's: the operation id begins with it)."""
+    comps = doc.setdefault("components", {})
+    comps.setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http", "scheme": "bearer",
+        "description": "a tenant's, an orchestrator's, a host's or the admin's token (`tianji login` saves one)"}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            op_id = op.get("operationId", "")
+            route = max((r for n, r in routes.items() if op_id.startswith(n + "_")), key=lambda r: len(r.name),
+                        default=None)
+            if not path.startswith("/v1/"):
+                op["security"] = [{}, {"bearer": []}]  # answers without a token; more with the admin's
+                continue
+            op["security"] = [{"bearer": []}]
+            keep = error_codes(path, method, op, route)
+            op["responses"] = {c: r for c, r in op["responses"].items() if not c.startswith(("4", "5"))
+                               or c in keep}
+    for schema in comps.get("schemas", {}).values():
+        if "example" not in schema and "examples" not in schema:
+            schema["examples"] = [example(schema, comps["schemas"])]
+
+
+def error_codes(path: str, method: str, op: dict[str, Any], route: APIRoute | None) -> set[str]:
+    codes = {"401", "422", "429"}  # 422: the guard refuses a NUL in any path or query
+    if route is not None and _checks_role(route):
+        codes.add("403")
+    if "{" in path:
+        codes.add("404")
+    if method in WRITES:
+        codes.add("409")
+    if "requestBody" in op:
+        codes.add("413")
+    return codes | {c for c in op["responses"] if c in ("304", "503")}
+
+
+def _checks_role(route: APIRoute) -> bool:
+    def walk(dep: Any) -> bool:
+        return getattr(dep.call, "__name__", "") in ROLE_CHECKS or any(walk(d) for d in dep.dependencies)
+
+    return walk(route.dependant)
+
+
+def example(schema: dict[str, Any], schemas: dict[str, Any], depth: int = 0) -> Any:
+    """A value of `schema`, from its fields' types and names (refs followed a few levels)."""
+    if depth > 4:
+        return None
+    if "$ref" in schema:
+        target = schemas.get(schema["$ref"].rsplit("/", 1)[-1], {})
+        ex = target.get("examples") or [target.get("example")]
+        return ex[0] if ex and ex[0] is not None else example(target, schemas, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            options = [s for s in schema[key] if s.get("type") != "null"]
+            return example(options[0] | {"title": schema.get("title", "")}, schemas, depth + 1) if options else None
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {k: example(v | {"title": k}, schemas, depth + 1) for k, v in props.items()}
+    if kind == "array":
+        return [example(schema.get("items", {}), schemas, depth + 1)]
+    if kind == "integer":
+        return max(schema.get("minimum", 1), 1)
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        key = str(schema.get("title", "")).lower().replace(" ", "_")
+        return next((v for k, v in SAMPLES.items() if key == k or key.endswith("_" + k)), "string")
+    return None
