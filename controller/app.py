@@ -8,9 +8,11 @@ import os
 import signal
 import time
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 
 from controller import errors, openapi
 from controller.api import (
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.broadcaster = Broadcaster(db, revoked=lambda: forget_credentials(app.state),
                                         hearing=lambda on: setattr(app.state, "hears_revocations", on))
     app.state.beats = Beats()
+    app.state.reports = {}  # host -> its agent's last report (controller/api/hosts.py AgentReport)
     app.state.stream_hub = StreamHub(db)
     app.state.collector = Collector()
     app.state.metrics = Metrics(app.state)
@@ -103,6 +106,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
 
     _ops_routes(app, db, head)
     openapi.install(app)
+    app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="console")
     return app
 
 

@@ -215,6 +215,8 @@ class PortStatusReport(BaseModel):
     ports: dict[Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00]*$")],
                 Literal["UP", "DOWN"]] = Field(default_factory=dict, max_length=100_000)
     revision_applied: Annotated[StrictInt, Field(ge=-1, le=2**63 - 1)] | None = None  # `false` is not a revision
+    errors: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None = None  # the agent's error count since it started
+    last_error: Annotated[str, StringConstraints(max_length=500, pattern=r"^[^\x00]*$")] | None = None
 
 
 class SnatInfo(Wire):

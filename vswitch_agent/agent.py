@@ -163,7 +163,10 @@ class AgentApp(app_manager.OSKenApp):
             self.state["ports"] = ports
             try:
                 if ports != sent or not self.api.streaming or time.monotonic() - sent_at > REPORT_REFRESH_S:
-                    self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"]},
+                    last = self.state["last_error"]
+                    self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"],
+                                                   "errors": self.state["errors"],
+                                                   "last_error": last["message"][:500] if last else None},
                                   timeout=max(1.0, self.opts.heartbeat_interval))
                     sent, sent_at = ports, time.monotonic()
             except SouthboundError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import bindparam, func, select, update
@@ -28,11 +28,23 @@ from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 router = APIRouter(tags=["hosts"], route_class=WriteRoute)
 
 
-def host_out(s, h: m.Host, n: int | None = None) -> HostOut:
+class AgentReport(NamedTuple):
+    """What a host's agent said of itself in its last beat to this process."""
+
+    revision_applied: int | None
+    at: float
+    errors: int | None
+    last_error: str | None
+
+
+def host_out(s, h: m.Host, n: int | None = None, reports: dict | None = None) -> HostOut:
     if n is None:
         n = s.execute(select(func.count()).select_from(m.Port).where(m.Port.host == h.name)).scalar()
+    r = (reports or {}).get(h.name)
     return HostOut(name=h.name, vtep_ip=h.vtep_ip, kind=h.kind, role=h.role, status=h.status,
-                   last_seen=h.last_seen.isoformat(), ports=n)
+                   last_seen=h.last_seen.isoformat(), ports=n,
+                   **({} if r is None else {"revision_applied": r.revision_applied, "reported_at": r.at,
+                                            "agent_errors": r.errors, "last_error": r.last_error}))
 
 
 @router.post("/hosts", response_model=HostOut)
@@ -83,7 +95,8 @@ def list_hosts(request: Request, p: Principal = Depends(require_infra)) -> list[
             stmt = stmt.where(m.Host.name == p.host)
         counts = dict(s.execute(select(m.Port.host, func.count()).where(m.Port.host.is_not(None))
                                 .group_by(m.Port.host)).all())
-        return [host_out(s, h, counts.get(h.name, 0)) for h in s.execute(stmt).scalars()]
+        reports = request.app.state.reports
+        return [host_out(s, h, counts.get(h.name, 0), reports) for h in s.execute(stmt).scalars()]
 
 
 @router.get("/hosts/{name}", response_model=HostOut)
@@ -94,7 +107,7 @@ def get_host(name: str, request: Request, p: Principal = Depends(require_infra))
         h = s.get(m.Host, name)
         if h is None:
             raise not_found("host", name)
-        return host_out(s, h)
+        return host_out(s, h, reports=request.app.state.reports)
 
 
 @router.patch("/hosts/{name}", response_model=HostOut)
@@ -130,6 +143,7 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
         if n:
             raise conflict(None, f"host {name} still has {n} bound port(s); rebind them first")
         t.session.delete(h)
+    request.app.state.reports.pop(name, None)
 
 
 _HOSTS, _PORTS = m.Host.__table__, m.Port.__table__
@@ -145,6 +159,9 @@ def host_status(name: str, body: PortStatusReport, request: Request,
     Every agent beats every 2 s, so a beat that changes nothing must cost little: one read, and its `last_seen`
     noted in memory, written with every other host's at the next liveness tick (controller/liveness.py)."""
     own_host(p, name)
+    if body.revision_applied is not None or body.errors is not None:
+        request.app.state.reports[name] = AgentReport(body.revision_applied, time.time(), body.errors,
+                                                      body.last_error)
     db = db_of(request)
     with db.read(single=True) as s:  # no snapshot needed: a status that changes meanwhile is seen next beat
         h = s.execute(Q_LIVENESS, {"host": name}).one_or_none()

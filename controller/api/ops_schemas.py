@@ -40,7 +40,8 @@ class Healthz(BaseModel):
     role: str | None = Field(None, description="leader or follower (replicas)")
     liveness_checks: bool | None = None
     pid: int | None = None
-    settings_differ_from_other_replicas: bool | None = None
+    settings_differ_from_other_replicas: list[str] | None = Field(
+        None, description="settings this replica has that differ from the first replica's (they should not)")
 
 
 class Readyz(BaseModel):

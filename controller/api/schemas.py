@@ -294,6 +294,11 @@ class HostOut(Resp):
     status: str
     last_seen: str
     ports: int = 0
+    # what its agent last reported to this controller process (in memory: another replica may have heard later)
+    revision_applied: int | None = Field(None, description="the revision its switch was last brought to")
+    reported_at: float | None = Field(None, description="when its agent reported that (epoch seconds)")
+    agent_errors: int | None = Field(None, description="errors its agent met since it started")
+    last_error: str | None = None
 
 
 class PeeringCreate(Req):

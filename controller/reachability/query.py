@@ -4,6 +4,7 @@ hidden from a tenant (a peering lets packets through, not the peer's rule names)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +66,40 @@ def answer(s: Session, q: Question, p: Principal) -> dict[str, Any]:
     if forward.end == "delivered" and forward.port_id is not None and forward.packet is not None:
         reply = _reply(walk, forward, q)
     reachable, reason = _verdict(forward, reply, dst_port, src.id)
-    return {
+    return _named(s, {
         "verdict": "reachable" if reachable else "unreachable", "reason": reason,
         "source": {"port_id": src.id, "ip": src.ip, "vpc_id": src.vpc_id, "host": src.host},
         "destination": {"ip": dst_ip, "port_id": dst_port, "eip": q.eip},
         "protocol": q.protocol, "port": q.port,
         "forward": _leg(forward, p), "reply": None if reply is None else _leg(reply, p),
-    }
+    })
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+NAMED = (m.Port, m.SecurityGroup, m.Vpc, m.Subnet, m.NatGateway, m.LoadBalancer, m.PrivateLine)
+
+
+def _named(s: Session, answer: dict[str, Any]) -> dict[str, Any]:
+    """The words say objects by their names (the ids stay in each step's `object`). Only steps the caller may
+    see are left with ids by now (_step hid the rest)."""
+    steps = [x for leg in ("forward", "reply") if answer[leg] for h in answer[leg]["hops"] for x in h["steps"]]
+    ids = {i for x in steps for i in UUID.findall(x["does"])} | set(UUID.findall(answer["reason"]))
+    names: dict[str, str] = {}
+    for model in NAMED:
+        if ids - names.keys():
+            names |= dict(s.execute(select(model.id, model.name).where(model.id.in_(sorted(ids - names.keys()))))
+                          .tuples().all())
+
+    def say(text: str) -> str:
+        return UUID.sub(lambda mt: names.get(mt.group(0)) or mt.group(0), text)
+
+    for x in steps:
+        x["does"] = say(x["does"])
+    for leg in ("forward", "reply"):
+        if answer[leg]:
+            answer[leg]["reason"] = say(answer[leg]["reason"])
+    answer["reason"] = say(answer["reason"])
+    return answer
 
 
 def _verdict(forward: Leg, reply: Leg | None, dst_port: str | None, src_id: str) -> tuple[bool, str]:

@@ -74,7 +74,7 @@ def test_denied_by_a_group_names_the_port_and_its_groups(net: dict) -> None:
     assert a["forward"]["end"] == "dropped"
     last = steps(a)[-1]
     assert last["table"] == "ingress_acl" and last["object"]["security_group_ids"] == [net["dbg"]["id"]]
-    assert f"no ingress rule of port {net['d1']['id']}'s security groups" in a["reason"]
+    assert "no ingress rule of port d1's security groups ['db']" in a["reason"]  # said by name
     assert "tcp/443 from 10.0.1." in a["reason"]
     assert a["reply"] is None
 
@@ -116,7 +116,7 @@ def test_peering_across_tenants_hides_the_peers_rules(net: dict) -> None:
     assert a["verdict"] == "reachable", a
     route = [s for s in steps(a) if s["table"] == "routing"][0]
     assert route["object"]["target_type"] == "peering" and "into VPC" in route["does"]
-    assert og["id"] not in str(a), "a tenant sees no rule of the peer's"
+    assert og["id"] not in str(a) and "from-prod" not in str(a), "a tenant sees no rule of the peer's"
     assert any("peer tenant" in s["does"] for s in steps(a))
     full = ask(net["admin"], w1, "tcp", 80, ip=x1["ip"])
     assert any(s["object"] and s["object"].get("security_group_id") == og["id"] for s in steps(full))
@@ -177,7 +177,7 @@ def test_tianji_trace_takes_names_and_says_the_verdict_in_its_exit_status(net: d
 
     code, out = tianji("trace", "w1", "d1", "--proto", "tcp", "--port", "5432")
     assert code == 0, out
-    assert out.startswith("REACHABLE") and "hv2" in out and net["dbg"]["id"] in out, out
+    assert out.startswith("REACHABLE") and "hv2" in out and "security group db:" in out, out
     code, out = tianji("trace", "w1", "d1", "--port", "443")
     assert code == 3 and out.startswith("UNREACHABLE") and "x ingress_acl" in out, out
     code, out = tianji("trace", "w1", "8.8.8.8", "--port", "443", "-o", "json")
