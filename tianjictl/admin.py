@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tianjictl.main import app, call, console, fail, resource, show
+from tianjictl.main import app, call, done, fail, resource, show
 
 tenant = resource("tenant", "Tenants (admin).")
 TENANT_COLS = ["id", "name", "token"]
@@ -23,7 +23,7 @@ def tenant_list(ctx: typer.Context) -> None:
 @tenant.command("delete")
 def tenant_delete(ctx: typer.Context, tenant_id: str) -> None:
     call(ctx, "DELETE", f"/v1/tenants/{tenant_id}")
-    console.print(f"deleted tenant {tenant_id}")
+    done(ctx, f"deleted tenant {tenant_id}", deleted=tenant_id)
 
 
 @tenant.command("token-create")
@@ -35,13 +35,15 @@ def tenant_token_create(ctx: typer.Context, tenant_id: str, name: str = typer.Op
 
 @tenant.command("token-list")
 def tenant_token_list(ctx: typer.Context, tenant_id: str) -> None:
+    """The tenant's tokens (names and dates; never the tokens themselves)."""
     show(ctx, call(ctx, "GET", f"/v1/tenants/{tenant_id}/tokens"), ["id", "name", "created_at"], "tokens")
 
 
 @tenant.command("token-revoke")
 def tenant_token_revoke(ctx: typer.Context, tenant_id: str, token_id: str) -> None:
+    """Revoke one of the tenant's tokens, at once in every controller process."""
     call(ctx, "DELETE", f"/v1/tenants/{tenant_id}/tokens/{token_id}")
-    console.print(f"revoked token {token_id}")
+    done(ctx, f"revoked token {token_id}", revoked=token_id)
 
 
 @tenant.command("quota")
@@ -62,7 +64,7 @@ def tenant_quota(ctx: typer.Context, tenant_id: str,
         got = call(ctx, "GET", f"/v1/tenants/{tenant_id}/quotas")
     rows = [{"resource": r, "used": q["used"], "limit": "unlimited" if q["limit"] < 0 else q["limit"]}
             for r, q in (got or {}).items()]
-    show(ctx, rows if not ctx.obj.as_json else got, ["resource", "used", "limit"], "quotas")
+    show(ctx, got if ctx.obj.output in ("json", "yaml") else rows, ["resource", "used", "limit"], "quotas")
 
 
 credential = resource("credential", "Host and orchestrator credentials (admin).")
@@ -94,8 +96,9 @@ def credential_list(ctx: typer.Context) -> None:
 
 @credential.command("revoke")
 def credential_revoke(ctx: typer.Context, credential_id: str) -> None:
+    """Revoke a host or orchestrator credential."""
     call(ctx, "DELETE", f"/v1/host-tokens/{credential_id}")
-    console.print(f"revoked credential {credential_id}")
+    done(ctx, f"revoked credential {credential_id}", revoked=credential_id)
 
 
 @app.command("audit")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tianjictl.main import call, console, resource, show
+from tianjictl.main import call, console, done, resource, show
 
 lb = resource("lb", "Load balancers: a VIP in front of VMs (Maglev-hashed L4 on scale-out gateway instances).")
 LB_COLS = ["id", "name", "vip_address", "eip_address", "provisioning_status", "operating_status", "vpc_id"]
@@ -38,7 +38,7 @@ def lb_show(ctx: typer.Context, lb_id: str) -> None:
 @lb.command("delete")
 def lb_delete(ctx: typer.Context, lb_id: str) -> None:
     call(ctx, "DELETE", f"/v1/load-balancers/{lb_id}")
-    console.print(f"deleted load balancer {lb_id} (with its listeners, pools and members)")
+    done(ctx, f"deleted load balancer {lb_id} (with its listeners, pools and members)", deleted=lb_id)
 
 
 @lb.command("listener-create")
@@ -52,13 +52,15 @@ def listener_create(ctx: typer.Context, lb_id: str, protocol: str = typer.Option
 
 @lb.command("listener-list")
 def listener_list(ctx: typer.Context, lb_id: str) -> None:
+    """The listeners of a load balancer."""
     show(ctx, call(ctx, "GET", f"/v1/load-balancers/{lb_id}/listeners"), LISTENER_COLS, "listeners")
 
 
 @lb.command("listener-delete")
 def listener_delete(ctx: typer.Context, listener_id: str) -> None:
+    """Remove a listener from its load balancer."""
     call(ctx, "DELETE", f"/v1/listeners/{listener_id}")
-    console.print(f"deleted listener {listener_id}")
+    done(ctx, f"deleted listener {listener_id}", deleted=listener_id)
 
 
 @lb.command("pool-create")
@@ -74,13 +76,15 @@ def pool_create(ctx: typer.Context, lb_id: str, name: str = typer.Option(...),
 
 @lb.command("pool-list")
 def pool_list(ctx: typer.Context) -> None:
+    """The pools of a load balancer."""
     show(ctx, call(ctx, "GET", "/v1/pools"), POOL_COLS, "pools")
 
 
 @lb.command("pool-delete")
 def pool_delete(ctx: typer.Context, pool_id: str) -> None:
+    """Remove a pool (and its members)."""
     call(ctx, "DELETE", f"/v1/pools/{pool_id}")
-    console.print(f"deleted pool {pool_id}")
+    done(ctx, f"deleted pool {pool_id}", deleted=pool_id)
 
 
 @lb.command("member-add")
@@ -106,8 +110,9 @@ def member_weight(ctx: typer.Context, pool_id: str, member_id: str, weight: int 
 
 @lb.command("member-remove")
 def member_remove(ctx: typer.Context, pool_id: str, member_id: str) -> None:
+    """Remove a member from its pool."""
     call(ctx, "DELETE", f"/v1/pools/{pool_id}/members/{member_id}")
-    console.print(f"removed member {member_id}")
+    done(ctx, f"removed member {member_id}", removed=member_id)
 
 
 @lb.command("monitor-set")
@@ -125,5 +130,6 @@ def monitor_set(ctx: typer.Context, pool_id: str, type_: str = typer.Option(...,
 
 @lb.command("monitor-delete")
 def monitor_delete(ctx: typer.Context, pool_id: str) -> None:
+    """Remove a pool's health monitor."""
     call(ctx, "DELETE", f"/v1/pools/{pool_id}/health-monitor")
     console.print(f"pool {pool_id}: no health monitor (members NO_MONITOR, treated as healthy)")

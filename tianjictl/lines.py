@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from tianjictl.main import call, console, resource, show
+from tianjictl.main import call, console, done, resource, show
 
 line = resource("private-line", "Private lines: an on-premise site into a VPC over an 802.1Q VLAN, with BGP.")
 LINE_COLS = ["id", "name", "vpc_id", "vlan_id", "customer_asn", "local_asn", "local_ip", "customer_ip",
@@ -44,7 +44,7 @@ def line_list(ctx: typer.Context) -> None:
 def line_show(ctx: typer.Context, line_id: str) -> None:
     """The line, each BGP session's state on its instance, and the routes learned."""
     x = call(ctx, "GET", f"/v1/private-lines/{line_id}")
-    if ctx.obj.as_json:
+    if ctx.obj.output != "table":
         show(ctx, x, [])
         return
     show(ctx, x, LINE_COLS + ["advertised"])
@@ -76,4 +76,4 @@ def line_update(ctx: typer.Context, line_id: str, max_prefixes: int = typer.Opti
 @line.command("delete")
 def line_delete(ctx: typer.Context, line_id: str) -> None:
     call(ctx, "DELETE", f"/v1/private-lines/{line_id}")
-    console.print(f"deleted private line {line_id} (its sessions go down, its routes with them)")
+    done(ctx, f"deleted private line {line_id} (its sessions go down, its routes with them)", deleted=line_id)

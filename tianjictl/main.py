@@ -9,16 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from tianjictl.client import ApiFailure, Client, load_cli_config
+from tianjictl.names import SharedTyper
+from tianjictl.output import INVALID, NOT_ALLOWED, console, done, err, exit_code, fail, show  # noqa: F401 (shared)
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Tianji: VPC networking for private GPU clouds.")
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+app = SharedTyper(no_args_is_help=True, help="Tianji: VPC networking for private GPU clouds. Every command takes "
+                  "-o table|json|yaml|value and -c COLUMN, and resources by name or id; exit statuses: docs/cli.md.")
 
-controller_app = typer.Typer(no_args_is_help=True, help="Run the central controller.")
+controller_app = SharedTyper(no_args_is_help=True, help="Run the central controller.")
 app.add_typer(controller_app, name="controller")
 
 
@@ -100,23 +99,24 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
 
 class Ctx:
     def __init__(self, url: str, token: str | None, as_json: bool, ca: str | None = None) -> None:
-        self.url, self.token, self.as_json, self.ca = url, token, as_json, ca
+        self.url, self.token, self.ca = url, token, ca
+        self.output = "json" if as_json else "table"  # -o on each command sets it (tianjictl/names.py)
+        self.columns: tuple[str, ...] = ()
+
+    @property
+    def as_json(self) -> bool:
+        return self.output == "json"
 
     def client(self) -> Client:
         from tianji.tls import ClientTls
 
         if not self.token:
-            fail("no token: pass --token, set TIANJI_TOKEN, or save one with `tianji login`")
+            fail("no token: pass --token, set TIANJI_TOKEN, or save one with `tianji login`", NOT_ALLOWED)
         try:
             return Client(self.url, self.token, tls=ClientTls.from_env(self.ca))
         except ValueError as e:
-            fail(f"--url: {e}")
+            fail(f"--url: {e}", INVALID)
             raise
-
-
-def fail(msg: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(code)
 
 
 @app.callback()
@@ -137,25 +137,15 @@ def main_options(ctx: typer.Context,
 
 
 def call(ctx: typer.Context, method: str, path: str, body: Any = None, **params: Any) -> Any:
+    """One API call; a list comes whole (its pages followed). A refusal exits with its status (output.py)."""
     try:
-        return ctx.obj.client().request(method, path, body, **params)
+        client = ctx.obj.client()
+        if method == "GET" and "limit" not in params:
+            return client.get(path, **params)
+        return client.request(method, path, body, **params)
     except ApiFailure as e:
         where = f" (field: {e.field})" if e.field else ""
-        fail(f"{e.detail}{where}" if e.status else e.detail)
-
-
-def show(ctx: typer.Context, rows: Any, columns: list[str], title: str | None = None) -> None:
-    if ctx.obj.as_json:
-        console.print_json(json.dumps(rows))
-        return
-    rows = rows if isinstance(rows, list) else [rows]
-    t = Table(title=title, header_style="bold cyan")
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*("" if r.get(c) is None else ", ".join(map(str, r[c])) if isinstance(r.get(c), list)
-                    else str(r[c]) for c in columns))
-    console.print(t)
+        fail(f"{e.detail}{where}" if e.status else e.detail, exit_code(e.status), e.status or None, e.field)
 
 
 @app.command("login")
@@ -177,13 +167,19 @@ def login(url: str = typer.Option(...), token: str = typer.Option(...),
 
 
 def resource(name: str, help_: str) -> typer.Typer:
-    sub = typer.Typer(no_args_is_help=True, help=help_)
+    sub = SharedTyper(no_args_is_help=True, help=help_, group=name)
     app.add_typer(sub, name=name)
     return sub
 
 
+_REGISTERED: list[bool] = []
+
+
 def _register_components() -> None:
-    """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet)."""
+    """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet). Once."""
+    if _REGISTERED:
+        return
+    _REGISTERED.append(True)
     import tianjictl.admin
     import tianjictl.lb
     import tianjictl.lines

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from tianjictl.main import call, console, resource, show
+from tianjictl.main import call, done, resource, show
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
 VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tenant_id"]
@@ -35,7 +35,7 @@ def vpc_show(ctx: typer.Context, vpc_id: str) -> None:
 @vpc.command("delete")
 def vpc_delete(ctx: typer.Context, vpc_id: str) -> None:
     call(ctx, "DELETE", f"/v1/vpcs/{vpc_id}")
-    console.print(f"deleted VPC {vpc_id}")
+    done(ctx, f"deleted VPC {vpc_id}", deleted=vpc_id)
 
 
 subnet = resource("subnet", "Subnets of a VPC.")
@@ -61,7 +61,7 @@ def subnet_show(ctx: typer.Context, subnet_id: str) -> None:
 @subnet.command("delete")
 def subnet_delete(ctx: typer.Context, subnet_id: str) -> None:
     call(ctx, "DELETE", f"/v1/subnets/{subnet_id}")
-    console.print(f"deleted subnet {subnet_id}")
+    done(ctx, f"deleted subnet {subnet_id}", deleted=subnet_id)
 
 
 port = resource("port", "Ports: a VM's address in a subnet, bound to a host.")
@@ -99,7 +99,7 @@ def port_bind(ctx: typer.Context, port_id: str, host: str) -> None:
 @port.command("delete")
 def port_delete(ctx: typer.Context, port_id: str) -> None:
     call(ctx, "DELETE", f"/v1/ports/{port_id}")
-    console.print(f"deleted port {port_id}")
+    done(ctx, f"deleted port {port_id}", deleted=port_id)
 
 
 peering = resource("peering", "VPC peering connections.")
@@ -136,7 +136,7 @@ def peering_reject(ctx: typer.Context, peering_id: str) -> None:
 @peering.command("delete")
 def peering_delete(ctx: typer.Context, peering_id: str) -> None:
     call(ctx, "DELETE", f"/v1/peerings/{peering_id}")
-    console.print(f"deleted peering {peering_id}")
+    done(ctx, f"deleted peering {peering_id}", deleted=peering_id)
 
 
 route = resource("route", "VPC route tables.")
@@ -163,7 +163,7 @@ def route_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
 @route.command("delete")
 def route_delete(ctx: typer.Context, route_id: str, vpc_id: str = typer.Option(..., "--vpc")) -> None:
     call(ctx, "DELETE", f"/v1/vpcs/{vpc_id}/routes/{route_id}")
-    console.print(f"deleted route {route_id}")
+    done(ctx, f"deleted route {route_id}", deleted=route_id)
 
 
 sg = resource("sg", "Security groups and their rules.")
@@ -187,14 +187,14 @@ def sg_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc")) -> No
 def sg_show(ctx: typer.Context, sg_id: str) -> None:
     g = call(ctx, "GET", f"/v1/security-groups/{sg_id}")
     show(ctx, g, SG_COLS)
-    if not ctx.obj.as_json:
+    if ctx.obj.output == "table":
         show(ctx, g["rules"], RULE_COLS, f"rules of {g['name']}")
 
 
 @sg.command("delete")
 def sg_delete(ctx: typer.Context, sg_id: str) -> None:
     call(ctx, "DELETE", f"/v1/security-groups/{sg_id}")
-    console.print(f"deleted security group {sg_id}")
+    done(ctx, f"deleted security group {sg_id}", deleted=sg_id)
 
 
 @sg.command("rule-add")
@@ -216,8 +216,9 @@ def sg_rule_add(ctx: typer.Context, sg_id: str,
 
 @sg.command("rule-delete")
 def sg_rule_delete(ctx: typer.Context, sg_id: str, rule_id: int) -> None:
+    """Remove a rule from a security group."""
     call(ctx, "DELETE", f"/v1/security-groups/{sg_id}/rules/{rule_id}")
-    console.print(f"deleted rule {rule_id}")
+    done(ctx, f"deleted rule {rule_id}", deleted=rule_id)
 
 
 eip = resource("eip", "Elastic IPs: public addresses from the operator's pool.")
@@ -247,7 +248,7 @@ def eip_disassociate(ctx: typer.Context, eip_id: str) -> None:
 @eip.command("delete")
 def eip_delete(ctx: typer.Context, eip_id: str) -> None:
     call(ctx, "DELETE", f"/v1/eips/{eip_id}")
-    console.print(f"released EIP {eip_id}")
+    done(ctx, f"released EIP {eip_id}", released=eip_id)
 
 
 natgw = resource("nat-gateway", "NAT gateways: SNAT and DNAT for a VPC.")
@@ -269,7 +270,7 @@ def natgw_list(ctx: typer.Context) -> None:
 @natgw.command("delete")
 def natgw_delete(ctx: typer.Context, gw_id: str) -> None:
     call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}")
-    console.print(f"deleted NAT gateway {gw_id}")
+    done(ctx, f"deleted NAT gateway {gw_id}", deleted=gw_id)
 
 
 @natgw.command("snat-add")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from tianjictl.main import call, console, resource, show
+from tianjictl.main import call, done, resource, show
 
 service = resource("service", "Services outside the VPCs that tenants reach through endpoints.")
 endpoint = resource("endpoint", "A service's address and name in one of your subnets.")
@@ -70,7 +70,7 @@ def service_allow(ctx: typer.Context, service_id: str,
 @service.command("delete")
 def service_delete(ctx: typer.Context, service_id: str) -> None:
     call(ctx, "DELETE", f"/v1/services/{service_id}")
-    console.print(f"deleted service {service_id}")
+    done(ctx, f"deleted service {service_id}", deleted=service_id)
 
 
 @endpoint.command("create")
@@ -95,4 +95,4 @@ def endpoint_list(ctx: typer.Context) -> None:
 @endpoint.command("delete")
 def endpoint_delete(ctx: typer.Context, endpoint_id: str) -> None:
     call(ctx, "DELETE", f"/v1/service-endpoints/{endpoint_id}")
-    console.print(f"deleted endpoint {endpoint_id} (its address is the subnet's again)")
+    done(ctx, f"deleted endpoint {endpoint_id} (its address is the subnet's again)", deleted=endpoint_id)

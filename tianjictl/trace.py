@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import Any
 
 import typer
 
-from tianjictl.main import app, call, console, fail
+from tianjictl.main import app, call, console, fail, show
+from tianjictl.output import INVALID, TRACE_UNREACHABLE
 
 
 def _is_address(s: str) -> bool:
@@ -25,7 +25,7 @@ def port_ref(ctx: typer.Context, ref: str, what: str) -> str:
     if len(found) == 1:
         return found[0]["id"]
     if len(found) > 1:
-        fail(f"{what}: {len(found)} ports are named {ref!r}; give the port's id", code=2)
+        fail(f"{what}: {len(found)} ports are named {ref!r}; give the port's id", INVALID)
     return ref  # an id (or nothing: the controller says which)
 
 
@@ -35,14 +35,13 @@ def trace(ctx: typer.Context,
           destination: str = typer.Argument(..., help="an IPv4 address or a port (id or name)"),
           proto: str = typer.Option("tcp", "--proto", help="tcp, udp or icmp"),
           port: int = typer.Option(None, "--port", help="the destination port (tcp, udp)"),
-          eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address"),
-          output: str = typer.Option("text", "-o", "--output", help="text or json")) -> None:
+          eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address")) -> None:
     """Whether SOURCE's packets reach DESTINATION, and the path hop by hop: the security group rule, route and
-    port that decide on each host, and each gateway's translation. Exit status 0: reachable, 3: unreachable."""
+    port that decide on each host, and each gateway's translation. Exit status 0: reachable, 8: unreachable."""
     if _is_address(destination):
         dst = {"eip" if eip else "ip": destination}
     elif eip:
-        fail("--eip: DESTINATION must be an address", code=2)
+        fail("--eip: DESTINATION must be an address", INVALID)
         return
     else:
         dst = {"port_id": port_ref(ctx, destination, "DESTINATION")}
@@ -51,11 +50,11 @@ def trace(ctx: typer.Context,
     if port is not None:
         body["port"] = port
     a = call(ctx, "POST", "/v1/reachability", body)
-    if output == "json" or ctx.obj.as_json:
-        console.print_json(json.dumps(a))
-    else:
+    if ctx.obj.output == "table":
         render(a)
-    raise typer.Exit(0 if a["verdict"] == "reachable" else 3)
+    else:
+        show(ctx, a, ["verdict", "reason"])
+    raise typer.Exit(0 if a["verdict"] == "reachable" else TRACE_UNREACHABLE)
 
 
 def render(a: dict) -> None:

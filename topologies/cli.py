@@ -53,6 +53,7 @@ cluster_app.add_typer(vm_app, name="vm")
 def vm_add(port: str = typer.Option(..., "--port", help="the port id; the VM is plugged on its host"),
            vm_name: str = typer.Option(None, "--name"), static: bool = typer.Option(False, help="no DHCP"),
            name: str = typer.Option("tj", "--cluster"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """Plug a VM (a namespace) into a port on the port's host."""
     info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static)
     console.print(f"VM {info['name']} plugged on {info['host']}: {info['ip']}/{info['prefixlen']} "
                   f"(namespace {info['ns']}; `ip netns exec {info['ns']} ping ...`)")
@@ -61,12 +62,14 @@ def vm_add(port: str = typer.Option(..., "--port", help="the port id; the VM is 
 @vm_app.command("remove")
 def vm_remove(vm_name: str, name: str = typer.Option("tj", "--cluster"),
               state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """Unplug a VM and remove its namespace."""
     Cluster(State.load(state_dir / name)).vm_remove(vm_name)
     console.print(f"VM {vm_name} removed")
 
 
 @cluster_app.command("status")
 def status(name: str = typer.Option("tj"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """The cluster's nodes, their namespaces and addresses, and each agent's state."""
     _print_status(Cluster(State.load(state_dir / name)))
 
 

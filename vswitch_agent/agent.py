@@ -87,7 +87,7 @@ class AgentApp(app_manager.OSKenApp):
                    *((self.dns_forwarder.run,) if self.dns_forwarder else ())):
             self.threads.append(hub.spawn(self._forever, fn))
         if self.opts.metrics_port:
-            collector = metrics.AgentCollector(self.opts.host, self.status, lambda: list(self.engine.desired))
+            collector = metrics.AgentCollector(self.opts.host, self.status, lambda: list(self.engine.desired.values()))
             self.threads.append(hub.spawn(metrics.serve, collector, self.opts.metrics_port, self.opts.metrics_address))
         return t
 

@@ -140,6 +140,7 @@ MAX_INT, MAX_BIGINT = 2**31 - 1, 2**63 - 1  # the columns' ranges (Integer, BigI
 class Page:
     limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="items per page")
     marker: str | None = Query(None, max_length=64, description="the id of the last item of the previous page")
+    name: str | None = Query(None, max_length=64, description="only those with this name (resources with names)")
 
 
 def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Principal, request: Request,
@@ -147,6 +148,10 @@ def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Pri
     """One page of `stmt` (already scoped to what the caller may see), in the order of `keys` then id. When more
     follow, the response says where the next page starts: `Link: <...>; rel="next"` and `X-Next-Marker`."""
     id_col = model.id
+    if page.name is not None:
+        if not hasattr(model, "name"):
+            raise ApiError(422, f"name: {model.__tablename__} have no names to filter on", "name")
+        stmt = stmt.where(model.name == page.name)
     if page.marker is not None:
         marker: Any = page.marker
         if id_col.type.python_type is int:

@@ -269,7 +269,7 @@ def create_ports(body: PortBulkCreate, request: Request, p: Principal = Depends(
 
 @router.get("/ports", response_model=list[PortOut])
 def list_ports(request: Request, response: Response, vpc_id: str | None = None, subnet_id: str | None = None,
-               host: str | None = None, name: str | None = None, page: Page = Depends(),
+               host: str | None = None, page: Page = Depends(),
                p: Principal = Depends(require_port_api)) -> list[PortOut]:
     with db_of(request).read() as s:
         stmt = scoped(select(m.Port), m.Port, p).options(selectinload(m.Port.groups))  # groups: one more query
@@ -279,8 +279,6 @@ def list_ports(request: Request, response: Response, vpc_id: str | None = None, 
             stmt = stmt.where(m.Port.subnet_id == subnet_id)
         if host:
             stmt = stmt.where(m.Port.host == host)
-        if name:
-            stmt = stmt.where(m.Port.name == name)
         return [port_out(x) for x in paged(s, stmt, m.Port, [m.Port.vpc_id, m.Port.ip_int], page, p, request,
                                            response)]
 
