@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import typer
 
 from tianjictl.main import app, call, done, fail, resource, show
+from tianjictl.output import INVALID, NOT_FOUND
 
 tenant = resource("tenant", "Tenants (admin).")
 TENANT_COLS = ["id", "name", "token"]
@@ -128,3 +131,86 @@ def host_register(ctx: typer.Context, name: str, vtep_ip: str = typer.Option(...
 def host_move_vtep(ctx: typer.Context, name: str, vtep_ip: str) -> None:
     """Move a host's VTEP (admin): a host's own token cannot, so that a stolen one cannot redirect its traffic."""
     show(ctx, call(ctx, "PATCH", f"/v1/hosts/{name}", {"vtep_ip": vtep_ip}), HOST_COLS)
+
+
+@host.command("delete")
+def host_delete(ctx: typer.Context, name: str) -> None:
+    """Remove a host (admin): it must have no bound port left."""
+    call(ctx, "DELETE", f"/v1/hosts/{name}")
+    done(ctx, f"deleted host {name}", deleted=name)
+
+
+@host.command("show")
+def host_show(ctx: typer.Context, name: str) -> None:
+    """A host, and what its agent last reported (applied revision, errors)."""
+    show(ctx, call(ctx, "GET", f"/v1/hosts/{name}"), HOST_COLS + ["role", "revision_applied", "agent_errors",
+                                                                  "last_error"])
+
+
+@app.command("whoami")
+def whoami(ctx: typer.Context) -> None:
+    """Who the token is: its kind (admin, tenant, host, orchestrator), tenant and name."""
+    show(ctx, call(ctx, "GET", "/v1/whoami"), ["kind", "tenant_id", "name"])
+
+
+pool = resource("eip-pool", "Public address pools EIPs come from (admin).")
+
+
+@pool.command("create")
+def eip_pool_create(ctx: typer.Context, cidr: str) -> None:
+    """Add a pool of public addresses (a CIDR) that EIPs are allocated from."""
+    show(ctx, call(ctx, "POST", "/v1/eip-pools", {"cidr": cidr}), ["id", "cidr"])
+
+
+@pool.command("list")
+def eip_pool_list(ctx: typer.Context) -> None:
+    """The public address pools."""
+    show(ctx, call(ctx, "GET", "/v1/eip-pools"), ["id", "cidr"], "EIP pools")
+
+
+host_token = resource("host-token", "Hosts' credentials (admin): create, rotate, revoke.")
+
+
+@host_token.command("create")
+def host_token_create(ctx: typer.Context, host_name: str,
+                      kind: str = typer.Option("hypervisor", help="hypervisor or gateway"),
+                      role: str = typer.Option(None, help="a gateway's role (nat, lb, private-line, service)"),
+                      name: str = typer.Option(None, help="the credential's name (default: the host's)")) -> None:
+    """A token for one host: it registers, beats, reports and reads that host's config, nothing else."""
+    show(ctx, call(ctx, "POST", "/v1/host-tokens", {"host": host_name, "kind": kind, "name": name, "role": role}),
+         CRED_COLS + ["token"], "credential (keep the token: shown once)")
+
+
+@host_token.command("list")
+def host_token_list(ctx: typer.Context) -> None:
+    """Host and orchestrator credentials (never the tokens: only their hashes are kept)."""
+    show(ctx, call(ctx, "GET", "/v1/host-tokens"), CRED_COLS, "credentials")
+
+
+@host_token.command("rotate")
+def host_token_rotate(ctx: typer.Context, credential: str) -> None:
+    """A new token for the same host, kind and role; the old one is revoked once the new one exists."""
+    old = _credential(ctx, credential)
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    new = call(ctx, "POST", "/v1/host-tokens", {"host": old["host"], "kind": old["kind"], "role": old["role"],
+                                                 "name": f"{old['host']}-{stamp}"})
+    call(ctx, "DELETE", f"/v1/host-tokens/{old['id']}")
+    show(ctx, new | {"revoked": old["id"]}, CRED_COLS + ["token", "revoked"],
+         "new credential (keep the token: shown once); the old one is revoked")
+
+
+@host_token.command("revoke")
+def host_token_revoke(ctx: typer.Context, credential: str) -> None:
+    """Revoke a credential (by name or id), at once in every controller process."""
+    old = _credential(ctx, credential)
+    call(ctx, "DELETE", f"/v1/host-tokens/{old['id']}")
+    done(ctx, f"revoked credential {old['name']}", revoked=old["id"])
+
+
+def _credential(ctx: typer.Context, ref: str) -> dict:
+    found = [c for c in call(ctx, "GET", "/v1/host-tokens") if ref in (c["id"], c["name"])]
+    if not found:
+        fail(f"CREDENTIAL: no credential is named {ref!r} (`tianji host-token list`)", NOT_FOUND)
+    if not found[0]["host"]:
+        fail(f"CREDENTIAL: {ref} is an orchestrator's credential, not a host's", INVALID)
+    return found[0]

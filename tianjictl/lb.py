@@ -45,6 +45,7 @@ def lb_delete(ctx: typer.Context, lb_id: str) -> None:
 def listener_create(ctx: typer.Context, lb_id: str, protocol: str = typer.Option(..., help="tcp or udp"),
                     port: int = typer.Option(...), pool_id: str = typer.Option(None, "--pool"),
                     idle_timeout_s: int = typer.Option(350, "--idle-timeout")) -> None:
+    """Add a listener (protocol and port) to a load balancer."""
     body = {"protocol": protocol, "port": port, "idle_timeout_s": idle_timeout_s} | \
         ({"default_pool_id": pool_id} if pool_id else {})
     show(ctx, call(ctx, "POST", f"/v1/load-balancers/{lb_id}/listeners", body), LISTENER_COLS)
@@ -69,6 +70,7 @@ def pool_create(ctx: typer.Context, lb_id: str, name: str = typer.Option(...),
                 algorithm: str = typer.Option("maglev", help="maglev or source_ip"),
                 table_size: int = typer.Option(65537, help="Maglev's table size: a prime"),
                 deregistration_delay_s: int = typer.Option(30, "--deregistration-delay")) -> None:
+    """Add a pool of members behind a listener."""
     body = {"load_balancer_id": lb_id, "name": name, "protocol": protocol, "algorithm": algorithm,
             "table_size": table_size, "deregistration_delay_s": deregistration_delay_s}
     show(ctx, call(ctx, "POST", "/v1/pools", body), POOL_COLS)
@@ -90,6 +92,7 @@ def pool_delete(ctx: typer.Context, pool_id: str) -> None:
 @lb.command("member-add")
 def member_add(ctx: typer.Context, pool_id: str, port_id: str = typer.Option(..., "--port"),
                protocol_port: int = typer.Option(..., "--protocol-port"), weight: int = typer.Option(1)) -> None:
+    """Add a port to a pool as a member."""
     body = {"port_id": port_id, "protocol_port": protocol_port, "weight": weight}
     show(ctx, call(ctx, "POST", f"/v1/pools/{pool_id}/members", body), MEMBER_COLS)
 
@@ -122,6 +125,7 @@ def monitor_set(ctx: typer.Context, pool_id: str, type_: str = typer.Option(...,
                 rise: int = typer.Option(2), fall: int = typer.Option(3),
                 http_method: str = typer.Option(None, "--http-method"), url_path: str = typer.Option(None, "--path"),
                 expected_codes: str = typer.Option(None, "--expect")) -> None:
+    """Set a pool's health monitor (tcp, http or udp-connect checks)."""
     body = {"type": type_, "interval_s": interval_s, "timeout_s": timeout_s, "rise": rise, "fall": fall} | \
         {k: v for k, v in (("http_method", http_method), ("url_path", url_path),
                            ("expected_codes", expected_codes)) if v is not None}

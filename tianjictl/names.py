@@ -56,7 +56,7 @@ def _one(ctx: typer.Context, collection: str, value: str, param: typer.CallbackP
     else:
         found = call(ctx, "GET", f"/v1/{collection}", name=value)
     if len(found) > 1:
-        opt = next((o for o in param.opts if o.startswith("--")), param.human_readable_name)
+        opt = next((o for o in param.opts if o.startswith("--")), (param.name or "").upper())
         fail(f"{opt}: {len(found)} {collection} are named {value!r}; give the id", INVALID)
     return found[0]["id"] if found else value
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from tianjictl.main import call, done, resource, show
+from tianjictl.main import call, done, fail, resource, show
+from tianjictl.output import INVALID
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
 VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tenant_id"]
@@ -94,6 +95,23 @@ def port_show(ctx: typer.Context, port_id: str) -> None:
 def port_bind(ctx: typer.Context, port_id: str, host: str) -> None:
     """Bind (or migrate) a port to a host."""
     show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", {"host": host}), PORT_COLS)
+
+
+@port.command("update")
+def port_update(ctx: typer.Context, port_id: str, name: str = typer.Option(None, help="a new name"),
+                sg: list[str] = typer.Option(None, "--sg", help="security group name or id (repeatable): replaces "
+                                                                "the port's groups"),
+                no_groups: bool = typer.Option(False, "--no-groups", help="leave the port in no security group")) \
+        -> None:
+    """Rename a port or replace its security groups."""
+    body: dict[str, Any] = {}
+    if name:
+        body["name"] = name
+    if sg or no_groups:
+        body["security_group_ids"] = [] if no_groups else sg
+    if not body:
+        fail("give --name, --sg or --no-groups: nothing to change", INVALID)
+    show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", body), PORT_COLS)
 
 
 @port.command("delete")
@@ -203,6 +221,7 @@ def sg_rule_add(ctx: typer.Context, sg_id: str,
                 protocol: str = typer.Option("any", help="tcp|udp|icmp|any"),
                 port: str = typer.Option(None, help="PORT or MIN-MAX (tcp/udp)"),
                 remote_cidr: str = typer.Option(None), remote_group: str = typer.Option(None)) -> None:
+    """Add a rule to a security group."""
     body: dict[str, Any] = {"direction": direction, "protocol": protocol}
     if port:
         lo, _, hi = port.partition("-")
@@ -235,6 +254,12 @@ def eip_list(ctx: typer.Context) -> None:
     show(ctx, call(ctx, "GET", "/v1/eips"), EIP_COLS, "EIPs")
 
 
+@eip.command("show")
+def eip_show(ctx: typer.Context, eip_id: str) -> None:
+    """An EIP: its address, the port it is on and the gateway instance homing it."""
+    show(ctx, call(ctx, "GET", f"/v1/eips/{eip_id}"), EIP_COLS + ["home"])
+
+
 @eip.command("associate")
 def eip_associate(ctx: typer.Context, eip_id: str, port_id: str = typer.Option(..., "--port")) -> None:
     show(ctx, call(ctx, "POST", f"/v1/eips/{eip_id}/associate", {"port_id": port_id}), EIP_COLS)
@@ -253,6 +278,8 @@ def eip_delete(ctx: typer.Context, eip_id: str) -> None:
 
 natgw = resource("nat-gateway", "NAT gateways: SNAT and DNAT for a VPC.")
 NATGW_COLS = ["id", "name", "vpc_id", "eip_ids"]
+SNAT_COLS = ["id", "cidr", "subnet_id", "eip_ids"]
+DNAT_COLS = ["id", "eip_id", "protocol", "external_port", "port_id", "internal_port"]
 
 
 @natgw.command("create")
@@ -267,6 +294,46 @@ def natgw_list(ctx: typer.Context) -> None:
     show(ctx, call(ctx, "GET", "/v1/nat-gateways"), NATGW_COLS, "NAT gateways")
 
 
+@natgw.command("show")
+def natgw_show(ctx: typer.Context, gw_id: str) -> None:
+    """A NAT gateway, its SNAT rules and its DNAT rules."""
+    gw = call(ctx, "GET", f"/v1/nat-gateways/{gw_id}")
+    if ctx.obj.output != "table":
+        gw = gw | {"snat_rules": call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/snat-rules"),
+                   "dnat_rules": call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/dnat-rules")}
+        show(ctx, gw, NATGW_COLS)
+        return
+    show(ctx, gw, NATGW_COLS)
+    show(ctx, call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/snat-rules"), SNAT_COLS, "SNAT rules")
+    show(ctx, call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/dnat-rules"), DNAT_COLS, "DNAT rules")
+
+
+@natgw.command("snat-list")
+def natgw_snat_list(ctx: typer.Context, gw_id: str) -> None:
+    """A NAT gateway's SNAT rules."""
+    show(ctx, call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/snat-rules"), SNAT_COLS, "SNAT rules")
+
+
+@natgw.command("snat-delete")
+def natgw_snat_delete(ctx: typer.Context, gw_id: str, rule_id: str) -> None:
+    """Remove an SNAT rule."""
+    call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}/snat-rules/{rule_id}")
+    done(ctx, f"deleted SNAT rule {rule_id}", deleted=rule_id)
+
+
+@natgw.command("dnat-list")
+def natgw_dnat_list(ctx: typer.Context, gw_id: str) -> None:
+    """A NAT gateway's DNAT rules."""
+    show(ctx, call(ctx, "GET", f"/v1/nat-gateways/{gw_id}/dnat-rules"), DNAT_COLS, "DNAT rules")
+
+
+@natgw.command("dnat-delete")
+def natgw_dnat_delete(ctx: typer.Context, gw_id: str, rule_id: str) -> None:
+    """Remove a DNAT rule."""
+    call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}/dnat-rules/{rule_id}")
+    done(ctx, f"deleted DNAT rule {rule_id}", deleted=rule_id)
+
+
 @natgw.command("delete")
 def natgw_delete(ctx: typer.Context, gw_id: str) -> None:
     call(ctx, "DELETE", f"/v1/nat-gateways/{gw_id}")
@@ -276,15 +343,16 @@ def natgw_delete(ctx: typer.Context, gw_id: str) -> None:
 @natgw.command("snat-add")
 def natgw_snat(ctx: typer.Context, gw_id: str, subnet_id: str = typer.Option(None, "--subnet"),
                cidr: str = typer.Option(None), eips: list[str] = typer.Option(..., "--eip")) -> None:
+    """Add an SNAT rule: a subnet or CIDR leaves through these EIPs."""
     body: dict[str, Any] = {"eip_ids": eips} | ({"subnet_id": subnet_id} if subnet_id else {"cidr": cidr})
-    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body), ["id", "cidr", "eip_ids"])
+    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body), SNAT_COLS)
 
 
 @natgw.command("dnat-add")
 def natgw_dnat(ctx: typer.Context, gw_id: str, eip_id: str = typer.Option(..., "--eip"),
                protocol: str = typer.Option("tcp"), external_port: int = typer.Option(...),
                port_id: str = typer.Option(..., "--port"), internal_port: int = typer.Option(...)) -> None:
+    """Add a DNAT rule: an EIP's port forwards to a port's."""
     show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/dnat-rules",
                    {"eip_id": eip_id, "protocol": protocol, "external_port": external_port, "port_id": port_id,
-                    "internal_port": internal_port}), ["id", "eip_id", "protocol", "external_port", "port_id",
-                                                       "internal_port"])
+                    "internal_port": internal_port}), DNAT_COLS)

@@ -44,7 +44,8 @@ def fail(msg: str, code: int = ERROR, status: int | None = None, field: str | No
     if fmt in ("json", "yaml"):
         problem = {"error": {"message": msg, "exit_code": code} | ({"status": status} if status else {})
                    | ({"field": field} if field else {})}
-        err.print(json.dumps(problem) if fmt == "json" else _yaml(problem), highlight=False, markup=False)
+        err.print(json.dumps(problem) if fmt == "json" else _yaml(problem), highlight=False, markup=False,
+                  soft_wrap=True)
     else:
         err.print(f"[red]error:[/red] {msg}", highlight=False)
     raise typer.Exit(code)

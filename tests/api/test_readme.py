@@ -31,3 +31,4 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert '"host": "hv1"' in out and '"ip": "10.0.1.2"' in out  # the tenant sees its port bound by the orchestrator
     assert "vm2" in out and "pending" not in out.lower()  # the CLI's port list; a same-tenant peering is active
     assert "vpcs" in out and "unlimited" not in out  # the quota table
+    assert "REACHABLE" in out and "10.1.1." in out  # the trace; the port's address (-o value -c ip)
