@@ -36,6 +36,7 @@ from controller.api.ops_schemas import Healthz, Readyz
 from controller.auth import cached_principal, forget_credentials
 from controller.db import Database
 from controller.guards import Guard
+from controller.idempotency import Idempotency
 from controller.liveness import Beats, mark_silent_hosts_down
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.metrics = Metrics(app.state)
     app.state.stream_hub.timed = app.state.metrics.compile.labels("stream-batch").observe
     errors.install(app)
+    app.add_middleware(Idempotency, state=app.state)  # inside the guard: it knows the credential
     app.add_middleware(Guard, state=app.state)
     app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,

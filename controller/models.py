@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from controller.idempotency_models import IdempotencyKey  # noqa: F401 - likewise
 from controller.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
     PrivateLine,
     PrivateLineLearned,
@@ -25,7 +26,7 @@ from controller.line_models import (  # noqa: F401 - every table is in `models` 
     PrivateLineStaticRoute,
 )
 from controller.service_models import Service, ServiceEndpoint  # noqa: F401 - likewise
-from controller.table_base import Base, new_id, now
+from controller.table_base import Base, Labelled, new_id, now
 
 
 class Counter(Base):
@@ -137,7 +138,7 @@ class RemovedHost(Base):
     revision: Mapped[int] = mapped_column(BigInteger, index=True)
 
 
-class Vpc(Base):
+class Vpc(Labelled, Base):
     __tablename__ = "vpcs"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
@@ -154,7 +155,7 @@ class Vpc(Base):
     __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_vpc_tenant_name"),)
 
 
-class Subnet(Base):
+class Subnet(Labelled, Base):
     __tablename__ = "subnets"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
@@ -168,13 +169,12 @@ class Subnet(Base):
     __table_args__ = (UniqueConstraint("vpc_id", "cidr", name="uq_subnet_vpc_cidr"),)
 
 
-class SecurityGroup(Base):
+class SecurityGroup(Labelled, Base):
     __tablename__ = "security_groups"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
     tenant_id: Mapped[str] = mapped_column(String(36), index=True)
     name: Mapped[str] = mapped_column(String(64))
-    description: Mapped[str] = mapped_column(String(255), default="")
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
@@ -207,7 +207,7 @@ class SecurityGroupRule(Base):
     group: Mapped[SecurityGroup] = relationship(back_populates="rules", foreign_keys=[group_id])
 
 
-class Port(Base):
+class Port(Labelled, Base):
     __tablename__ = "ports"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(String(36), index=True)

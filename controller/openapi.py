@@ -23,6 +23,10 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = "/static/docs"
+IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                   "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                   "description": "a retry with the same key (and the same request) gets the first answer, kept a day "
+                                  "(controller/idempotency.py)"}
 ROLE_CHECKS = ("require_admin", "require_tenant_api", "require_infra", "require_port_api")  # controller/auth.py
 WRITES = ("post", "put", "patch", "delete")
 # what the docs pages may load: this controller's files (and the blobs and inline scripts the viewers make)
@@ -98,6 +102,8 @@ def refine(doc: dict[str, Any], routes: dict[str, APIRoute]) -> None:
                 op["security"] = [{}, {"bearer": []}]  # answers without a token; more with the admin's
                 continue
             op["security"] = [{"bearer": []}]
+            if method == "post":
+                op.setdefault("parameters", []).append(IDEMPOTENCY_KEY)
             keep = error_codes(path, method, op, route)
             op["responses"] = {c: r for c, r in op["responses"].items() if not c.startswith(("4", "5"))
                                or c in keep}

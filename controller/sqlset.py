@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Boolean, String, bindparam
+from sqlalchemy import JSON, Boolean, String, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -108,7 +108,8 @@ def pipeline(s: Session) -> Iterator[Any]:
         raise DBAPIError.instance(None, None, e, psycopg.Error, dialect=dialect) from e
 
 
-_COMPILED: dict[tuple[int, str], tuple[Executable, Any]] = {}  # (id(statement), dialect) -> (statement, compiled)
+# (id(statement), dialect) -> (statement, compiled, the bind processors of its typed parameters)
+_COMPILED: dict[tuple[int, str], tuple[Executable, Any, list[tuple[str, Any]]]] = {}
 _COMPILED_LOCK = threading.Lock()
 
 
@@ -119,10 +120,15 @@ def driver_form(stmt: Executable, dialect: Dialect, params: Mapping[str, Any]) -
     entry = _COMPILED.get(key)
     if entry is None or entry[0] is not stmt:
         with _COMPILED_LOCK:
-            entry = _COMPILED[key] = (stmt, stmt.compile(dialect=dialect))
-    compiled = entry[1]
+            compiled = stmt.compile(dialect=dialect)
+            # what the driver cannot take as it is (id lists, JSON), as SQLAlchemy's own execution would convert it
+            procs = [(name, proc) for name, bp in compiled.binds.items()
+                     if (proc := bp.type.bind_processor(dialect)) is not None
+                     and isinstance(bp.type, IdList | JSON)]
+            entry = _COMPILED[key] = (stmt, compiled, procs)
+    compiled, procs = entry[1], entry[2]
     values = compiled.construct_params(dict(params))
-    for name, bp in compiled.binds.items():
-        if isinstance(bp.type, IdList) and name in values:
-            values[name] = bp.type.process_bind_param(values[name], dialect)
+    for name, proc in procs:
+        if name in values:
+            values[name] = proc(values[name])
     return compiled.string, values

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 from sqlalchemy.orm.attributes import get_history
 
 from controller import models as m
+from controller.table_base import LABELS
 
 CHANGES = "tianji_changes"  # session.info key: the write's ChangeSet, present only inside Database.write()
 STAMPED = {"tianji_stamped": True}  # execution option: a Core write whose rows were stamped already (defer)
@@ -170,11 +171,18 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
 # tables no config is compiled from: their rows stamp nothing
 # (removed_hosts is compiled from, and written only by the stamp itself)
 UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,
-                                         m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost})
+                                         m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost,
+                                         m.IdempotencyKey})
 # columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
 UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),
                                                  "hosts": frozenset({"last_seen"})}
 _TABLES = {model.__table__.name: model for model in (*AFFECTS, *UNCOMPILED)}
+
+
+def _labels_only(obj: Any) -> bool:
+    """Only its description or tags changed: nothing any config reads."""
+    changed = {a.key for a in inspect(obj).attrs if a.history.has_changes()}
+    return bool(changed) and changed <= LABELS
 
 
 def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
@@ -184,7 +192,7 @@ def collect(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
         return
     for state, objs in (("new", s.new), ("dirty", s.dirty), ("deleted", s.deleted)):
         for obj in objs:
-            if state == "dirty" and not s.is_modified(obj):
+            if state == "dirty" and (not s.is_modified(obj) or _labels_only(obj)):
                 continue
             rule = AFFECTS.get(type(obj))
             if rule is not None:

@@ -181,6 +181,7 @@ def _register_components() -> None:
         return
     _REGISTERED.append(True)
     import tianjictl.admin
+    import tianjictl.labels
     import tianjictl.lb
     import tianjictl.lines
     import tianjictl.network

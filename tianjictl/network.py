@@ -11,7 +11,18 @@ from tianjictl.main import call, done, fail, resource, show
 from tianjictl.output import INVALID
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
-VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tenant_id"]
+VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tags", "tenant_id"]
+TAG_HELP = "a tag (repeatable): replaces the tags"
+
+
+def labels(description: str | None, tags: list[str] | None, no_tags: bool = False) -> dict[str, Any]:
+    """The description and tags a command was given, as the API takes them."""
+    out: dict[str, Any] = {}
+    if description is not None:
+        out["description"] = description
+    if tags or no_tags:
+        out["tags"] = [] if no_tags else tags
+    return out
 
 
 @vpc.command("create")
@@ -24,8 +35,8 @@ def vpc_create(ctx: typer.Context, name: str, cidr: str = typer.Option(..., help
 
 
 @vpc.command("list")
-def vpc_list(ctx: typer.Context) -> None:
-    show(ctx, call(ctx, "GET", "/v1/vpcs"), VPC_COLS, "VPCs")
+def vpc_list(ctx: typer.Context, tag: str = typer.Option(None, help="only those with this tag")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/vpcs", tag=tag), VPC_COLS, "VPCs")
 
 
 @vpc.command("show")
@@ -50,8 +61,9 @@ def subnet_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(...,
 
 
 @subnet.command("list")
-def subnet_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc")) -> None:
-    show(ctx, call(ctx, "GET", "/v1/subnets", vpc_id=vpc_id), SUBNET_COLS, "subnets")
+def subnet_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc"),
+                tag: str = typer.Option(None, help="only those with this tag")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/subnets", vpc_id=vpc_id, tag=tag), SUBNET_COLS, "subnets")
 
 
 @subnet.command("show")
@@ -82,8 +94,10 @@ def port_create(ctx: typer.Context, name: str, subnet_id: str = typer.Option(...
 
 @port.command("list")
 def port_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc"),
-              subnet_id: str = typer.Option(None, "--subnet"), host: str = typer.Option(None)) -> None:
-    show(ctx, call(ctx, "GET", "/v1/ports", vpc_id=vpc_id, subnet_id=subnet_id, host=host), PORT_COLS, "ports")
+              subnet_id: str = typer.Option(None, "--subnet"), host: str = typer.Option(None),
+              tag: str = typer.Option(None, help="only those with this tag")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/ports", vpc_id=vpc_id, subnet_id=subnet_id, host=host, tag=tag), PORT_COLS,
+         "ports")
 
 
 @port.command("show")
@@ -101,16 +115,17 @@ def port_bind(ctx: typer.Context, port_id: str, host: str) -> None:
 def port_update(ctx: typer.Context, port_id: str, name: str = typer.Option(None, help="a new name"),
                 sg: list[str] = typer.Option(None, "--sg", help="security group name or id (repeatable): replaces "
                                                                 "the port's groups"),
-                no_groups: bool = typer.Option(False, "--no-groups", help="leave the port in no security group")) \
-        -> None:
-    """Rename a port or replace its security groups."""
-    body: dict[str, Any] = {}
+                no_groups: bool = typer.Option(False, "--no-groups", help="leave the port in no security group"),
+                description: str = typer.Option(None), tag: list[str] = typer.Option(None, "--tag", help=TAG_HELP),
+                no_tags: bool = typer.Option(False, "--no-tags", help="remove every tag")) -> None:
+    """Rename a port, describe or tag it, or replace its security groups."""
+    body: dict[str, Any] = labels(description, tag, no_tags)
     if name:
         body["name"] = name
     if sg or no_groups:
         body["security_group_ids"] = [] if no_groups else sg
     if not body:
-        fail("give --name, --sg or --no-groups: nothing to change", INVALID)
+        fail("give --name, --description, --tag, --sg or --no-groups: nothing to change", INVALID)
     show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", body), PORT_COLS)
 
 
@@ -197,8 +212,9 @@ def sg_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--
 
 
 @sg.command("list")
-def sg_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc")) -> None:
-    show(ctx, call(ctx, "GET", "/v1/security-groups", vpc_id=vpc_id), SG_COLS, "security groups")
+def sg_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc"),
+            tag: str = typer.Option(None, help="only those with this tag")) -> None:
+    show(ctx, call(ctx, "GET", "/v1/security-groups", vpc_id=vpc_id, tag=tag), SG_COLS, "security groups")
 
 
 @sg.command("show")

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from fastapi import Query, Request, Response
 from fastapi.routing import APIRoute
-from sqlalchemy import select, tuple_
+from sqlalchemy import exists, func, select, tuple_
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -141,6 +142,8 @@ class Page:
     limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="items per page")
     marker: str | None = Query(None, max_length=64, description="the id of the last item of the previous page")
     name: str | None = Query(None, max_length=64, description="only those with this name (resources with names)")
+    tag: str | None = Query(None, max_length=64, description="only those with this tag (VPCs, subnets, ports, "
+                                                              "security groups)")
 
 
 def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Principal, request: Request,
@@ -152,6 +155,10 @@ def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Pri
         if not hasattr(model, "name"):
             raise ApiError(422, f"name: {model.__tablename__} have no names to filter on", "name")
         stmt = stmt.where(model.name == page.name)
+    if page.tag is not None:
+        if not hasattr(model, "tags"):
+            raise ApiError(422, f"tag: {model.__tablename__} have no tags to filter on", "tag")
+        stmt = stmt.where(has_tag(s, model.tags, page.tag))
     if page.marker is not None:
         marker: Any = page.marker
         if id_col.type.python_type is int:
@@ -171,3 +178,20 @@ def paged(s: Session, stmt: Any, model: Any, keys: list[Any], page: Page, p: Pri
         response.headers["Link"] = f'<{url}>; rel="next"'
         response.headers["X-Next-Marker"] = nxt
     return rows
+
+
+def has_tag(s: Session, col: Any, tag: str) -> Any:
+    """`col` (a JSON list) holds `tag`: JSON containment on PostgreSQL, json_each on SQLite."""
+    if s.get_bind().dialect.name == "postgresql":
+        return col.cast(JSONB).contains([tag])
+    each = func.json_each(col).table_valued("value")
+    return exists(select(1).select_from(each).where(each.c.value == tag))
+
+
+def relabel(obj: Any, body: Any) -> None:
+    """A PATCH's description and tags, those it gives."""
+    fields = body.model_fields_set
+    if "description" in fields and body.description is not None:
+        obj.description = body.description
+    if "tags" in fields and body.tags is not None:
+        obj.tags = list(body.tags)

@@ -20,6 +20,7 @@ from controller.api.common import (
     default_group_id,
     owned,
     paged,
+    relabel,
     scoped,
     tenant_of,
     visible,
@@ -94,7 +95,7 @@ Q_HIGHEST_AND_HOSTS = Q_HIGHEST.union_all(select(_HOSTS.c.name, cast(null(), Big
                                           .where(in_ids(_HOSTS.c.name, "hosts")))
 Q_SUBNET_ADDRESSES = select(_PORTS.c.ip_int).where(_PORTS.c.subnet_id == bindparam("subnet"))
 # every column bound by name: these run through the driver directly at the commit (WriteTxn.defer)
-INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key) for c in _PORTS.c})
+INSERT_PORTS = insert(_PORTS).values({c.key: bindparam(c.key, type_=c.type) for c in _PORTS.c})  # typed: JSON tags
 INSERT_MEMBERSHIPS = insert(_PSG).values({c.key: bindparam(c.key) for c in _PSG.c})
 
 
@@ -141,10 +142,12 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
         mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
         pid = m.new_id()
         rows.append({"id": pid, "tenant_id": r.tenant_id, "vpc_id": r.vpc_id, "subnet_id": r.id, "name": x.name,
-                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "status": "DOWN", "created_at": created})
+                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "status": "DOWN", "created_at": created,
+                     "description": x.description, "tags": x.tags})
         memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
         out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,
-                           mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i])))
+                           mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i]),
+                           description=x.description, tags=x.tags))
     t.defer(INSERT_PORTS, rows)
     if memberships:
         t.defer(INSERT_MEMBERSHIPS, memberships)
@@ -300,6 +303,7 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
             raise ApiError(403, "an orchestrator token may change a port's `host` only", sorted(fields - {"host"})[0])
         if "name" in fields and body.name:
             port.name = body.name
+        relabel(port, body)
         if "host" in fields and body.host != port.host:
             may_bind(p, "host")
             check_host(s, body.host)

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from controller.api.label_schemas import LabelsIn, LabelsOut, LabelsPatch
 from controller.ipam import IpamError, parse_cidr
 from controller.settings import DEFAULT_QUOTAS
 from tianji.southbound import GatewayRole
@@ -166,7 +167,7 @@ class TokenCreated(TokenOut):
     token: str
 
 
-class VpcCreate(Req):
+class VpcCreate(Req, LabelsIn):
     name: str = NAME
     cidr: str
     mtu: int = Field(1450, ge=1280, le=9216,
@@ -179,7 +180,7 @@ class VpcCreate(Req):
         return cidr_field(v)
 
 
-class VpcOut(Resp):
+class VpcOut(Resp, LabelsOut):
     id: str
     name: str
     cidr: str
@@ -190,7 +191,7 @@ class VpcOut(Resp):
     default_security_group_id: str | None = None
 
 
-class SubnetCreate(Req):
+class SubnetCreate(Req, LabelsIn):
     vpc_id: ID
     name: str = NAME
     cidr: str
@@ -201,7 +202,7 @@ class SubnetCreate(Req):
         return cidr_field(v, 8, 29)
 
 
-class SubnetOut(Resp):
+class SubnetOut(Resp, LabelsOut):
     id: str
     vpc_id: str
     tenant_id: str
@@ -211,7 +212,7 @@ class SubnetOut(Resp):
     available_ips: int | None = None
 
 
-class PortCreate(Req):
+class PortCreate(Req, LabelsIn):
     subnet_id: ID
     name: str = NAME
     ip: str | None = None
@@ -240,17 +241,23 @@ class PortCreate(Req):
         return v
 
 
-class PortUpdate(Req):
+class PortUpdate(Req, LabelsPatch):
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     host: str | None = None
     security_group_ids: IdList | None = None
+
+
+class Rename(Req, LabelsPatch):
+    """PATCH on VPCs, subnets and security groups: a new name, description or tags (given fields only)."""
+
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class PortBulkCreate(Req):
     ports: list[PortCreate] = Field(min_length=1, max_length=1000)
 
 
-class PortOut(Resp):
+class PortOut(Resp, LabelsOut):
     id: str
     tenant_id: str
     vpc_id: str
@@ -373,18 +380,16 @@ class RuleOut(Resp):
     description: str
 
 
-class SecurityGroupCreate(Req):
+class SecurityGroupCreate(Req, LabelsIn):
     vpc_id: ID
     name: str = NAME
-    description: str = Field("", max_length=255)
     rules: list[RuleCreate] = []
 
 
-class SecurityGroupOut(Resp):
+class SecurityGroupOut(Resp, LabelsOut):
     id: str
     vpc_id: str
     tenant_id: str
     name: str
-    description: str
     is_default: bool
     rules: list[RuleOut]

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import MAX_INT, Page, WriteRoute, db_of, owned, paged, scoped, tenant_of
-from controller.api.schemas import RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
+from controller.api.common import MAX_INT, Page, WriteRoute, db_of, owned, paged, relabel, scoped, tenant_of
+from controller.api.schemas import Rename, RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
 from controller.errors import conflict, invalid, not_found
@@ -60,7 +60,8 @@ def create_sg(body: SecurityGroupCreate, request: Request,
                                                       m.SecurityGroup.name == body.name)).first():
             raise conflict("name", f"VPC {vpc.name} already has a security group named {body.name!r}")
         quotas.check(s, request.app.state.settings.quotas, vpc.tenant_id, "security_groups")
-        sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, description=body.description)
+        sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, description=body.description,
+                             tags=body.tags)
         s.add(sg)
         s.flush()
         for i, r in enumerate(body.rules):
@@ -79,6 +80,25 @@ def list_sgs(request: Request, response: Response, vpc_id: str | None = None, pa
             stmt = stmt.where(m.SecurityGroup.vpc_id == vpc_id)
         return [sg_out(x) for x in paged(s, stmt, m.SecurityGroup, [m.SecurityGroup.vpc_id, m.SecurityGroup.name],
                                          page, p, request, response)]
+
+
+@router.patch("/security-groups/{sg_id}", response_model=SecurityGroupOut)
+def update_sg(sg_id: str, body: Rename, request: Request,
+              p: Principal = Depends(require_tenant_api)) -> SecurityGroupOut:
+    """A new name, description or tags (the fields given); its rules change with POST and DELETE on /rules."""
+    with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
+        s = t.session
+        sg = owned(s, m.SecurityGroup, sg_id, p, "security group")
+        if body.name and body.name != sg.name:
+            if sg.is_default:
+                raise conflict("name", "the VPC's default group keeps its name")
+            if s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == sg.vpc_id,
+                                                          m.SecurityGroup.name == body.name)).first():
+                raise conflict("name", f"the VPC already has a security group named {body.name!r}")
+            sg.name = body.name
+        relabel(sg, body)
+        s.flush()
+        return sg_out(sg)
 
 
 @router.get("/security-groups/{sg_id}", response_model=SecurityGroupOut)

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of
-from controller.api.schemas import SubnetCreate, SubnetOut
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, scoped, tenant_of
+from controller.api.schemas import Rename, SubnetCreate, SubnetOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import conflict, invalid
 from controller.ipam import gateway_ip, overlaps, usable_range
@@ -45,7 +45,7 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
                 raise conflict("name", f"VPC {vpc.name} already has a subnet named {body.name!r}")
         quotas.check(s, request.app.state.settings.quotas, vpc.tenant_id, "subnets")
         sn = m.Subnet(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, cidr=str(net),
-                      gateway_ip=str(gateway_ip(net)))
+                      gateway_ip=str(gateway_ip(net)), description=body.description, tags=body.tags)
         s.add(sn)
         s.flush()
         return subnet_out(s, sn)
@@ -62,6 +62,22 @@ def list_subnets(request: Request, response: Response, vpc_id: str | None = None
         used = dict(s.execute(select(m.Port.subnet_id, func.count()).where(m.Port.subnet_id.in_([r.id for r in rows]))
                               .group_by(m.Port.subnet_id)).all()) if rows else {}
         return [subnet_out(s, sn, used.get(sn.id, 0)) for sn in rows]
+
+
+@router.patch("/subnets/{subnet_id}", response_model=SubnetOut)
+def update_subnet(subnet_id: str, body: Rename, request: Request,
+                  p: Principal = Depends(require_tenant_api)) -> SubnetOut:
+    """A new name, description or tags (the fields given)."""
+    with db_of(request).write(tenants=tenant_of(p, m.Subnet, subnet_id)) as t:
+        s = t.session
+        sn = owned(s, m.Subnet, subnet_id, p, "subnet")
+        if body.name and body.name != sn.name:
+            if s.execute(select(m.Subnet.id).where(m.Subnet.vpc_id == sn.vpc_id, m.Subnet.name == body.name)).first():
+                raise conflict("name", f"the VPC already has a subnet named {body.name!r}")
+            sn.name = body.name
+        relabel(sn, body)
+        s.flush()
+        return subnet_out(s, sn)
 
 
 @router.get("/subnets/{subnet_id}", response_model=SubnetOut)

@@ -18,11 +18,12 @@ from controller.api.common import (
     default_group_id,
     owned,
     paged,
+    relabel,
     scoped,
     tenant_of,
     with_retries,
 )
-from controller.api.schemas import RouteCreate, RouteOut, VpcCreate, VpcOut
+from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
@@ -91,7 +92,7 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
             s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())
             vni = allocate_vni(s, settings.vni_min, settings.vni_max, settings.vni_quarantine_s)
             vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni),
-                       mtu=body.mtu)
+                       mtu=body.mtu, description=body.description, tags=body.tags)
             s.add(vpc)
             s.flush()
             sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=tenant_id, name="default", is_default=True,
@@ -125,6 +126,21 @@ def list_vpcs(request: Request, response: Response, page: Page = Depends(),
             o.default_security_group_id = groups.get(v.id)
             out.append(o)
         return out
+
+
+@router.patch("/vpcs/{vpc_id}", response_model=VpcOut)
+def update_vpc(vpc_id: str, body: Rename, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
+    """A new name, description or tags (the fields given). None of these reaches a host's config."""
+    with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
+        s = t.session
+        vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
+        if body.name and body.name != vpc.name:
+            if s.execute(select(m.Vpc.id).where(m.Vpc.tenant_id == vpc.tenant_id, m.Vpc.name == body.name)).first():
+                raise conflict("name", f"the tenant already has a VPC named {body.name!r}")
+            vpc.name = body.name
+        relabel(vpc, body)
+        s.flush()
+        return vpc_out(s, vpc)
 
 
 @router.get("/vpcs/{vpc_id}", response_model=VpcOut)

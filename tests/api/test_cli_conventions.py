@@ -50,6 +50,9 @@ def test_names_work_wherever_ids_do(acme: tuple[Controller, str]) -> None:
     assert run("port", "update", "a", "--name", "b")[0] == 0
     code, out = run("port", "show", port["id"], "-o", "yaml")
     assert yaml.safe_load(out)["name"] == "b"
+    assert run("vpc", "update", "prod", "--tag", "env:prod", "--description", "the shop")[0] == 0
+    assert run("vpc", "list", "--tag", "env:prod", "-o", "value", "-c", "name") == (0, "prod\n")
+    assert run("port", "update", "b", "--tag", "web", "-o", "value", "-c", "tags") == (0, "web\n")
     # a name two resources share is refused, naming the option
     run("vpc", "create", "dev", "--cidr", "10.1.0.0/16")
     run("subnet", "create", "web", "--vpc", "dev", "--cidr", "10.1.1.0/24")

@@ -54,6 +54,7 @@ def test_errors_are_declared_per_operation_as_problems(doc: dict) -> None:
     assert codes("post", "/v1/vpcs") == {"401", "403", "409", "413", "422", "429"}
     assert codes("get", "/v1/whoami") == {"401", "422", "429"}
     assert "503" in codes("get", "/readyz")
+    assert any(x["name"] == "Idempotency-Key" for x in ops[("post", "/v1/vpcs")]["parameters"])
     for path, _method, op in operations(doc):
         for code, r in op["responses"].items():
             if code[0] in "4" and path.startswith("/v1/"):
