@@ -107,7 +107,11 @@ class World:
                                     "security_group_ids": [self.sg["id"]]},
             ("POST", "/v1/ports/bulk"): {"ports": [{"subnet_id": s, "name": n, "host": "hv1",
                                                     "security_group_ids": [self.sg["id"]]}]},
-            ("PATCH", "/v1/ports/{port_id}"): {"name": n, "host": "hv1", "security_group_ids": [self.sg["id"]]},
+            ("PATCH", "/v1/ports/{port_id}"): {"name": n, "host": "hv1", "security_group_ids": [self.sg["id"]],
+                                               "description": "d", "tags": ["a", "b"]},
+            ("PATCH", "/v1/vpcs/{vpc_id}"): {"name": n, "description": "d", "tags": ["x"]},
+            ("PATCH", "/v1/subnets/{subnet_id}"): {"name": n, "description": "d", "tags": ["x"]},
+            ("PATCH", "/v1/security-groups/{sg_id}"): {"name": n, "description": "d", "tags": ["x"]},
             ("POST", "/v1/peerings"): {"requester_vpc_id": v, "accepter_vpc_id": self.vpc2["id"]},
             ("POST", "/v1/security-groups"): {"vpc_id": v, "name": n, "description": "d", "rules": [
                 {"direction": "ingress", "protocol": "udp", "port_range_min": 53, "port_range_max": 53,
