@@ -30,6 +30,7 @@ from controller.api import (
     services,
     subnets,
     tenants,
+    traces,
     vpcs,
 )
 from controller.api.ops_schemas import Healthz, Readyz
@@ -103,7 +104,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.add_middleware(Guard, state=app.state)
     app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
     for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,
-              gateways, private_lines, services, reachability):
+              gateways, private_lines, services, reachability, traces):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)

@@ -27,6 +27,7 @@ from controller.line_models import (  # noqa: F401 - every table is in `models` 
 )
 from controller.service_models import Service, ServiceEndpoint  # noqa: F401 - likewise
 from controller.table_base import Base, Labelled, new_id, now
+from controller.trace_models import TraceRequest  # noqa: F401 - likewise
 
 
 class Counter(Base):

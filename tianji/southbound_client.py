@@ -60,6 +60,7 @@ class Southbound:
         self.url = self.urls[0]  # the controller in use
         self.failovers = 0
         self.on_failover: Callable[[str], None] | None = None  # told the new controller's URL (status files)
+        self.events: dict[str, Callable[[str], None]] = {}  # a stream's other events by name: told their data
         self._mover: int | None = None  # the thread whose request moved us last
         self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -210,6 +211,10 @@ class Southbound:
             elif not line and data:
                 if event == "gone":
                     raise SouthboundError(404, "the controller does not know this host (deleted)")
+                if (told := self.events.get(event)) is not None:
+                    told(data)
+                    event, data = "", ""
+                    continue
                 apply(model.model_validate_json(data), Answer(200, data.encode(), r.headers))
                 event, data = "", ""
 

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from tianjictl.main import app, call, console, fail, show
-from tianjictl.output import INVALID, TRACE_UNREACHABLE
+from tianjictl.output import ERROR, INVALID, TRACE_UNREACHABLE
 
 
 def _is_address(s: str) -> bool:
@@ -35,7 +35,10 @@ def trace(ctx: typer.Context,
           destination: str = typer.Argument(..., help="an IPv4 address or a port (id or name)"),
           proto: str = typer.Option("tcp", "--proto", help="tcp, udp or icmp"),
           port: int = typer.Option(None, "--port", help="the destination port (tcp, udp)"),
-          eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address")) -> None:
+          eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address"),
+          live: bool = typer.Option(False, "--live", help="admin: also ask the source host's Open vSwitch "
+                                                          "(ofproto/trace, through its agent) whether it agrees")) \
+        -> None:
     """Whether SOURCE's packets reach DESTINATION, and the path hop by hop: the security group rule, route and
     port that decide on each host, and each gateway's translation. Exit status 0: reachable, 8: unreachable."""
     if _is_address(destination):
@@ -49,11 +52,15 @@ def trace(ctx: typer.Context,
                             "protocol": proto}
     if port is not None:
         body["port"] = port
+    if live:
+        body["live"] = True
     a = call(ctx, "POST", "/v1/reachability", body)
     if ctx.obj.output == "table":
         render(a)
     else:
         show(ctx, a, ["verdict", "reason"])
+    if live and a.get("live", {}).get("agrees") is False:
+        raise typer.Exit(ERROR)  # the switch disagrees: a bug, whatever the verdict
     raise typer.Exit(0 if a["verdict"] == "reachable" else TRACE_UNREACHABLE)
 
 
@@ -73,3 +80,10 @@ def render(a: dict) -> None:
             for s in h["steps"]:
                 mark = "[red]x[/]" if s["does"].endswith(": dropped") else "-"
                 console.print(f"    {mark} {s['table']:<17} {s['does']}", highlight=False)
+    if (lv := a.get("live")) is not None:
+        said = {True: "[green]the switch agrees[/]", False: "[red]THE SWITCH DISAGREES[/]",
+                None: "[yellow]not asked[/]"}
+        console.print(f"[bold]live[/] ({lv['host']}): {said[lv['agrees']]}: model: {lv['model']}; switch: "
+                      f"{lv['switch'] or '-'}", highlight=False)
+        if lv.get("note"):
+            console.print(f"  {lv['note']}", highlight=False)

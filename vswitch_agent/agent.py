@@ -33,7 +33,7 @@ from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
 from tianji.southbound_client import REPORT_REFRESH_S, Southbound, SouthboundError
 from tianji.statusfile import write_atomic
-from vswitch_agent import dns, health, icmp, metrics, openflow, punts
+from vswitch_agent import dns, health, icmp, live_trace, metrics, openflow, punts
 from vswitch_agent.audit import Audit
 from vswitch_agent.dns_forward import Forwarder
 from vswitch_agent.engine import FlowEngine
@@ -55,6 +55,7 @@ class AgentApp(app_manager.OSKenApp):
         o = self.opts = AgentApp.options
         self.api = Southbound(o.controller, o.token, tls=o.tls)
         self.api.on_failover = lambda _url: self._write_status()  # which controller we use, said at once
+        self.api.events["trace"] = lambda data: hub.spawn(self._live_trace, data)  # the analyzer's --live
         self.zones = ZoneMap(o.state_dir / f"zones-{o.host}.json")
         self.engine = FlowEngine()
         self.session: Session | None = None  # the current OpenFlow connection
@@ -274,6 +275,15 @@ class AgentApp(app_manager.OSKenApp):
                     self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1
         except Exception as e:  # malformed packet-ins never take the agent down
             self._error(f"packet-in: {e}")
+
+    def _live_trace(self, data: str) -> None:
+        """A question about one packet from the reachability analyzer: our switch's own answer, sent back."""
+        ident, answer = live_trace.answer(data, dict(self.ofports), self.opts.ovs_rundir)
+        if ident is not None:
+            try:
+                self.api.call("PUT", f"/v1/hosts/{self.opts.host}/traces/{ident}", answer)
+            except SouthboundError as e:
+                self._error(f"live trace {ident}: {e}")
 
     def _count_in(self, kind: str) -> None:
         ins = self.state["packet_ins"]

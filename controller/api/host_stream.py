@@ -16,6 +16,7 @@ also the host's heartbeat: it notes a beat at every event and keep-alive line (c
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -23,6 +24,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
+from controller.api import traces
 from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
@@ -95,6 +97,9 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 woken.append(w)
                 while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
                     woken.append(sub.queue.get_nowait())
+            if any(name in x.hosts for x in woken):  # perhaps a live trace for this host's switch (api/traces.py)
+                for q in await watch_thread(lambda: traces.pending(state.db, name)):
+                    yield f"event: trace\ndata: {json.dumps(q)}\n\n"
             # (the objects form only: the sections form answers a whole config to a VTEP list change)
             claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
             if claim is not None:

@@ -8,9 +8,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from controller.api import traces
 from controller.api.common import db_of
 from controller.api.schemas import ID, Req
 from controller.auth import Principal, require_tenant_api
+from controller.errors import ApiError
 from controller.reachability.query import Question, answer
 
 router = APIRouter(tags=["reachability"])
@@ -40,6 +42,8 @@ class ReachabilityQuery(Req):
     destination: Destination
     protocol: Literal["tcp", "udp", "icmp"] = "tcp"
     port: int | None = Field(None, ge=1, le=65535, description="the destination port (tcp, udp)")
+    live: bool = Field(False, description="admin: also ask the source host's Open vSwitch (ofproto/trace, through "
+                                          "its agent) and say whether it agrees with the model")
 
     @model_validator(mode="after")
     def _port(self) -> ReachabilityQuery:
@@ -82,6 +86,15 @@ class Endpoints(BaseModel):
     eip: str | None = None
 
 
+class LiveOut(BaseModel):
+    host: str
+    agrees: bool | None = Field(description="None: the switch could not be asked (`note` says why)")
+    model: str = Field(description="where the model sends the packet from the source host's switch")
+    switch: str | None = Field(None, description="where Open vSwitch sends it")
+    note: str | None = None
+    trace: str | None = Field(None, description="what ofproto/trace printed (its end)")
+
+
 class ReachabilityOut(BaseModel):
     verdict: Literal["reachable", "unreachable"]
     reason: str
@@ -91,6 +104,7 @@ class ReachabilityOut(BaseModel):
     port: int | None
     forward: LegOut
     reply: LegOut | None = Field(None, description="the answer's way back, when the request reached a port")
+    live: LiveOut | None = None
 
 
 @router.post("/reachability", response_model=ReachabilityOut)
@@ -99,5 +113,9 @@ def reachability(body: ReachabilityQuery, request: Request, p: Principal = Depen
     decisions (security group rules, routes, ports) and each gateway's, from the configs the hosts are given and
     the flows their agents build from them."""
     d = body.destination
-    with db_of(request).read() as s:
-        return answer(s, Question(body.source_port_id, d.ip, d.port_id, d.eip, body.protocol, body.port), p)
+    db = db_of(request)
+    if body.live and not p.is_admin:
+        raise ApiError(403, "live: asking a hypervisor's switch needs the admin token", "live")
+    ask = (lambda host, question: traces.ask(db, host, question)) if body.live else None
+    with db.read() as s:
+        return answer(s, Question(body.source_port_id, d.ip, d.port_id, d.eip, body.protocol, body.port), p, ask)

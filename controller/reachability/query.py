@@ -5,6 +5,7 @@ hidden from a tenant (a peering lets packets through, not the peer's rule names)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from controller.compiler import compile_host
 from controller.errors import ApiError, invalid, not_found
 from controller.gateway_compiler import compile_gateway_sections
 from controller.reachability.explain import Step
+from controller.reachability.live import compare
 from controller.reachability.walk import EPHEMERAL_PORT, Hop, Leg, Walk
 from tianji.southbound import GatewayConfig, HostConfig
 
@@ -49,7 +51,11 @@ class Question:
     port: int | None
 
 
-def answer(s: Session, q: Question, p: Principal) -> dict[str, Any]:
+AskSwitch = Callable[[str, dict[str, Any]], dict[str, Any] | None]
+
+
+def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None = None) -> dict[str, Any]:
+    """`ask_switch`: put the question to the source host's Open vSwitch too (`live`, reachability/live.py)."""
     src = s.get(m.Port, q.source_port_id)
     if src is None or not (p.sees_all or src.tenant_id == p.tenant_id):
         raise not_found("port", q.source_port_id, "source_port_id")
@@ -66,7 +72,10 @@ def answer(s: Session, q: Question, p: Principal) -> dict[str, Any]:
     if forward.end == "delivered" and forward.port_id is not None and forward.packet is not None:
         reply = _reply(walk, forward, q)
     reachable, reason = _verdict(forward, reply, dst_port, src.id)
-    return _named(s, {
+    live = None
+    if ask_switch is not None and forward.sent is not None:
+        live = compare(forward, ask_switch(src.host, {"port_id": src.id, "packet": forward.sent}), src.host)
+    return _named(s, {"live": live,
         "verdict": "reachable" if reachable else "unreachable", "reason": reason,
         "source": {"port_id": src.id, "ip": src.ip, "vpc_id": src.vpc_id, "host": src.host},
         "destination": {"ip": dst_ip, "port_id": dst_port, "eip": q.eip},

@@ -48,6 +48,8 @@ class Leg:
     reason: str
     port_id: str | None = None  # delivered to this port
     packet: dict | None = None  # as delivered
+    first: tuple[str, ...] | None = None  # where the first switch sends it (reachability/live.py compares it)
+    sent: dict | None = None  # the frame the VM sent (what the live trace asks the switch about)
 
 
 class Walk:
@@ -81,9 +83,17 @@ class Walk:
             return Leg([Hop(host, "hypervisor", steps=explain(m))], "dropped", reason)
         hop = Hop(host, "hypervisor", steps=[Step("arp_responder", f"ARP for {target} answered by the switch: {mac}")])
         pkt = packet(port.mac, mac, port.ip, dst_ip, proto, sport, dport)
-        return self.follow(host, m.from_port(port.id, pkt), hop, [])
+        leg = self.follow(host, m.from_port(port.id, pkt), hop, [])
+        leg.sent = pkt
+        return leg
 
     def follow(self, host: str, outs: list, hop: Hop, hops: list[Hop]) -> Leg:
+        first = _first(self.models[host], outs)
+        leg = self._follow(host, outs, hop, hops)
+        leg.first = first
+        return leg
+
+    def _follow(self, host: str, outs: list, hop: Hop, hops: list[Hop]) -> Leg:
         for _ in range(MAX_HOPS):
             m = self.models[host]
             assert m is not None
@@ -119,6 +129,17 @@ class Walk:
             return Leg(hops, "dropped", f"gateway instance {name} has no config")
         hop.steps, end, reason = gateway_steps(cfg, role, pkt)
         return Leg(hops, end, reason, packet=pkt)
+
+
+def _first(m: ModelHost | None, outs: list) -> tuple[str, ...]:
+    if m is None or not outs:
+        return ("dropped",)
+    where, pkt = outs[0]
+    if where == CONTROLLER:
+        return ("controller",)
+    if where == TUNNEL_OFPORT:
+        return ("tunnel", pkt["tun_ipv4_dst"])
+    return ("port", m.where(where))
 
 
 def packet(src_mac: str, dst_mac: str, src: str, dst: str, proto: str, sport: int, dport: int | None) -> dict:

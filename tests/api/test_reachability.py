@@ -184,3 +184,44 @@ def test_tianji_trace_takes_names_and_says_the_verdict_in_its_exit_status(net: d
     assert code == 8 and json.loads(out)["forward"]["end"] == "dropped", out
     code, out = tianji("trace", "nosuch", "10.0.1.3", "--proto", "icmp")
     assert code == 3 and "port nosuch not found" in out and "source_port_id" in out, out
+
+
+def test_live_asks_the_source_hosts_switch_through_its_stream(net: dict, controller: Controller) -> None:
+    """The agent's side played by the test: it hears the `trace` event on hv1's stream and answers as Open vSwitch
+    would (a tunnel to hv2's VTEP; then, for the second question, a drop: the switch disagrees)."""
+    import threading
+
+    token = controller.host_token("hv1")
+    answers = iter(["  -> tunneling to 172.31.0.2 via br-phy\nDatapath actions: tnl_push(...)\n",
+                    "Datapath actions: drop\n"])
+    heard: list[dict] = []
+    stop = threading.Event()
+
+    def agent() -> None:
+        with controller.raw(token) as c, c.stream("GET", "/v1/hosts/hv1/config/stream",
+                                                  params={"form": "objects", "keepalive": 0.5}) as r:
+            event = ""
+            for line in r.iter_lines():
+                if stop.is_set():
+                    return
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:") and event == "trace":
+                    q = json.loads(line[5:])
+                    heard.append(q)
+                    c.put(f"/v1/hosts/hv1/traces/{q['id']}", json={"output": next(answers), "ofports": {}})
+
+    th = threading.Thread(target=agent, daemon=True)
+    th.start()
+    try:
+        body = {"source_port_id": net["w1"]["id"], "destination": {"ip": net["w2"]["ip"]}, "protocol": "tcp",
+                "port": 22, "live": True}
+        a = controller.admin.post("/v1/reachability", body)
+        assert a["live"]["agrees"] is True and a["live"]["switch"] == "tunnelled to VTEP 172.31.0.2", a["live"]
+        assert heard[0]["port_id"] == net["w1"]["id"] and heard[0]["packet"]["tcp_dst"] == 22
+        a = controller.admin.post("/v1/reachability", body)
+        assert a["live"]["agrees"] is False and a["live"]["note"].startswith("the switch disagrees")
+    finally:
+        stop.set()
+    r = net["t"].http.post("/v1/reachability", json=body)
+    assert r.status_code == 403 and r.json()["field"] == "live"
