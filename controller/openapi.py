@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = "/static/docs"
+SCHEME = "HTTPBearer"  # the bearer scheme's name, as FastAPI gives it (controller/auth.py BEARER)
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                    "description": "a retry with the same key (and the same request) gets the first answer, kept a day "
@@ -90,21 +91,20 @@ def api_routes(routes: list[Any]) -> list[APIRoute]:
 def refine(doc: dict[str, Any], routes: dict[str, APIRoute]) -> None:
     """`routes`: by name (the handler's: the operation id begins with it)."""
     comps = doc.setdefault("components", {})
-    comps.setdefault("securitySchemes", {})["bearer"] = {
-        "type": "http", "scheme": "bearer",
-        "description": "a tenant's, an orchestrator's, a host's or the admin's token (`tianji login` saves one)"}
+    comps.setdefault("securitySchemes", {}).setdefault(SCHEME, {  # FastAPI declares it from auth.BEARER
+        "type": "http", "scheme": "bearer", "description": "a tenant, host, orchestrator or the admin token"})
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             op_id = op.get("operationId", "")
             route = max((r for n, r in routes.items() if op_id.startswith(n + "_")), key=lambda r: len(r.name),
                         default=None)
             if not path.startswith("/v1/"):
-                op["security"] = [{}, {"bearer": []}]  # answers without a token; more with the admin's
+                op["security"] = [{}, {SCHEME: []}]  # answers without a token; more with the admin's
                 continue
-            op["security"] = [{"bearer": []}]
+            op["security"] = [{SCHEME: []}]
             if method == "post":
                 op.setdefault("parameters", []).append(IDEMPOTENCY_KEY)
-            keep = error_codes(path, method, op, route)
+            keep = error_codes(path, method, op, route, comps.get("schemas", {}))
             op["responses"] = {c: r for c, r in op["responses"].items() if not c.startswith(("4", "5"))
                                or c in keep}
     for schema in comps.get("schemas", {}).values():
@@ -112,17 +112,37 @@ def refine(doc: dict[str, Any], routes: dict[str, APIRoute]) -> None:
             schema["examples"] = [example(schema, comps["schemas"])]
 
 
-def error_codes(path: str, method: str, op: dict[str, Any], route: APIRoute | None) -> set[str]:
+def error_codes(path: str, method: str, op: dict[str, Any], route: APIRoute | None,
+                schemas: dict[str, Any]) -> set[str]:
     codes = {"401", "422", "429"}  # 422: the guard refuses a NUL in any path or query
     if route is not None and _checks_role(route):
         codes.add("403")
-    if "{" in path:
+    # 404: a resource named in the path, referred to in the body (`..._id`), or a list's page marker
+    if "{" in path or _refers(op, schemas) or any(p.get("name") == "marker" for p in op.get("parameters", [])):
         codes.add("404")
     if method in WRITES:
         codes.add("409")
     if "requestBody" in op:
         codes.add("413")
     return codes | {c for c in op["responses"] if c in ("304", "503")}
+
+
+def _refers(op: dict[str, Any], schemas: dict[str, Any]) -> bool:
+    body = next(iter(op.get("requestBody", {}).get("content", {}).values()), {}).get("schema", {})
+    seen: set[str] = set()
+
+    def walk(s: dict[str, Any]) -> bool:
+        if "$ref" in s:
+            name = s["$ref"].rsplit("/", 1)[-1]
+            if name in seen:
+                return False
+            seen.add(name)
+            return walk(schemas.get(name, {}))
+        props = s.get("properties", {})
+        inner = [*props.values(), *([s["items"]] if "items" in s else []), *s.get("anyOf", []), *s.get("allOf", [])]
+        return any(k.endswith(("_id", "_ids")) for k in props) or any(walk(v) for v in inner if isinstance(v, dict))
+
+    return walk(body)
 
 
 def _checks_role(route: APIRoute) -> bool:

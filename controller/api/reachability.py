@@ -9,13 +9,13 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from controller.api import traces
-from controller.api.common import db_of
+from controller.api.common import WriteRoute, db_of
 from controller.api.schemas import ID, Req
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError
 from controller.reachability.query import Question, answer
 
-router = APIRouter(tags=["reachability"])
+router = APIRouter(tags=["reachability"], route_class=WriteRoute)  # a POST: every one is (test_write_storm)
 
 
 class Destination(Req):

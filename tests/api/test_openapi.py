@@ -23,13 +23,13 @@ def operations(doc: dict):
 
 
 def test_bearer_scheme_on_every_operation(doc: dict) -> None:
-    assert doc["components"]["securitySchemes"]["bearer"] == doc["components"]["securitySchemes"]["bearer"] | {
-        "type": "http", "scheme": "bearer"}
+    scheme = doc["components"]["securitySchemes"]["HTTPBearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     for path, method, op in operations(doc):
         if path.startswith("/v1/"):
-            assert op["security"] == [{"bearer": []}], (method, path)
+            assert op["security"] == [{"HTTPBearer": []}], (method, path)
         else:
-            assert {"bearer": []} in op["security"], (method, path)
+            assert {"HTTPBearer": []} in op["security"], (method, path)
 
 
 def test_every_operation_has_a_typed_answer(doc: dict) -> None:
@@ -51,7 +51,7 @@ def test_errors_are_declared_per_operation_as_problems(doc: dict) -> None:
         return {c for c in ops[(method, path)]["responses"] if c[0] in "45"}
 
     assert codes("get", "/v1/vpcs/{vpc_id}") == {"401", "403", "404", "422", "429"}
-    assert codes("post", "/v1/vpcs") == {"401", "403", "409", "413", "422", "429"}
+    assert codes("post", "/v1/vpcs") == {"401", "403", "404", "409", "413", "422", "429"}  # 404: tenant_id
     assert codes("get", "/v1/whoami") == {"401", "422", "429"}
     assert "503" in codes("get", "/readyz")
     assert any(x["name"] == "Idempotency-Key" for x in ops[("post", "/v1/vpcs")]["parameters"])
