@@ -16,6 +16,10 @@ CT_PASSES = 4  # a packet meets conntrack at most twice on one switch (egress, i
 
 def flow_spec(in_port: int, pkt: dict[str, Any]) -> str:
     """ofproto/trace's flow syntax for the packet the model sent (tianji's field names, vswitch_agent.ofmodel)."""
+    if int(pkt.get("eth_type", 0x0800)) == 0x0806:
+        return ",".join([f"in_port={in_port}", "arp", f"dl_src={pkt['eth_src']}", f"dl_dst={pkt['eth_dst']}",
+                         f"arp_op={int(pkt['arp_op'])}", f"arp_spa={pkt['arp_spa']}", f"arp_tpa={pkt['arp_tpa']}",
+                         f"arp_sha={pkt['arp_sha']}", f"arp_tha={pkt['arp_tha']}"])
     proto = PROTOS.get(int(pkt.get("ip_proto", 0)), "ip")
     parts = [f"in_port={in_port}", proto, f"dl_src={pkt['eth_src']}", f"dl_dst={pkt['eth_dst']}",
              f"nw_src={pkt['ipv4_src']}", f"nw_dst={pkt['ipv4_dst']}", f"nw_ttl={int(pkt.get('ttl', 64))}"]

@@ -44,8 +44,7 @@ class ModelHost:
 
     def arp(self, port_id: str, mac: str, ip: str, target: str) -> str | None:
         """The MAC the switch answers for `target` to a VM's ARP request, or None (no answer)."""
-        req = {"eth_src": mac, "eth_dst": "ff:ff:ff:ff:ff:ff", "eth_type": 0x0806, "arp_op": 1, "arp_spa": ip,
-               "arp_sha": mac, "arp_tpa": target, "arp_tha": "00:00:00:00:00:00"}
+        req = arp_request(mac, ip, target)
         for port, reply in self.from_port(port_id, req):
             if port == self.ofports[port_id] and reply.get("arp_op") == 2:
                 return str(reply["arp_sha"] if isinstance(reply["arp_sha"], str) else _mac(reply["arp_sha"]))
@@ -58,6 +57,11 @@ class ModelHost:
         if port == CONTROLLER:
             return "controller"
         return self.port_of.get(port, f"ofport {port}")  # type: ignore[call-overload]
+
+
+def arp_request(mac: str, ip: str, target: str) -> dict:
+    return {"eth_src": mac, "eth_dst": "ff:ff:ff:ff:ff:ff", "eth_type": 0x0806, "arp_op": 1, "arp_spa": ip,
+            "arp_sha": mac, "arp_tpa": target, "arp_tha": "00:00:00:00:00:00"}
 
 
 def _mac(n: int) -> str:

@@ -16,7 +16,7 @@ from typing import Protocol
 from controller.reachability.explain import Step, explain
 from controller.reachability.gateway_hop import gateway_steps
 from tianji.southbound import GatewayConfig, HostConfig, PortInfo
-from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, pruned
+from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, arp_request, pruned
 from vswitch_agent.ofmodel import CONTROLLER
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
@@ -80,7 +80,8 @@ class Walk:
             why = (f"no port in subnet {subnet.cidr} has address {dst_ip}" if on_link
                    else f"the subnet gateway {target} did not answer")
             reason = f"ARP for {target} is not answered: {why}"
-            return Leg([Hop(host, "hypervisor", steps=explain(m))], "dropped", reason)
+            return Leg([Hop(host, "hypervisor", steps=explain(m))], "dropped", reason, first=("dropped",),
+                       sent=arp_request(port.mac, port.ip, target))
         hop = Hop(host, "hypervisor", steps=[Step("arp_responder", f"ARP for {target} answered by the switch: {mac}")])
         pkt = packet(port.mac, mac, port.ip, dst_ip, proto, sport, dport)
         leg = self.follow(host, m.from_port(port.id, pkt), hop, [])

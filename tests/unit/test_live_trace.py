@@ -40,6 +40,11 @@ def test_the_agent_asks_ofproto_trace_about_the_models_packet() -> None:
                                  "nw_src=10.0.1.2,nw_dst=10.0.2.3,nw_ttl=64,tp_src=40000,tp_dst=443")
     icmp = flow_spec(7, pkt | {"ip_proto": 1, "icmp_type": 8})
     assert icmp.endswith("nw_ttl=64,icmp_type=8,icmp_code=0") and ",icmp," in icmp
+    from vswitch_agent.model_host import arp_request
+
+    assert flow_spec(7, arp_request("02:00:00:00:00:01", "10.0.1.2", "10.0.1.9")) == (
+        "in_port=7,arp,dl_src=02:00:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_spa=10.0.1.2,"
+        "arp_tpa=10.0.1.9,arp_sha=02:00:00:00:00:01,arp_tha=00:00:00:00:00:00")
     assert answer("not json", {}, None) == (None, {})
     assert answer('{"id": "t1", "port_id": "p9", "packet": {}}', {"p1": 3}, None) == (
         "t1", {"error": "port p9 is not plugged on this switch"})
