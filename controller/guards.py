@@ -83,7 +83,7 @@ class Guard:
             return await resp(scope, receive, send)
         scope.setdefault("state", {})["principal"] = p
         if body is not None:
-            receive = _replay(body, receive)
+            receive = replay(body, receive)
         token = None
         if scope["method"] in WRITES and p.kind != "host":  # hosts' beats and registrations are not the log's
             token = audit.CURRENT.set({"actor_kind": p.kind, "actor": p.name or p.kind, "tenant_id": p.tenant_id,
@@ -157,7 +157,8 @@ def rate_key(p: Principal) -> str:
     return f"tenant:{p.tenant_id}" if p.tenant_id else f"cred:{p.key}"
 
 
-def _replay(body: bytes, receive: Callable) -> Callable:
+def replay(body: bytes, receive: Callable) -> Callable:
+    """`receive` for the next layer: the body read already, then what the server says."""
     sent = False
 
     async def again() -> dict:

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 
 from controller.errors import problem
+from controller.guards import replay
 from controller.idempotency_models import IdempotencyKey
 from controller.table_base import now
 
@@ -136,13 +137,4 @@ async def _body(receive: Callable) -> tuple[bytes, Callable]:
         chunks.append(m.get("body", b""))
         more = m.get("more_body", False)
     body = b"".join(chunks)
-    sent = False
-
-    async def replay() -> dict:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
+    return body, replay(body, receive)

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
+from topologies.demo_analyzer import analyzer
 from topologies.demo_replicas import replica_failover
 from topologies.site import Neighbor, SiteRouter
 
@@ -353,6 +354,7 @@ def main() -> None:
         step("4c. the cluster's object store: acme and globex (the same CIDR) fetch from it through their endpoints, "
              "by name")
         failures += services(c, env, {"acme": (ea, avpc, aweb), "globex": (eg, gvpc, gweb)}, vms, results)
+        failures += analyzer(TIANJI, env, vms, c.state.nodes["inet"]["ip"], results, step)
         failures += replica_failover(c, vms, results, step)
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()

@@ -1,5 +1,5 @@
-"""The agent's Prometheus exposition (prometheus_client), read from its state at each scrape, and the small HTTP
-server that serves it (`--metrics-port`, on 127.0.0.1 unless told otherwise): flows by table, reconcile passes,
+"""The agent's Prometheus exposition (prometheus_client), read from its state at each scrape and served by
+tianji/metrics_http.py (`--metrics-port`, on 127.0.0.1 unless told otherwise): flows by table, reconcile passes,
 flow mods and time, errors, revision lag, packet-ins, the switch connection and the controller stream."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from tianji import metrics_http
 from vswitch_agent import pipeline as P
 
 TABLE_NAMES = {t.id: t.name for t in P.TABLES}
@@ -73,19 +74,4 @@ def exposition(collector: AgentCollector) -> bytes:
 
 
 def serve(collector: AgentCollector, port: int, address: str = "127.0.0.1") -> None:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Metrics(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's API
-            ok = self.path in ("/metrics", "/")
-            body = exposition(collector) if ok else b"not found\n"
-            self.send_response(200 if ok else 404)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_a: object) -> None:
-            pass
-
-    ThreadingHTTPServer((address, port), Metrics).serve_forever()
+    metrics_http.serve(lambda: exposition(collector), port, address)

@@ -195,3 +195,14 @@ def relabel(obj: Any, body: Any) -> None:
         obj.description = body.description
     if "tags" in fields and body.tags is not None:
         obj.tags = list(body.tags)
+
+
+def rename(s: Session, obj: Any, new: str | None, scope: Any, taken: str) -> None:
+    """A PATCH's new name, unique among `obj`'s siblings (`scope`: the column they share, as Subnet.vpc_id);
+    `taken` says who already has one (409 on `name`)."""
+    if not new or new == obj.name:
+        return
+    model = type(obj)
+    if s.execute(select(model.id).where(scope == getattr(obj, scope.key), model.name == new)).first():
+        raise ApiError(409, f"{taken} named {new!r}", "name")
+    obj.name = new

@@ -10,7 +10,18 @@ from sqlalchemy.orm import Session, selectinload
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import MAX_INT, Page, WriteRoute, db_of, owned, paged, relabel, scoped, tenant_of
+from controller.api.common import (
+    MAX_INT,
+    Page,
+    WriteRoute,
+    db_of,
+    owned,
+    paged,
+    relabel,
+    rename,
+    scoped,
+    tenant_of,
+)
 from controller.api.schemas import Rename, RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
 from controller.db import WriteTxn
@@ -89,13 +100,9 @@ def update_sg(sg_id: str, body: Rename, request: Request,
     with db_of(request).write(tenants=tenant_of(p, m.SecurityGroup, sg_id)) as t:
         s = t.session
         sg = owned(s, m.SecurityGroup, sg_id, p, "security group")
-        if body.name and body.name != sg.name:
-            if sg.is_default:
-                raise conflict("name", "the VPC's default group keeps its name")
-            if s.execute(select(m.SecurityGroup.id).where(m.SecurityGroup.vpc_id == sg.vpc_id,
-                                                          m.SecurityGroup.name == body.name)).first():
-                raise conflict("name", f"the VPC already has a security group named {body.name!r}")
-            sg.name = body.name
+        if body.name and body.name != sg.name and sg.is_default:
+            raise conflict("name", "the VPC's default group keeps its name")
+        rename(s, sg, body.name, m.SecurityGroup.vpc_id, "the VPC already has a security group")
         relabel(sg, body)
         s.flush()
         return sg_out(sg)

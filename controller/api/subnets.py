@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from controller import models as m
 from controller import quotas
-from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, scoped, tenant_of
+from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, rename, scoped, tenant_of
 from controller.api.schemas import Rename, SubnetCreate, SubnetOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import conflict, invalid
@@ -71,10 +71,7 @@ def update_subnet(subnet_id: str, body: Rename, request: Request,
     with db_of(request).write(tenants=tenant_of(p, m.Subnet, subnet_id)) as t:
         s = t.session
         sn = owned(s, m.Subnet, subnet_id, p, "subnet")
-        if body.name and body.name != sn.name:
-            if s.execute(select(m.Subnet.id).where(m.Subnet.vpc_id == sn.vpc_id, m.Subnet.name == body.name)).first():
-                raise conflict("name", f"the VPC already has a subnet named {body.name!r}")
-            sn.name = body.name
+        rename(s, sn, body.name, m.Subnet.vpc_id, "the VPC already has a subnet")
         relabel(sn, body)
         s.flush()
         return subnet_out(s, sn)

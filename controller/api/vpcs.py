@@ -19,6 +19,7 @@ from controller.api.common import (
     owned,
     paged,
     relabel,
+    rename,
     scoped,
     tenant_of,
     with_retries,
@@ -134,10 +135,7 @@ def update_vpc(vpc_id: str, body: Rename, request: Request, p: Principal = Depen
     with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
-        if body.name and body.name != vpc.name:
-            if s.execute(select(m.Vpc.id).where(m.Vpc.tenant_id == vpc.tenant_id, m.Vpc.name == body.name)).first():
-                raise conflict("name", f"the tenant already has a VPC named {body.name!r}")
-            vpc.name = body.name
+        rename(s, vpc, body.name, m.Vpc.tenant_id, "the tenant already has a VPC")
         relabel(vpc, body)
         s.flush()
         return vpc_out(s, vpc)

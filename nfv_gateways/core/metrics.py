@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from tianji import metrics_http
 
 if TYPE_CHECKING:
     from nfv_gateways.core.instance import Instance
@@ -20,21 +22,7 @@ def exposition(gw: Instance) -> bytes:
 
 
 def serve(gw: Instance, port: int) -> None:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Metrics(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's API
-            body = exposition(gw)
-            self.send_response(200 if self.path in ("/metrics", "/") else 404)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_a: object) -> None:
-            pass
-
-    ThreadingHTTPServer(("127.0.0.1", port), Metrics).serve_forever()
+    metrics_http.serve(lambda: exposition(gw), port)
 
 
 class StatusCollector:
