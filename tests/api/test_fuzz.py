@@ -87,7 +87,8 @@ class World:
             "rule_id": None, "route_id": self.route["id"], "name": "hv1", "eip_id": self.eips[2]["id"],
             "gw_id": self.natgw["id"], "lb_id": self.lb["id"], "listener_id": self.listener["id"],
             "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"],
-            "line_id": self.line["id"], "service_id": self.service["id"], "endpoint_id": self.endpoint["id"]}
+            "line_id": self.line["id"], "service_id": self.service["id"], "endpoint_id": self.endpoint["id"],
+            "trace_id": "no-such-trace"}  # answering a trace nobody asked is a 404; its input is still fuzzed
 
     def baseline(self, method: str, path: str, seq: int) -> dict[str, Any] | None:
         """A valid body for the operation (None: it takes none). Names are fresh each time, so a request that is
@@ -124,6 +125,8 @@ class World:
             ("PATCH", "/v1/hosts/{name}"): {"vtep_ip": "192.0.2.11", "role": None},
             ("POST", "/v1/hosts/{name}/status"): {"ports": {self.port["id"]: "UP"}},
             ("POST", "/v1/eip-pools"): {"cidr": "203.0.113.0/28"},
+            ("PUT", "/v1/hosts/{name}/traces/{trace_id}"): {"output": "Datapath actions: drop", "ofports": {"p": 1},
+                                                            "error": None},
             ("POST", "/v1/reachability"): {"source_port_id": self.port["id"], "destination": {"ip": "10.0.1.9"},
                                            "protocol": "tcp", "port": 443},
             ("POST", "/v1/eips"): {"tenant_id": self.tenant_id},
