@@ -37,8 +37,9 @@ def setup(level: str = "info", fmt: str | None = None, component: str | None = N
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(text))
     if component is not None and fmt == "json":
         handler.addFilter(_Tag(component))
+    handler.tianji = True  # type: ignore[attr-defined]  # ours: a second setup replaces it, and only it
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [h for h in root.handlers if not getattr(h, "tianji", False)] + [handler]
     root.setLevel(level.upper())
 
 

@@ -55,15 +55,15 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
     from controller.tls import uvicorn_factory
     from tianji import logs
 
-    try:
-        logs.setup(log_level, log_format)
-    except ValueError as e:
-        fail(f"--log-format: {e}")
     if not tls_cert and not insecure_http:
         fail("give --tls-cert and --tls-key (HTTPS), or --insecure-http to serve tokens in clear (a lab only); "
              "`tianji pki init DIR` makes a CA and certificates")
     if tls_cert and insecure_http:
         fail("--insecure-http and --tls-cert contradict each other: give one")
+    try:
+        logs.setup(log_level, log_format)
+    except ValueError as e:
+        fail(f"--log-format: {e}")
     settings = Settings.from_env(state_dir=state_dir, database_url=database_url, host_down_after=host_down_after,
                                  tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
     lock = hold_sqlite(settings)  # noqa: F841 -- held (a second controller on this SQLite file is refused) until exit
