@@ -72,6 +72,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     state.metrics.streams.inc()
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
+    asked = False
     try:
         while True:
             beats.note(name, every)
@@ -86,6 +87,9 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             if d.revision > after or after < 0 or d.vtep_updates or d.vteps_removed:
                 yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
                 after = d.revision
+            if asked:  # after the delta, which a trace question must never hold up (api/traces.py)
+                for q in await watch_thread(lambda: traces.pending(state.db, name)):
+                    yield f"event: trace\ndata: {json.dumps(q)}\n\n"
             vpcs = set(sub.vpcs)
             while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
                                         lambda w, v=vpcs: w.concerns(name, v))) is None and not unconfirmed:
@@ -97,9 +101,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 woken.append(w)
                 while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
                     woken.append(sub.queue.get_nowait())
-            if any(name in x.hosts for x in woken):  # perhaps a live trace for this host's switch (api/traces.py)
-                for q in await watch_thread(lambda: traces.pending(state.db, name)):
-                    yield f"event: trace\ndata: {json.dumps(q)}\n\n"
+            asked = any(name in x.hosts for x in woken)  # perhaps a live trace for this switch: looked up after
             # (the objects form only: the sections form answers a whole config to a VTEP list change)
             claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
             if claim is not None:
