@@ -60,7 +60,8 @@ STAMP_NOTIFY = text("""
     SELECT value, pg_notify('tianji_revision', CASE WHEN length(d) < :limit THEN d
                                                     ELSE json_build_object('r', value)::text END)
     FROM (SELECT value, json_build_object('r', value, 'v', CAST(:vpcs AS varchar[]),
-                                          'h', CAST(:hosts AS varchar[]), 't', :topo, 'e', :moved)::text AS d
+                                          'h', CAST(:hosts AS varchar[]), 't', :topo, 'e', :moved,
+                                          'q', CAST(:traces AS varchar[]))::text AS d
           FROM c) x""")
 
 
@@ -343,7 +344,7 @@ class Database:
             stamp.execute(*driver_form(STAMP_NOTIFY, dialect, {
                 "bump": int(bump), "vpcs": sorted(cs.vpcs), "hosts": sorted(cs.hosts), "topo": cs.topology,
                 "vteps": sorted(cs.vteps), "removed": sorted(cs.removed), "moved": cs.vteps_moved,
-                "limit": NOTIFY_LIMIT}))
+                "traces": sorted(cs.traces), "limit": NOTIFY_LIMIT}))
             if log_entry is not None:  # after the stamp: it reads the revision the stamp took
                 conn.cursor().execute(*driver_form(audit.INSERT_ENTRY, dialect, log_entry))
             conn.commit()  # the session's own commit then finds nothing to do

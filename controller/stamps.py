@@ -40,6 +40,7 @@ class ChangeSet:
     topology: bool = False
     vteps: set[str] = field(default_factory=set)  # hosts whose VTEP entry appeared or changed
     removed: set[str] = field(default_factory=set)  # hosts whose VTEP entry went (deleted)
+    traces: set[str] = field(default_factory=set)  # hosts with a live trace question (api/traces.py): no config
 
     @property
     def vteps_moved(self) -> bool:

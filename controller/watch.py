@@ -34,9 +34,11 @@ class Wake:
     unknown: bool = False
     vteps: bool = False  # the VTEP list every hypervisor holds changed
     ordered: bool = False  # from the database's own order of commits (NOTIFY, the revision poll): see `confirmed`
+    traces: frozenset[str] = frozenset()  # hosts with a live trace question for their switch (api/traces.py)
 
     def concerns(self, host: str, relevant: set[str]) -> bool:
-        return self.unknown or self.vteps or host in self.hosts or not relevant.isdisjoint(self.vpcs)
+        return self.unknown or self.vteps or host in self.hosts or host in self.traces or \
+            not relevant.isdisjoint(self.vpcs)
 
 
 class Subscription:
@@ -122,7 +124,7 @@ class Broadcaster:
         if w.unknown or w.vteps:
             return set(self.subs)
         out = set(self.every)
-        for h in w.hosts:
+        for h in w.hosts | w.traces:
             out |= self.by_host.get(h, set())
         for v in w.vpcs:
             out |= self.by_vpc.get(v, set())
@@ -158,7 +160,8 @@ class Broadcaster:
             self.loop.call_soon_threadsafe(self._deliver, w)
 
     def _local(self, cs: ChangeSet) -> None:
-        self.publish(Wake(cs.revision, frozenset(cs.vpcs), frozenset(cs.hosts), cs.topology, vteps=cs.vteps_moved))
+        self.publish(Wake(cs.revision, frozenset(cs.vpcs), frozenset(cs.hosts), cs.topology, vteps=cs.vteps_moved,
+                          traces=frozenset(cs.traces)))
 
     def _poll(self) -> None:
         seen = self.latest
@@ -218,7 +221,8 @@ def parse_notify(payload: str) -> Wake:
         if "v" not in d:
             return Wake(int(d["r"]), unknown=True)
         # a process of an older version sends no "e": its topology then may have moved the VTEP list
-        return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]), vteps=bool(d.get("e", d["t"])))
+        return Wake(int(d["r"]), frozenset(d["v"]), frozenset(d["h"]), bool(d["t"]), vteps=bool(d.get("e", d["t"])),
+                    traces=frozenset(d.get("q") or ()))
     except (ValueError, KeyError, TypeError):
         return Wake(0, unknown=True)
 

@@ -101,7 +101,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 woken.append(w)
                 while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
                     woken.append(sub.queue.get_nowait())
-            asked = any(name in x.hosts for x in woken)  # perhaps a live trace for this switch: looked up after
+            asked = any(name in x.traces or x.unknown for x in woken)  # a live trace question for this switch
             # (the objects form only: the sections form answers a whole config to a VTEP list change)
             claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
             if claim is not None:

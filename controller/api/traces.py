@@ -51,13 +51,14 @@ def answer_trace(name: str, trace_id: str, body: TraceAnswer, request: Request,
 
 def ask(db: Database, host: str, question: dict[str, Any], timeout: float = 8.0) -> dict[str, Any] | None:
     """Put a question to `host`'s switch and wait for its agent's answer (None: none in `timeout` seconds). The
-    write stamps the host, which wakes its config stream (controller/api/host_stream.py sends the question)."""
+    write's wake names the host as one with a question (`Wake.traces`): its config stream looks it up and sends it
+    (controller/api/host_stream.py); no other wake costs a stream that look-up."""
     with db.engine.begin() as c:
         c.execute(delete(_T).where(_T.c.created_at < now() - timedelta(hours=1)))
     with db.write() as t:
         row = m.TraceRequest(host=host, question=question)
         t.session.add(row)
-        t.changes.add(hosts=[host])
+        t.changes.traces.add(host)
         t.session.flush()
         ident = row.id
     deadline = time.monotonic() + timeout
