@@ -101,6 +101,13 @@ class GatewayLab:
            "permanent")
         sh("ip", "-n", self.client, "route", "add", "default", "via", ROUTER_IP)
         sh("ip", "-n", self.server, "route", "add", "203.0.113.0/24", "dev", "eth0")  # EIPs are on-link
+        # the client's and server's receive work on the cores the gateway's loop leaves free, as on machines of their
+        # own: a veth delivers on the transmitter's core, which would put it all on the gateway's (or the router's)
+        others = sorted(os.sched_getaffinity(0))[:-1]
+        if others:
+            mask = f"{sum(1 << c for c in others):x}"
+            for ns, dev in ((self.client, "ul0"), (self.server, "eth0")):
+                sh("ip", "netns", "exec", ns, "sh", "-c", f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
 
     def _kernel_gateway(self) -> None:
         g = self.gw

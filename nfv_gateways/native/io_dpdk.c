@@ -14,7 +14,7 @@
 
 typedef struct {
     uint16_t port[2];
-    struct rte_mempool *pool;
+    struct rte_mempool *pool[2];   /* one per port: the af_xdp PMD makes each port's umem of its pool */
     struct rte_mbuf *rx[2][DP_BURST];
 } dk_t;
 
@@ -32,7 +32,7 @@ static int dk_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint32
     dk_t *s = dp->bs;
     struct rte_mbuf *m[DP_BURST];
     if (n > DP_BURST) n = DP_BURST;
-    if (rte_pktmbuf_alloc_bulk(s->pool, m, n)) return 0;
+    if (rte_pktmbuf_alloc_bulk(s->pool[port], m, n)) return 0;
     for (uint32_t i = 0; i < n; i++) {
         uint8_t *d = (uint8_t *)rte_pktmbuf_append(m[i], (uint16_t)len[i]);
         if (d) memcpy(d, data[i], len[i]);
@@ -60,7 +60,7 @@ static int dk_port(dp_t *dp, dk_t *s, uint16_t pid) {
     struct rte_eth_conf conf;
     memset(&conf, 0, sizeof conf);
     if (rte_eth_dev_configure(pid, 1, 1, &conf) < 0 ||
-        rte_eth_rx_queue_setup(pid, 0, 1024, (unsigned)rte_eth_dev_socket_id(pid), NULL, s->pool) < 0 ||
+        rte_eth_rx_queue_setup(pid, 0, 1024, (unsigned)rte_eth_dev_socket_id(pid), NULL, s->pool[pid]) < 0 ||
         rte_eth_tx_queue_setup(pid, 0, 1024, (unsigned)rte_eth_dev_socket_id(pid), NULL) < 0 ||
         rte_eth_dev_start(pid) < 0) {
         snprintf(dp->err, sizeof dp->err, "DPDK port %u: configure/start failed", pid);
@@ -99,8 +99,11 @@ int io_dpdk_open(dp_t *dp, const char *eal_args) {
     if (!s) return -1;
     dp->bs = s; dp->be = &DPDK;
     /* the af_xdp PMD builds its umem from these mbufs, one page each: frames up to 2 KB (DP_DPDK_MAX_FRAME) */
-    s->pool = rte_pktmbuf_pool_create("tj_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, (int)rte_socket_id());
-    if (!s->pool) { snprintf(dp->err, sizeof dp->err, "mbuf pool: %s", rte_strerror(rte_errno)); return -1; }
+    for (int p = 0; p < 2; p++) {
+        s->pool[p] = rte_pktmbuf_pool_create(p ? "tj_pool1" : "tj_pool0", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                             (int)rte_socket_id());
+        if (!s->pool[p]) { snprintf(dp->err, sizeof dp->err, "mbuf pool: %s", rte_strerror(rte_errno)); return -1; }
+    }
     s->port[0] = 0; s->port[1] = 1;
     if (dk_port(dp, s, 0) || dk_port(dp, s, 1)) return -1;
     return 0;
