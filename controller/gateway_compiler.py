@@ -33,6 +33,7 @@ from controller.reads import (
     Q_NAT_GATEWAYS_SERVED,
     Q_PROVIDER_SIDES,
     Q_SERVICE_ENDPOINTS,
+    Q_SERVICE_PEERS,
     Q_SNAT,
     Q_STATIC,
     Reads,
@@ -148,7 +149,7 @@ def compile_gateway_sections(s: Session, name: str, asn: int = 64512) -> Gateway
 
 ROLE_READS = {"lb": (("lbs", Q_LB_MEMBERS),), LINE_ROLE: (("lines", Q_LINES),),
               SERVICE_ROLE: (("svc", Q_SERVICE_ENDPOINTS), ("sides", Q_PROVIDER_SIDES), ("rules", Q_GROUP_RULES),
-                             ("members", Q_GROUP_MEMBERS))}
+                             ("members", Q_GROUP_MEMBERS), ("peers", Q_SERVICE_PEERS))}
 NAT_READS = (("gateways", Q_NAT_GATEWAYS_SERVED), ("snat", Q_SNAT), ("static", Q_STATIC), ("dnat", Q_DNAT))
 
 
@@ -164,8 +165,7 @@ def _role_sections(role: str, name: str, vtep_ip: str | None, vpcs: dict, rows: 
     if role == LINE_ROLE:
         return line_sections(name, vpcs, rows["lines"], endpoints, live(topo.line_instances), asn)
     if role == SERVICE_ROLE:
-        return service_sections(name, vpcs, rows["svc"], rows["sides"], rows["rules"], rows["members"], endpoints,
-                                live(topo.service_instances), topo.lb_instances)
+        return service_sections(name, vpcs, rows, endpoints, live(topo.service_instances), topo.lb_instances)
     return _sections(name, vpcs, rows, endpoints, live(topo.instances))
 
 

@@ -28,6 +28,7 @@ _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table
 _LINE_LEARNED = m.PrivateLineLearned.__table__
 _ENDPOINTS, _SERVICES = m.ServiceEndpoint.__table__, m.Service.__table__
 _REMOVED = m.RemovedHost.__table__
+_PEERINGS, _PEERV = m.Peering.__table__, m.Vpc.__table__.alias("peer_vpc")
 _PEP, _PPORT, _PVPC = _ENDPOINTS.alias("provider_side"), _PORTS.alias("provider_port"), _VPCS.alias("provider_vpc")
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
 
@@ -143,6 +144,11 @@ Q_GATEWAY_VIEW = text("""
                                    CASE WHEN id IN (SELECT vpc_id FROM service_endpoints)
                                           OR id IN (SELECT p.vpc_id FROM service_endpoints e
                                                     JOIN ports p ON p.id = e.provider_port_id)
+                                          OR id IN (SELECT CASE WHEN x.requester_vpc_id = e.vpc_id
+                                                                THEN x.accepter_vpc_id ELSE x.requester_vpc_id END
+                                                    FROM peerings x JOIN service_endpoints e
+                                                      ON e.vpc_id IN (x.requester_vpc_id, x.accepter_vpc_id)
+                                                    WHERE x.status = 'active')
                                         THEN 'service' END AS svc,
                                    CASE WHEN id IN (SELECT vpc_id FROM nat_gateways)
                                           OR id IN (SELECT p.vpc_id FROM eips e JOIN ports p ON p.id = e.port_id)
@@ -182,6 +188,13 @@ Q_SERVICE_ENDPOINTS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.id, _ENDPOINTS.c.
     .outerjoin(_PPORT, _PPORT.c.id == _ENDPOINTS.c.provider_port_id) \
     .outerjoin(_LBS, _LBS.c.id == _SERVICES.c.load_balancer_id).outerjoin(_PVPC, _PVPC.c.id == _LBS.c.vpc_id) \
     .where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.id, _PSG.c.group_id)
+# the VPCs peered with these (active peerings): a peer's VMs reach the endpoints of the VPC, and the replies go back
+# into the peer's VNI
+Q_SERVICE_PEERS = union_all(*(
+    select(_PEERINGS.c[own].label("vpc_id"), _PEERV.c.id.label("peer_id"), _PEERV.c.vni, _PEERV.c.cidr)
+    .join(_PEERV, _PEERV.c.id == _PEERINGS.c[other])
+    .where(_PEERINGS.c.status == "active", in_ids(_PEERINGS.c[own], "vpcs"))
+    for own, other in (("requester_vpc_id", "accepter_vpc_id"), ("accepter_vpc_id", "requester_vpc_id"))))
 # the endpoints of the published load balancers of these VPCs: their VIPs, which the service instances reach
 Q_PROVIDER_SIDES = select(_LBS.c.vpc_id, _ENDPOINTS.c.id, _LBS.c.vip_address, _VIP.c.id.label("vip_port_id"),
                           _VIP.c.mac.label("vip_mac")) \

@@ -4,7 +4,9 @@ An endpoint is served by one live instance of role `service` (`compiler.service_
 live ones: when one dies, only its endpoints move), which is also where the vSwitches tunnel the endpoint's address
 (the endpoint's port is an `Endpoint` on that instance's VTEP). A section carries each endpoint with its service's
 addresses and ports, its own source address on the service network (answered ARP for there: `eips`), its ingress
-security-group rules, and the VPC's ports (the replies' way back)."""
+security-group rules, the VPC's ports (the replies' way back) and its peers' blocks and VNIs (a peer's VMs reach
+the endpoint through the peering; their replies go back in the peer's VNI, to its ports, which the peer's own
+section carries)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from controller.compiler import groups_fragments, service_home
 from controller.fragments import digest_of
 from controller.placement import home
 from controller.service_models import may_use
-from tianji.served import ServiceEndpointServed, ServicePortServed, ServiceRuleServed
+from tianji.served import ServiceEndpointServed, ServicePeerServed, ServicePortServed, ServiceRuleServed
 from tianji.southbound import Endpoint, GatewaySection, GatewayVpc
 
 SERVICE_ROLE = "service"
@@ -33,20 +35,46 @@ def _rules(groups: list[str], vpc_groups: dict) -> list[ServiceRuleServed]:
     return out
 
 
-def service_sections(name: str, vpcs: dict[str, Any], rows: list, sides: list, rule_rows: list, member_rows: list,
-                     endpoints: dict[str, tuple], live: dict[str, str],
-                     lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
+def service_sections(name: str, vpcs: dict[str, Any], rows: dict[str, list], endpoints: dict[str, tuple],
+                     live: dict[str, str], lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
     """The sections of these VPCs for service instance `name`: the endpoints homed here that may carry traffic
-    (a source allocated, the tenant still allowed), each VPC's ports (the replies' way back); and for a VPC whose
+    (a source allocated, the tenant still allowed), each VPC's ports (the replies' way back); for a VPC whose
     load balancer is published with endpoints homed here, its VIP, reached through one of its LB instances (the
-    provider's side of those endpoints: their provider ports are the VPC's, homed here)."""
+    provider's side of those endpoints: their provider ports are the VPC's, homed here); and for a VPC peered with
+    one that has endpoints, its ports alone (its VMs reach those endpoints; the replies go back in its VNI)."""
+    peers: dict[str, list[ServicePeerServed]] = defaultdict(list)
+    for r in rows["peers"]:
+        peers[r.vpc_id].append(ServicePeerServed.model_construct(cidr=r.cidr, vni=r.vni))
+    served = _served(name, vpcs, rows, live, peers)
+    vips: dict[str, dict[str, Endpoint]] = defaultdict(dict)  # provider VPC -> VIP -> the LB instance reached
+    for r in rows["sides"]:
+        lb = home(f"vip:{r.vip_port_id}", lb_instances)
+        if service_home(r.id, live) == name and lb is not None:
+            vips[r.vpc_id][r.vip_address] = Endpoint.model_construct(
+                port_id=r.vip_port_id, vpc_id=r.vpc_id, vni=vpcs[r.vpc_id].vni, ip=r.vip_address, mac=r.vip_mac,
+                host=lb, vtep_ip=lb_instances[lb])
+    out = {}
+    # a peer: the view holds it for its peering with a VPC that has endpoints (their homes are not known here)
+    for vid in served.keys() | vips.keys() | (peers.keys() & vpcs.keys()):
+        v, mine = vpcs[vid], served.get(vid, [])
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+            static=[], dnat=[], endpoints=[*endpoints[vid], *vips.get(vid, {}).values()],
+            eips=sorted(e.source for e in mine if not e.via_vni), lbs=[], lines=[], services=mine)
+        out[vid] = (sec, digest_of(sec.model_dump_json()))
+    return out
+
+
+def _served(name: str, vpcs: dict[str, Any], rows: dict[str, list], live: dict[str, str],
+            peers: dict[str, list[ServicePeerServed]]) -> dict[str, list[ServiceEndpointServed]]:
+    """VPC -> the endpoints homed here that may carry traffic."""
     eps: dict[str, Any] = {}
     groups_of: dict[str, list[str]] = defaultdict(list)
-    for r in rows:
+    for r in rows["svc"]:
         eps.setdefault(r.id, r)
         if r.group_id is not None:
             groups_of[r.id].append(r.group_id)
-    groups = groups_fragments(rule_rows, member_rows, list(vpcs))
+    groups = groups_fragments(rows["rules"], rows["members"], list(vpcs))
     served: dict[str, list[ServiceEndpointServed]] = defaultdict(list)
     for eid, r in eps.items():
         if service_home(eid, live) != name or not may_use(r.owner, r.allowed_tenants, r.tenant_id):
@@ -62,23 +90,8 @@ def service_sections(name: str, vpcs: dict[str, Any], rows: list, sides: list, r
             ports=[] if published else [ServicePortServed.model_construct(protocol=p["protocol"], port=p["port"])
                                         for p in r.ports],
             proxy_protocol=bool(r.proxy_protocol), rules=_rules(sorted(groups_of[eid]), groups[r.vpc_id]),
-            mtu=v.mtu, via_vni=r.provider_vni if published else 0))
-    vips: dict[str, dict[str, Endpoint]] = defaultdict(dict)  # provider VPC -> VIP -> the LB instance reached
-    for r in sides:
-        lb = home(f"vip:{r.vip_port_id}", lb_instances)
-        if service_home(r.id, live) == name and lb is not None:
-            vips[r.vpc_id][r.vip_address] = Endpoint.model_construct(
-                port_id=r.vip_port_id, vpc_id=r.vpc_id, vni=vpcs[r.vpc_id].vni, ip=r.vip_address, mac=r.vip_mac,
-                host=lb, vtep_ip=lb_instances[lb])
-    out = {}
-    for vid in served.keys() | vips.keys():
-        v, mine = vpcs[vid], served.get(vid, [])
-        sec = GatewaySection.model_construct(
-            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
-            static=[], dnat=[], endpoints=[*endpoints[vid], *vips.get(vid, {}).values()],
-            eips=sorted(e.source for e in mine if not e.via_vni), lbs=[], lines=[], services=mine)
-        out[vid] = (sec, digest_of(sec.model_dump_json()))
-    return out
+            mtu=v.mtu, via_vni=r.provider_vni if published else 0, peers=peers.get(r.vpc_id, [])))
+    return served
 
 
 __all__ = ["SERVICE_ROLE", "service_sections"]

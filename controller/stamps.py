@@ -142,6 +142,16 @@ def _endpoint_vpcs(s: Session, service_id: str) -> list[str]:
                     .scalars())
 
 
+def _with_peers(s: Session, vpc_id: str) -> list[str]:
+    """The VPC and those actively peered with it: a service instance holds a peer's section (its VMs reach the
+    endpoints) only while the VPC has endpoints, so an endpoint's coming or going is news of the peers too."""
+    p = m.Peering
+    with s.no_autoflush:
+        rows = s.execute(select(p.requester_vpc_id, p.accepter_vpc_id).where(
+            p.status == "active", (p.requester_vpc_id == vpc_id) | (p.accepter_vpc_id == vpc_id))).all()
+    return [vpc_id, *(b if a == vpc_id else a for a, b in rows)]
+
+
 AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.Vpc: lambda s, o, out, _: out.add([o.id]),
     m.Subnet: lambda s, o, out, _: out.add([o.vpc_id]),
@@ -167,7 +177,7 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.PrivateLineLearned: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.Host: _host,
     m.Service: lambda s, o, out, _: out.add(_endpoint_vpcs(s, o.id)),
-    m.ServiceEndpoint: lambda s, o, out, _: out.add([o.vpc_id]),
+    m.ServiceEndpoint: lambda s, o, out, _: out.add(_with_peers(s, o.vpc_id)),
 }
 # tables no config is compiled from: their rows stamp nothing
 # (removed_hosts is compiled from, and written only by the stamp itself)

@@ -80,6 +80,14 @@ class ServicePortServed(Wire):
     port: int
 
 
+class ServicePeerServed(Wire):
+    """A VPC peered with the endpoint's: its VMs reach the endpoint (their vSwitches tunnel with the endpoint VPC's
+    VNI, as distributed peering does), and the replies go back in `vni`."""
+
+    cidr: str
+    vni: int
+
+
 class ServiceEndpointServed(Wire):
     """An endpoint a service instance serves: what a VM of VNI `vni` sends to `ip` (the endpoint's address in its
     subnet) on one of `ports` leaves for one of the service's `addresses` from `source` (the endpoint's own address
@@ -98,3 +106,4 @@ class ServiceEndpointServed(Wire):
     rules: list[ServiceRuleServed] = Field(default_factory=list)
     mtu: int = OVERLAY_MTU
     via_vni: int = 0  # a published load balancer's: its VIP (`addresses`) is in this VNI, `source` a port there
+    peers: list[ServicePeerServed] = Field(default_factory=list)

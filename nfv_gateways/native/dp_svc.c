@@ -66,8 +66,9 @@ static int to_vm(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, double 
     const tj_svc_conn_t *c = &s->c;
     if (ip->total > c->mtu) return ACT_PUNT;  /* fragments or fragmentation needed: Python's */
     uint64_t rmac = 0, nh = 0;
-    const tj_endpoint_t *ep = dp_endpoint(dp, c->vni, c->vm);
-    if (!ep || !map_get(dp->routers, c->vni | 1ULL << 32, &rmac) || !map_get(dp->neigh[DP_UL], ep->vtep | 1ULL << 32, &nh))
+    const tj_endpoint_t *ep = dp_endpoint(dp, c->back_vni, c->vm);
+    if (!ep || !map_get(dp->routers, c->back_vni | 1ULL << 32, &rmac) ||
+        !map_get(dp->neigh[DP_UL], ep->vtep | 1ULL << 32, &nh))
         return ACT_PUNT;
     ip4_dec_ttl(pkt);
     ip4_rewrite_addr(pkt, ip, 1, c->ep_ip);
@@ -75,7 +76,7 @@ static int to_vm(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, double 
     ip4_rewrite_port(pkt, ip, 0, c->vm_port);
     s->last = now;
     uint8_t *e = pkt - 14;
-    dp_encap_to(dp, e - ENCAP, e, ip->total + 14, ep->mac, rmac, nh, ep->vtep, c->vni);
+    dp_encap_to(dp, e - ENCAP, e, ip->total + 14, ep->mac, rmac, nh, ep->vtep, c->back_vni);
     *out = e - ENCAP; *out_len = ENCAP + 14 + ip->total;
     dp->c[C_svc_in]++;
     return DP_UL;

@@ -5,7 +5,8 @@ service network holds an object store (100.100.0.10:80) and a database-like serv
 * Two tenants with identical CIDRs and identical VM addresses fetch from the store through their endpoints; the
   store sees two different sources (each endpoint's own), and the database reads each endpoint's id in its PROXY
   header.
-* A VPC without an endpoint reaches nothing on the service network (a capture there shows nothing).
+* A VPC without an endpoint reaches nothing on the service network (a capture there shows nothing); a VPC peered
+  with one that has an endpoint reaches it, only while peered.
 * The endpoint's name resolves from the resolver DHCP names; another tenant's VM on the same hypervisor does not
   resolve it; deleting the endpoint cuts the traffic and the name.
 """
@@ -163,6 +164,30 @@ def test_svc_a_vpc_without_an_endpoint_reaches_nothing_on_the_service_network(cl
     assert not ping(cluster, vm_b, addr, count=2)
     seen = cap.stop()
     assert seen == [], [p.summary() for p in seen]
+
+
+def test_svc_a_peered_vpcs_vms_reach_the_endpoint_and_only_while_peered(cluster, tenants, store) -> None:
+    """Hub and spoke: the endpoint lives in the hub; a VM of a spoke peered with the hub fetches through it (its
+    vSwitch tunnels with the hub's VNI to the instance, the replies come back in the spoke's); a VPC not peered has
+    no way there, the endpoint's rules admitting it or not; the peering gone, so is the way."""
+    n = tenants()
+    hub = n.vpc("prod", "10.65.0.0/16", {"s": "10.65.1.0/24"})
+    spoke = n.vpc("spoke", "10.66.0.0/16", {"sp": "10.66.1.0/24"})
+    n.vpc("lone", "10.67.0.0/16", {"lo": "10.67.1.0/24"})
+    port = cluster.service_address("store")[1]
+    n.client.post(f"/v1/security-groups/{hub['default_security_group_id']}/rules",
+                  {"direction": "ingress", "protocol": "tcp", "port_range_min": port, "port_range_max": port,
+                   "remote_cidr": "10.64.0.0/14"})  # the spoke and the lone VPC alike: routing decides
+    pc = n.client.post("/v1/peerings", {"requester_vpc_id": spoke["id"], "accepter_vpc_id": hub["id"]})
+    ep = endpoint(n, store)  # after the peering: the endpoint's coming is the news the instance needs
+    vm, lone = n.vm("sp", "hv2"), n.vm("lo", "hv1")
+    url = f"http://{ep['address']}:{port}"
+    wait_for(lambda: http_get(cluster, vm, f"{url}/whoami", 1) == ep["source_address"], 20,
+             "the store from the spoke through the hub's endpoint")
+    assert http_get(cluster, vm, f"{url}/objects/hello.txt") == "hello from the cluster's object store\n"
+    assert http_get(cluster, lone, f"{url}/whoami", 2) is None
+    n.client.delete(f"/v1/peerings/{pc['id']}")
+    wait_for(lambda: http_get(cluster, vm, f"{url}/whoami", 1) is None, 15, "the way gone with the peering")
 
 
 def test_svc_deleting_the_endpoint_cuts_the_traffic(cluster, tenants, store) -> None:

@@ -31,7 +31,8 @@ SVC, SVC_MAC = "100.100.0.10", "02:cc:00:00:00:10"
 SRC1, SRC2 = "100.100.128.1", "100.100.128.2"  # the endpoints' own addresses on the service network
 EP = "10.0.1.9"  # both tenants' endpoint address (identical subnets)
 VIP, PROVIDER_PORT, PROVIDER_VNI = "10.7.1.100", "10.7.1.50", 1007
-R = {1001: "02:00:00:00:10:01", 1002: "02:00:00:00:10:02", 1007: "02:00:00:00:10:07"}
+R = {1001: "02:00:00:00:10:01", 1002: "02:00:00:00:10:02", 1003: "02:00:00:00:10:03", 1007: "02:00:00:00:10:07"}
+PEER_VNI, PEER_VM, PEER_MAC = 1003, "10.3.0.5", "02:03:00:00:00:05"  # VPC 1003 is peered with 1001
 VM = {(1001, "10.0.1.5"): ("02:01:00:00:00:05", "hv1"), (1001, "10.0.1.6"): ("02:01:00:00:00:06", "hv1"),
       (1002, "10.0.1.5"): ("02:02:00:00:00:05", "hv2")}
 
@@ -39,6 +40,8 @@ VM = {(1001, "10.0.1.5"): ("02:01:00:00:00:05", "hv1"), (1001, "10.0.1.6"): ("02
 def config() -> GatewayConfig:
     eps = [{"port_id": f"p{i}", "vpc_id": f"v{vni}", "vni": vni, "ip": ip, "mac": mac, "host": h,
             "vtep_ip": HV[h][0]} for i, ((vni, ip), (mac, h)) in enumerate(VM.items())]
+    eps.append({"port_id": "peer-vm", "vpc_id": "v1003", "vni": PEER_VNI, "ip": PEER_VM, "mac": PEER_MAC,
+                "host": "hv2", "vtep_ip": HV["hv2"][0]})
     eps.append({"port_id": "vip", "vpc_id": "v1007", "vni": PROVIDER_VNI, "ip": VIP, "mac": "02:07:00:00:01:00",
                 "host": "lb1", "vtep_ip": HV["lb1"][0]})
     any_rule = [{"protocol": "any", "cidrs": ["0.0.0.0/0"]}]
@@ -51,7 +54,7 @@ def config() -> GatewayConfig:
     return GatewayConfig.model_validate({
         "name": "t", "revision": 1, "vtep_ip": VTEP, "eips": [SRC1, SRC2], "endpoints": eps,
         "vpcs": [{"id": f"v{v}", "vni": v, "router_mac": m} for v, m in R.items()],
-        "services": [served("e1", 1001, SRC1), served("e2", 1002, SRC2, proxy_protocol=True),
+        "services": [served("e1", 1001, SRC1, peers=[{"cidr": "10.3.0.0/16", "vni": PEER_VNI}]), served("e2", 1002, SRC2, proxy_protocol=True),
                      served("e3", 1001, PROVIDER_PORT, addresses=[VIP], ports=[], via_vni=PROVIDER_VNI)
                      | {"ip": "10.0.1.10"}],
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
@@ -113,13 +116,19 @@ service_frame = st.builds(
     st.sampled_from([40000, 40001, 1234]), FLAGS, st.sampled_from([64, 64, 1]),
     st.sampled_from([(0, 0), (0, 0), (1440, 0), (1440, "DF")]), HOW)
 
+peer_frame = st.builds(  # a peered VPC's VM: its vSwitch tunnels with the endpoint VPC's VNI
+    lambda proto, sport, flags, how: (UL, mutate(vxlan("hv2", 1001, bytes(
+        Ether(src=PEER_MAC, dst="02:09:00:00:00:09") / IP(src=PEER_VM, dst=EP) / l4(proto, sport, 80, flags, 0))),
+        how)),
+    st.sampled_from(["tcp", "tcp", "icmp"]), st.sampled_from([40000, 40001]), FLAGS, HOW)
+
 member_frame = st.builds(  # a published load balancer's member answering, from the VIP, in its VNI
     lambda dport, flags, how: (UL, mutate(vxlan("hv2", PROVIDER_VNI, bytes(
         Ether(src="02:07:00:00:00:01", dst="02:09:00:00:00:50") / IP(src=VIP, dst=PROVIDER_PORT)
         / TCP(sport=80, dport=dport, flags=flags, seq=7))), how)),
     st.sampled_from([40000, 40001]), FLAGS, HOW)
 
-frames = st.lists(st.one_of(vm_frame, vm_frame, service_frame, member_frame), min_size=1, max_size=40)
+frames = st.lists(st.one_of(vm_frame, vm_frame, service_frame, member_frame, peer_frame), min_size=1, max_size=40)
 
 
 def table_state(t: object) -> dict:
@@ -184,3 +193,24 @@ def test_an_established_connection_stays_in_c(pair: Pair) -> None:
     assert (out[IP].src, out[IP].dst, out[TCP].sport) == (SRC1, SVC, 40000)
     n, r = pair.step(*from_vm(EP, "FA"))
     assert n == r and pair.dp.stats()["punt"] == punts + 1
+
+
+def test_a_peered_vms_connection_stays_in_c_and_goes_back_in_its_vni(pair: Pair) -> None:
+    def from_peer(flags: str) -> tuple[int, bytes]:
+        return UL, vxlan("hv2", 1001, bytes(Ether(src=PEER_MAC, dst="02:09:00:00:00:09") / IP(src=PEER_VM, dst=EP)
+                                            / TCP(sport=40000, dport=80, flags=flags) / b"x"))
+
+    back = (EXT, bytes(Ether(src=SVC_MAC, dst=EXT_MAC) / IP(src=SVC, dst=SRC1)
+                       / TCP(sport=80, dport=40000, flags="A") / b"y"))
+    for flags in ("S", "A"):
+        n, r = pair.step(*from_peer(flags))
+        assert n == r and len(n) == 1
+    punts = pair.dp.stats()["punt"]
+    for _ in range(3):
+        n, r = pair.step(*back)
+        assert n == r and len(n) == 1
+        reply = Ether(n[0][1])
+        assert int.from_bytes(bytes(reply[UDP].payload)[4:7], "big") == PEER_VNI  # the VXLAN header's VNI
+        inner = Ether(bytes(reply[UDP].payload)[8:])
+        assert (inner.src, inner.dst, inner[IP].src, inner[IP].dst) == (R[PEER_VNI], PEER_MAC, EP, PEER_VM)
+    assert pair.dp.stats()["punt"] == punts

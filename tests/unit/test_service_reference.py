@@ -20,11 +20,11 @@ SVC, EP_IP = "100.100.0.10", "10.0.1.9"
 ANY = [{"protocol": "any", "cidrs": ["0.0.0.0/0"]}]
 
 
-def served(eid: str, vni: int, source: str, proxy: bool = False, rules=None) -> ServiceEndpointServed:
+def served(eid: str, vni: int, source: str, proxy: bool = False, rules=None, peers=()) -> ServiceEndpointServed:
     return ServiceEndpointServed(id=eid, vni=vni, ip=EP_IP, mac="02:00:00:00:00:09", source=source,
                                  addresses=[SVC], ports=[{"protocol": "tcp", "port": 80}, {"protocol": "udp",
                                                                                           "port": 53}],
-                                 proxy_protocol=proxy, rules=ANY if rules is None else rules)
+                                 proxy_protocol=proxy, rules=ANY if rules is None else rules, peers=list(peers))
 
 
 def table(*eps: ServiceEndpointServed) -> ServiceTable:
@@ -91,6 +91,30 @@ def test_admission_by_service_port_and_the_endpoints_security_groups() -> None:
     assert out(t, 300, IP(src="10.0.1.5", dst=EP_IP) / TCP(sport=1234, dport=80, flags="S"))[0] is None
     t.update_vpc(100, None)  # the endpoint went: its connections with it
     assert not t.inside and back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=1234, flags="SA"))[0] is None
+
+
+def test_a_peered_vpcs_vm_reaches_the_endpoint_and_is_answered_in_its_own_vni() -> None:
+    """Distributed peering: the peer's vSwitch tunnels with the endpoint VPC's VNI (100); the replies, the ping's
+    answer and ICMP errors go back in the peer's (300). A source in no peer goes back in the endpoint's VNI."""
+    t = table(served("e1", 100, "100.100.1.1", peers=[{"cidr": "10.9.0.0/16", "vni": 300}]))
+    _, p = out(t, 100, IP(src="10.9.0.7", dst=EP_IP) / TCP(sport=40000, dport=80, flags="S"))
+    assert (p.src, p.dst) == ("100.100.1.1", SVC)
+    v, r = back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=40000, flags="SA"))
+    assert (v.direction, v.vni, v.ip, r.dst) == ("in", 300, ip2int("10.9.0.7"), "10.9.0.7")
+    v, _ = out(t, 100, IP(src="10.9.0.7", dst=EP_IP) / ICMP(type=8, id=7, seq=1) / b"ping")
+    assert (v.direction, v.vni) == ("in", 300)
+    unreachable = IP(src=SVC, dst="100.100.1.1") / ICMP(type=3, code=3) / Raw(bytes(p)[:28])
+    v, _ = back(t, unreachable)
+    assert (v.direction, v.vni, v.ip) == ("in", 300, ip2int("10.9.0.7"))
+    _, p = out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / TCP(sport=40001, dport=80, flags="S"))
+    assert back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=40001, flags="SA"))[0].vni == 100
+
+
+def test_a_peer_is_admitted_only_where_the_endpoints_rules_say() -> None:
+    rules = [{"protocol": "tcp", "port_min": 80, "port_max": 80, "cidrs": ["10.0.0.0/16"]}]
+    t = table(served("e1", 100, "100.100.1.1", rules=rules, peers=[{"cidr": "10.9.0.0/16", "vni": 300}]))
+    assert out(t, 100, IP(src="10.9.0.7", dst=EP_IP) / TCP(sport=40000, dport=80, flags="S"))[0] is None
+    assert t.counters["drop_security_group"] == 1
 
 
 def test_the_endpoint_answers_ping() -> None:

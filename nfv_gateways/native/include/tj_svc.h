@@ -12,9 +12,10 @@
 
 /* a connection through an endpoint: the VM (vni, vm:vm_port) to the endpoint (ep_ip:port) leaves as
  * source:sport -> svc:port, on the external side (via_vni 0) or into VNI via_vni (a published load balancer's
- * VIP); what comes back bigger than `mtu` (the VPC's) is Python's */
+ * VIP); what comes back goes to the VM in VNI back_vni (vni, or a peered VPC's whose VMs reach the endpoint);
+ * what comes back bigger than `mtu` (the VPC's) is Python's */
 typedef struct {
-    uint32_t vni, vm, ep_ip, svc, source, via_vni, mtu;
+    uint32_t vni, vm, ep_ip, svc, source, via_vni, mtu, back_vni;
     uint16_t vm_port, port, sport;
     uint8_t proto, pad;
 } tj_svc_conn_t;

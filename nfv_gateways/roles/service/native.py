@@ -28,7 +28,8 @@ class NativeServiceTable(ServiceTable):
         if c.pp is not None:
             return
         e = c.ep
-        rec = self.conn_t(e.vni, c.vm, e.ip, c.svc, e.source, e.via_vni, e.mtu, c.vm_port, c.port, c.sport, c.proto, 0)
+        rec = self.conn_t(e.vni, c.vm, e.ip, c.svc, e.source, e.via_vni, e.mtu, c.back, c.vm_port, c.port, c.sport,
+                          c.proto, 0)
         r = self._call("dp_svc_add", ctypes.byref(rec))
         if r == 0:
             self.in_c[c.inside()] = rec

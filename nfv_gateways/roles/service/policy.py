@@ -45,6 +45,12 @@ class EndpointPolicy:
     rules: tuple[Rule, ...]
     mtu: int
     via_vni: int = 0  # a published load balancer's VNI (its VIP is `addresses`, `source` a port there); 0: outside
+    peers: tuple[tuple[int, int, int], ...] = ()  # (network, mask, VNI) of the VPCs peered with the endpoint's
+
+    def back_vni(self, src: int) -> int:
+        """The VNI a VM's replies go back in: a peer's when the VM is in a peered VPC (its vSwitch tunnelled with
+        the endpoint VPC's VNI, as distributed peering does), else the endpoint's."""
+        return next((vni for net, mask, vni in self.peers if src & mask == net), self.vni)
 
     def admits(self, proto: int, src: int, dport: int) -> bool:
         return any(r.allows(proto, src, dport) for r in self.rules)
@@ -63,7 +69,9 @@ def rule_of(r: ServiceRuleServed) -> Rule:
 def endpoint_of(x: ServiceEndpointServed) -> EndpointPolicy:
     return EndpointPolicy(x.id, x.vni, ip2int(x.ip), ip2int(x.source), tuple(ip2int(a) for a in x.addresses),
                           frozenset((PROTO[p.protocol], p.port) for p in x.ports), x.proxy_protocol,
-                          tuple(rule_of(r) for r in x.rules), x.mtu, x.via_vni)
+                          tuple(rule_of(r) for r in x.rules), x.mtu, x.via_vni,
+                          tuple((int(n.network_address), int(n.netmask), p.vni)
+                                for p in x.peers for n in (ipaddress.IPv4Network(p.cidr, strict=False),)))
 
 
 __all__ = ["EndpointPolicy", "Rule", "endpoint_of"]

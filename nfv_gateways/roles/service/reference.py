@@ -9,7 +9,9 @@ endpoints, two sources.
 * Admission: only to an endpoint served here, only its service's (protocol, port)s, only what the endpoint's
   ingress security-group rules allow (a port's rules, enforced where the endpoint lives). A connection is
   admitted once; its packets then follow the mapping both ways. A VPC without an endpoint sends nothing here, and
-  nothing else on the service network is reachable from a VPC.
+  nothing else on the service network is reachable from a VPC. A VM of a VPC peered with the endpoint's reaches it
+  too (its vSwitch tunnels with the endpoint VPC's VNI, as distributed peering does; its replies go back in its
+  own VPC's VNI), when the endpoint's rules admit its address, as a port's would.
 * ICMP echo to the endpoint's address is answered here (the endpoint is a host in the subnet); ICMP errors from
   the service about a connection's packet go back to its VM, quoting what the VM sent.
 * A routing hop: TTL - 1 both ways, an expired packet dropped and counted.
@@ -66,6 +68,7 @@ class Conn:
     last: float
     established: bool = False
     closing: bool = False
+    back: int = 0  # the VNI replies go back in: the endpoint's, or a peered VPC's (EndpointPolicy.back_vni)
     pp: bytes | None = None  # the PROXY header of a proxy-protocol connection
     isn: int = 0  # the VM's initial sequence number
     header_acked: bool = False
@@ -150,7 +153,7 @@ class ServiceTable:
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > SERVICE_MTU and _df(buf, ip):  # the VM learns the service network's MTU
-            return self._frag_needed(buf, ep.ip, SERVICE_MTU, Verdict("in", vni, ip.src))
+            return self._frag_needed(buf, ep.ip, SERVICE_MTU, Verdict("in", c.back, ip.src))
         rewrite_addr(buf, ip, src=ep.source, dst=c.svc)
         rewrite_port(buf, ip, src=c.sport)
         if c.pp is not None:
@@ -192,7 +195,7 @@ class ServiceTable:
         if c.pp is not None:
             self._splice_in(c, buf, ip, flags)
         self.counters["in"] += 1
-        return Verdict("in", c.ep.vni, c.vm, self._cut(buf, ip, c.ep.mtu))
+        return Verdict("in", c.back, c.vm, self._cut(buf, ip, c.ep.mtu))
 
     def _icmp_error(self, buf: bytearray, ip: Ip4, via: int) -> Verdict | None:
         """An ICMP error about a connection's packet (port unreachable, fragmentation needed, time exceeded on the
@@ -213,7 +216,7 @@ class ServiceTable:
         struct.pack_into("!H", buf, ip.l4 + 2, 0)
         struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
         self.counters["icmp_errors_in"] += 1
-        return Verdict("in", c.ep.vni, c.vm)
+        return Verdict("in", c.back, c.vm)
 
     def expire(self, now: float) -> int:
         gone = []
@@ -244,7 +247,7 @@ class ServiceTable:
         if sport is None:
             self.counters["port_exhausted"] += 1
             return None
-        c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, sport, now)
+        c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, sport, now, back=ep.back_vni(ip.src))
         if ip.proto == PROTO_TCP and ep.proxy_protocol:
             c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id)
             c.isn = struct.unpack_from("!I", buf, ip.l4 + 4)[0]
@@ -296,7 +299,7 @@ class ServiceTable:
         struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
         rewrite_addr(buf, ip, src=ep.ip, dst=vm)
         self.counters["echo_answered"] += 1
-        return Verdict("in", vni, vm)
+        return Verdict("in", ep.back_vni(vm), vm)
 
     def _frag_needed(self, buf: bytearray, src: int, mtu: int, to: Verdict) -> Verdict:
         """Fragmentation needed, from `src`, about the packet in `buf` (replaced by the answer), sent `to`."""
