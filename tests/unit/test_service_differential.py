@@ -54,7 +54,8 @@ def config() -> GatewayConfig:
     return GatewayConfig.model_validate({
         "name": "t", "revision": 1, "vtep_ip": VTEP, "eips": [SRC1, SRC2], "endpoints": eps,
         "vpcs": [{"id": f"v{v}", "vni": v, "router_mac": m} for v, m in R.items()],
-        "services": [served("e1", 1001, SRC1, peers=[{"cidr": "10.3.0.0/16", "vni": PEER_VNI}]), served("e2", 1002, SRC2, proxy_protocol=True),
+        "services": [served("e1", 1001, SRC1, peers=[{"cidr": "10.3.0.0/16", "vni": PEER_VNI}]),
+                     served("e2", 1002, SRC2, proxy_protocol=True),
                      served("e3", 1001, PROVIDER_PORT, addresses=[VIP], ports=[], via_vni=PROVIDER_VNI)
                      | {"ip": "10.0.1.10"}],
         "vteps": [{"host": h, "ip": v[0]} for h, v in HV.items()]})
