@@ -5,7 +5,8 @@ an object store over HTTP, and a database-like TCP service that asks for PROXY p
   source address the connection came from (an endpoint's own address on the service network: what tells tenants
   apart when a service does not ask for PROXY headers).
 * The database (`--db ADDR:PORT`): every connection must begin with a PROXY v2 header (refused otherwise); the
-  server speaks first, `READY endpoint=ID vm=ADDRESS source=ADDRESS`, then answers each line `OK <line>`.
+  server speaks first, `READY endpoint=ID vm=ADDRESS source=ADDRESS`, then answers each line `OK <line>`. On UDP,
+  the same port: every datagram must begin with the header; the answer is `READY ... | OK <payload>`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,20 @@ class Db(socketserver.StreamRequestHandler):
             self.request.sendall(b"OK " + line)
 
 
+class DbDatagrams(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        data, sock = self.request
+        h = pp.parse(data)
+        if h is None or h["transport"] != "udp":
+            sock.sendto(b"ERROR no PROXY v2 header\n", self.client_address)
+            return
+        endpoint = h["tlvs"].get(pp.PP2_TYPE_AWS, b"\x01?")[1:].decode()
+        vm = socket.inet_ntoa(h["src"].to_bytes(4, "big"))
+        line = data[h["length"]:].split(b"\n")[0].decode(errors="replace")
+        sock.sendto(f"READY endpoint={endpoint} vm={vm} source={self.client_address[0]} | OK {line}\n".encode(),
+                    self.client_address)
+
+
 def start_all(st: State) -> None:
     """The services of every service host of the cluster (`st`), each in its namespace, stopped with it."""
     for n, info in st.nodes.items():
@@ -115,6 +130,7 @@ def main() -> None:
     if a.db:
         host, port = a.db.rsplit(":", 1)
         servers.append(Threaded((host, int(port)), Db))
+        servers.append(socketserver.ThreadingUDPServer((host, int(port)), DbDatagrams))
     for s in servers[1:]:
         threading.Thread(target=s.serve_forever, daemon=True).start()
     print("serving", flush=True)

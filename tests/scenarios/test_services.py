@@ -4,7 +4,7 @@ service network holds an object store (100.100.0.10:80) and a database-like serv
 
 * Two tenants with identical CIDRs and identical VM addresses fetch from the store through their endpoints; the
   store sees two different sources (each endpoint's own), and the database reads each endpoint's id in its PROXY
-  header.
+  header, at the start of a TCP stream and in front of every UDP datagram.
 * A VPC without an endpoint reaches nothing on the service network (a capture there shows nothing); a VPC peered
   with one that has an endpoint reaches it, only while peered.
 * The endpoint's name resolves from the resolver DHCP names; another tenant's VM on the same hypervisor does not
@@ -65,7 +65,8 @@ def store(cluster):
 
 @pytest.fixture
 def db(cluster):
-    yield from _service(cluster, "db", "db", proxy_protocol=True)
+    yield from _service(cluster, "db", "db", ({"protocol": "udp", "port": cluster.service_address("db")[1]},),
+                        proxy_protocol=True)
 
 
 def endpoint(n, svc: dict, subnet: str = "s", vpc: str = "prod") -> dict:
@@ -97,6 +98,12 @@ f = s.makefile("rb")
 banner = f.readline().decode().strip()
 s.sendall(b"select 1\n")
 print(banner, "|", f.readline().decode().strip())
+"""
+DATAGRAM = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.bind(("0.0.0.0", 40123))
+s.sendto(b"select 2\n", (sys.argv[1], int(sys.argv[2])))
+print(s.recv(1000).decode().strip())
 """
 
 
@@ -141,6 +148,10 @@ def test_svc_identical_tenants_reach_the_store_and_the_service_tells_them_apart(
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == f"READY endpoint={ep['id']} vm=10.61.1.10 source={ep['source_address']} | " \
                                    "OK select 1", r.stdout
+        r = ex(cluster, vm, sys.executable, "-c", DATAGRAM, ep["address"], "5432")  # UDP: a header per datagram
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"READY endpoint={ep['id']} vm=10.61.1.10 source={ep['source_address']} | " \
+                                   "OK select 2", r.stdout
     # the service sees connections through an endpoint only: ping answers from the endpoint itself
     assert ping(cluster, vms[0], eps[0]["address"])
 

@@ -155,6 +155,24 @@ def test_proxy_protocol_v2_heads_the_stream_and_sequence_numbers_follow() -> Non
         assert IP(bytes(q))[TCP].chksum == p[TCP].chksum and IP(bytes(q)).chksum == p.chksum
 
 
+def test_proxy_protocol_v2_heads_every_udp_datagram_and_the_answers_come_back_as_they_are() -> None:
+    t = table(served("e-88", 100, "100.100.1.1", proxy=True))
+    for i, body in enumerate((b"query-1", b"query-two")):
+        _, p = out(t, 100, IP(src="10.0.1.5", dst=EP_IP, id=77 + i) / UDP(sport=5353, dport=53) / body)
+        data = bytes(p)[20 + 8:]  # not scapy's payload: port 53 would be parsed as DNS
+        got = pp.parse(data)
+        assert got is not None and got["transport"] == "udp"
+        assert (got["src"], got["sport"], got["dst"], got["dport"]) == (ip2int("10.0.1.5"), 5353, ip2int(EP_IP), 53)
+        assert got["tlvs"][pp.PP2_TYPE_AWS] == b"\x01e-88"
+        assert data[got["length"]:] == body
+        assert (p.id, p.len, p[UDP].len) == (77 + i, 20 + 8 + got["length"] + len(body), 8 + got["length"] + len(body))
+        again = IP(bytes(p))
+        del again.chksum, again[UDP].chksum
+        assert (IP(bytes(again)).chksum, IP(bytes(again))[UDP].chksum) == (p.chksum, p[UDP].chksum)
+    v, r = back(t, IP(src=SVC, dst="100.100.1.1") / UDP(sport=53, dport=5353) / b"answer")
+    assert (v.vni, r.dst, r[UDP].dport, bytes(r)[28:]) == (100, "10.0.1.5", 5353, b"answer")
+
+
 def test_bigger_than_the_vpc_mtu_is_cut_or_refused() -> None:
     t = table(served("e1", 100, "100.100.1.1"))
     out(t, 100, IP(src="10.0.1.5", dst=EP_IP) / UDP(sport=5000, dport=53))

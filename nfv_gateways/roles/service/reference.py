@@ -16,8 +16,9 @@ endpoints, two sources.
   the service about a connection's packet go back to its VM, quoting what the VM sent.
 * A routing hop: TTL - 1 both ways, an expired packet dropped and counted.
 * Sizes: what is bigger than the other side's MTU is fragmented, or with DF answered with fragmentation needed.
-* PROXY protocol v2 (proxy_protocol.py) where the service asks for it: TCP only, the connection must begin here
-  (its SYN), SACK is not offered to the service and the VM's MSS leaves room for the header.
+* PROXY protocol v2 (proxy_protocol.py) where the service asks for it: a TCP connection must begin here (its SYN),
+  SACK is not offered to the service and the VM's MSS leaves room for the header; every UDP datagram to the service
+  carries the header in front of its payload.
 * Timeouts: TCP established 3600 s, TCP opening or closing 120 s, UDP 120 s.
 """
 
@@ -32,6 +33,7 @@ from nfv_gateways.core.packet import (
     ICMP_ECHO_REPLY,
     PROTO_ICMP,
     PROTO_TCP,
+    PROTO_UDP,
     Ip4,
     Verdict,
     dec_ttl,
@@ -156,8 +158,11 @@ class ServiceTable:
             return self._frag_needed(buf, ep.ip, SERVICE_MTU, Verdict("in", c.back, ip.src))
         rewrite_addr(buf, ip, src=ep.source, dst=c.svc)
         rewrite_port(buf, ip, src=c.sport)
-        if c.pp is not None:
+        if c.pp is not None and ip.proto == PROTO_TCP:
             self._splice_out(c, buf, ip, flags)
+        elif c.pp is not None:
+            pp.prefix_datagram(buf, ip, c.pp)
+            self.counters["proxy_headers"] += 1
         self.counters["out"] += 1
         if ep.via_vni:  # into the provider's VPC, to its VIP
             return Verdict("in", ep.via_vni, c.svc, self._cut(buf, ip, ep.mtu))
@@ -192,7 +197,7 @@ class ServiceTable:
             return self._frag_needed(buf, c.ep.source, c.ep.mtu, back)
         rewrite_addr(buf, ip, src=c.ep.ip, dst=c.vm)
         rewrite_port(buf, ip, dst=c.vm_port)
-        if c.pp is not None:
+        if c.pp is not None and ip.proto == PROTO_TCP:
             self._splice_in(c, buf, ip, flags)
         self.counters["in"] += 1
         return Verdict("in", c.back, c.vm, self._cut(buf, ip, c.ep.mtu))
@@ -248,9 +253,11 @@ class ServiceTable:
             self.counters["port_exhausted"] += 1
             return None
         c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, sport, now, back=ep.back_vni(ip.src))
-        if ip.proto == PROTO_TCP and ep.proxy_protocol:
+        if ep.proxy_protocol and ip.proto == PROTO_TCP:
             c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id)
             c.isn = struct.unpack_from("!I", buf, ip.l4 + 4)[0]
+        elif ep.proxy_protocol and ip.proto == PROTO_UDP:
+            c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id, pp.DGRAM)
         self.inside[c.inside()] = c
         self.outside[c.outside()] = c
         self.counters["connections"] += 1
