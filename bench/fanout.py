@@ -32,11 +32,12 @@ from bench.control_plane import ControllerProcess
 from tests.support.controller import PgDatabase
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
-from tianji.southbound_client import REPORT_REFRESH_S, Southbound
+from tianji.southbound_client import REPORT_REFRESH_S, Southbound, next_refresh
 from tianjictl.client import Client
 
 BEAT_S = 2.0
 START_S = 10.0
+IDLE_S = REPORT_REFRESH_S  # the idle window
 
 
 class SimHost:
@@ -53,7 +54,7 @@ class SimHost:
         self.vteps_seen: dict[str, float] = {}  # VTEP host -> when it first arrived
         self.bytes = 0
         self.silent = threading.Event()  # set: the agent is gone (no stream, no reports)
-        self.reported = 0.0
+        self.refresh_at = 0.0  # when its unchanged report is due again
 
     def take(self, d: HostConfigDelta, answer) -> None:
         t = time.monotonic()
@@ -99,15 +100,15 @@ class SimHost:
 
 
 def beats(hosts: list[SimHost], stop: threading.Event) -> None:
-    """Every host reports as the agent does: every BEAT_S while its stream is down, else every REPORT_REFRESH_S;
-    spread over the interval, each on its own client (its own connection)."""
+    """Every host reports as the agent does: every BEAT_S while its stream is down, else about every
+    REPORT_REFRESH_S (next_refresh); spread over the interval, each on its own client (its own connection)."""
     while not stop.is_set():
         t0 = time.monotonic()
         for i, h in enumerate(hosts):
-            if not h.silent.is_set() and (not h.api.streaming or t0 - h.reported > REPORT_REFRESH_S):
+            if not h.silent.is_set() and (not h.api.streaming or t0 >= h.refresh_at):
                 try:
                     h.api.beat(h.name, {"ports": {}})
-                    h.reported = t0
+                    h.refresh_at = next_refresh(t0)
                 except Exception:
                     pass
             lag = t0 + BEAT_S * (i + 1) / len(hosts) - time.monotonic()
@@ -331,10 +332,11 @@ class Run:
         time.sleep(2)
 
         out |= self.reconnect()
+        # idle: a whole refresh period, so that the hosts' periodic reports count at their average, not as luck
         cpu0, _ = cpu_and_rss(self.ctl.proc.pid)
-        time.sleep(10)
+        time.sleep(IDLE_S)
         cpu1, rss = cpu_and_rss(self.ctl.proc.pid)
-        out["idle_cpu_pct"], out["idle_rss_mb"] = round(10 * (cpu1 - cpu0), 1), rss
+        out["idle_cpu_pct"], out["idle_rss_mb"] = round(100 * (cpu1 - cpu0) / IDLE_S, 1), rss
         return out
 
     def reconnect(self) -> dict:

@@ -31,7 +31,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
-from tianji.southbound_client import REPORT_REFRESH_S, Southbound, SouthboundError
+from tianji.southbound_client import Southbound, SouthboundError, next_refresh
 from tianji.statusfile import write_atomic
 from vswitch_agent import dns, health, icmp, live_trace, metrics, openflow, punts
 from vswitch_agent.audit import Audit
@@ -153,9 +153,10 @@ class AgentApp(app_manager.OSKenApp):
 
     def _heartbeat_loop(self) -> None:
         """The port report, every heartbeat interval while the config stream is down; while it is up (it is the
-        beat, controller/api/host_stream.py) only when the report changed, and every REPORT_REFRESH_S."""
+        beat, controller/api/host_stream.py) only when the report changed, and about every REPORT_REFRESH_S
+        (next_refresh: jittered)."""
         sent: dict | None = None
-        sent_at = 0.0
+        refresh_at = 0.0
         while True:
             ports = {}
             if self.cfg is not None and self.ifaces_known:
@@ -163,13 +164,13 @@ class AgentApp(app_manager.OSKenApp):
                 ports = {p.id: ("UP" if up and p.id in self.ofports else "DOWN") for p in self.cfg.ports}
             self.state["ports"] = ports
             try:
-                if ports != sent or not self.api.streaming or time.monotonic() - sent_at > REPORT_REFRESH_S:
+                if ports != sent or not self.api.streaming or time.monotonic() >= refresh_at:
                     last = self.state["last_error"]
                     self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"],
                                                    "errors": self.state["errors"],
                                                    "last_error": last["message"][:500] if last else None},
                                   timeout=max(1.0, self.opts.heartbeat_interval))
-                    sent, sent_at = ports, time.monotonic()
+                    sent, refresh_at = ports, next_refresh(time.monotonic())
             except SouthboundError as e:
                 if e.status == 404:  # the controller forgot us (fresh database): register again
                     self._register()
