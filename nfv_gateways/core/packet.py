@@ -167,6 +167,24 @@ def ip_header(head: bytes, total: int, flags_offset: int) -> bytes:
     return bytes(hdr)
 
 
+def set_ip_checksum(buf: bytearray, ip: Ip4) -> None:
+    """The IPv4 header's checksum computed afresh (after a change of length)."""
+    off = ip.l4 - ip.ihl
+    struct.pack_into("!H", buf, off + 10, 0)
+    struct.pack_into("!H", buf, off + 10, checksum(bytes(buf[off:off + ip.ihl])))
+
+
+def set_l4_checksum(buf: bytearray, ip: Ip4) -> None:
+    """The TCP or UDP checksum computed afresh over the segment and its pseudo-header (a UDP sum of 0 is sent as
+    0xFFFF: 0 would mean none)."""
+    end = ip.l4 - ip.ihl + ip.total
+    at = ip.l4 + (16 if ip.proto == PROTO_TCP else 6)
+    struct.pack_into("!H", buf, at, 0)
+    pseudo = struct.pack("!IIBBH", ip.src, ip.dst, 0, ip.proto, end - ip.l4)
+    total = checksum(pseudo + bytes(buf[ip.l4:end]))
+    struct.pack_into("!H", buf, at, (total or 0xFFFF) if ip.proto == PROTO_UDP else total)
+
+
 def fragment(pkt: bytes, mtu: int) -> tuple[bytes, ...]:
     """An IPv4 packet cut into fragments of at most `mtu` bytes (RFC 791): payload in multiples of 8, MF on all
     but the last, options without the copy bit left out after the first, each header's checksum recomputed."""

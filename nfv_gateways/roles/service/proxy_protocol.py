@@ -13,8 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from nfv_gateways.core.packet import PROTO_UDP, Ip4
-from tianji.inet import checksum
+from nfv_gateways.core.packet import Ip4, set_ip_checksum, set_l4_checksum
 
 SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 PP2_TYPE_AWS, PP2_SUBTYPE_AWS_VPCE_ID = 0xEA, 0x01
@@ -39,12 +38,9 @@ def prefix_datagram(buf: bytearray, ip: Ip4, head: bytes) -> None:
     buf[:] = buf[:payload] + head + buf[payload:end]
     ip.total += len(head)
     struct.pack_into("!H", buf, off + 2, ip.total)
-    struct.pack_into("!H", buf, off + 10, 0)
-    struct.pack_into("!H", buf, off + 10, checksum(bytes(buf[off:off + ip.ihl])))
-    struct.pack_into("!HH", buf, ip.l4 + 4, ip.total - ip.ihl, 0)
-    seg = bytes(buf[ip.l4:off + ip.total])
-    pseudo = struct.pack("!IIBBH", ip.src, ip.dst, 0, PROTO_UDP, len(seg))
-    struct.pack_into("!H", buf, ip.l4 + 6, checksum(pseudo + seg) or 0xFFFF)
+    struct.pack_into("!H", buf, ip.l4 + 4, ip.total - ip.ihl)
+    set_ip_checksum(buf, ip)
+    set_l4_checksum(buf, ip)
 
 
 def parse(data: bytes) -> dict | None:

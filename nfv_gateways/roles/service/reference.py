@@ -43,6 +43,8 @@ from nfv_gateways.core.packet import (
     parse_ip4,
     rewrite_addr,
     rewrite_port,
+    set_ip_checksum,
+    set_l4_checksum,
 )
 from nfv_gateways.roles.service import proxy_protocol as pp
 from nfv_gateways.roles.service.policy import EndpointPolicy
@@ -332,7 +334,7 @@ class ServiceTable:
         l4, end = ip.l4, ip.l4 - ip.ihl + ip.total
         if flags & TCP_SYN:
             pp.strip_sack_permitted(buf, l4)
-            _tcp_checksum(buf, ip)
+            set_l4_checksum(buf, ip)
             return
         seq = struct.unpack_from("!I", buf, l4 + 4)[0]
         if seq == (c.isn + 1) % SEQ and not c.header_acked:
@@ -343,8 +345,8 @@ class ServiceTable:
             self.counters["proxy_headers"] += 1
         else:
             struct.pack_into("!I", buf, l4 + 4, (seq + len(c.pp)) % SEQ)
-        _ip_checksum(buf, ip)
-        _tcp_checksum(buf, ip)
+        set_ip_checksum(buf, ip)
+        set_l4_checksum(buf, ip)
 
     def _splice_in(self, c: Conn, buf: bytearray, ip: Ip4, flags: int) -> None:
         """The service's acknowledgement moved back below the header; its SYN's MSS lowered to leave room for it."""
@@ -361,7 +363,7 @@ class ServiceTable:
             elif past < 1 << 31:
                 ack = (c.isn + 1) % SEQ  # the header only partly acknowledged: none of the VM's bytes yet
             struct.pack_into("!I", buf, l4 + 8, ack)
-        _tcp_checksum(buf, ip)
+        set_l4_checksum(buf, ip)
 
 
 def _tcp_whole(buf: bytearray, ip: Ip4) -> bool:
@@ -372,20 +374,6 @@ def _tcp_whole(buf: bytearray, ip: Ip4) -> bool:
 
 def _df(buf: bytearray, ip: Ip4) -> bool:
     return bool(buf[ip.l4 - ip.ihl + 6] & 0x40)
-
-
-def _ip_checksum(buf: bytearray, ip: Ip4) -> None:
-    off = ip.l4 - ip.ihl
-    struct.pack_into("!H", buf, off + 10, 0)
-    struct.pack_into("!H", buf, off + 10, checksum(bytes(buf[off:off + ip.ihl])))
-
-
-def _tcp_checksum(buf: bytearray, ip: Ip4) -> None:
-    end = ip.l4 - ip.ihl + ip.total
-    seg = buf[ip.l4:end]
-    struct.pack_into("!H", seg, 16, 0)
-    pseudo = struct.pack("!IIBBH", ip.src, ip.dst, 0, PROTO_TCP, len(seg))
-    struct.pack_into("!H", buf, ip.l4 + 16, checksum(pseudo + bytes(seg)))
 
 
 __all__ = ["Conn", "ServiceTable"]
