@@ -145,11 +145,10 @@ def _endpoint_vpcs(s: Session, service_id: str) -> list[str]:
 def _with_peers(s: Session, vpc_id: str) -> list[str]:
     """The VPC and those actively peered with it: a service instance holds a peer's section (its VMs reach the
     endpoints) only while the VPC has endpoints, so an endpoint's coming or going is news of the peers too."""
-    p = m.Peering
+    from controller.reads import Q_SERVICE_PEERS
+
     with s.no_autoflush:
-        rows = s.execute(select(p.requester_vpc_id, p.accepter_vpc_id).where(
-            p.status == "active", (p.requester_vpc_id == vpc_id) | (p.accepter_vpc_id == vpc_id))).all()
-    return [vpc_id, *(b if a == vpc_id else a for a, b in rows)]
+        return [vpc_id, *(r.peer_id for r in s.execute(Q_SERVICE_PEERS, {"vpcs": [vpc_id]}))]
 
 
 AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
