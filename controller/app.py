@@ -186,10 +186,12 @@ async def _liveness(app: FastAPI) -> None:
         t0 = time.monotonic()
         await asyncio.sleep(tick)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
-        if time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4):
-            continue  # late: give the beats that waited behind the stall a round to be written
-        if not app.state.leadership.leading():
-            try:  # a follower still writes the beats it received; the leader judges them
+        late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
+        if late or not app.state.leadership.leading():
+            # the beats are written even late (a worker stalled at every tick under load kept its hosts' beats
+            # to itself, and the leader marked them down); only the judging waits a round for the beats that
+            # queued behind the stall. A follower writes the beats it received; the leader judges them.
+            try:
                 await asyncio.to_thread(app.state.beats.flush, app.state.db)
             except Exception as e:
                 log.warning("writing heartbeats failed: %s", e)

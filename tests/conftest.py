@@ -70,6 +70,21 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 
 @pytest.fixture
+def pg_database(tmp_path: Path) -> Iterator[Database]:
+    """A migrated PostgreSQL database, for what only PostgreSQL does (row locks)."""
+    if not pg_wanted():  # fails under CI=true
+        pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0): see the warning printed by make test")
+    pg = PgDatabase()
+    db = Database(pg.url)
+    try:
+        db.migrate()
+        yield db
+    finally:
+        db.engine.dispose()
+        pg.drop()
+
+
+@pytest.fixture
 def pg_controller(tmp_path: Path) -> Iterator[Controller]:
     if not pg_wanted():  # fails under CI=true
         pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0): see the warning printed by make test")

@@ -112,3 +112,20 @@ def test_a_streams_beats_are_written_once_per_interval_and_still_seen_here(datab
     assert sorted(mark_silent_hosts_down(database, 5)) == names  # and without them the hosts were silent
     beats.note(names[0])  # a beat without an interval (a status report) is written at once
     assert beats.flush(database) == 1
+
+
+def test_a_beat_never_waits_for_a_host_row_a_writer_holds(pg_database: Database) -> None:
+    """PostgreSQL: a host row locked by a tenant's write (its stamp) is skipped, its beat kept for the next tick,
+    and the others written: beats neither queue behind writers nor deadlock with them."""
+    names = hosts(pg_database, 4, seen_ago=30)
+    beats = Beats()
+    for h in names:
+        beats.note(h)
+    with pg_database.sessions() as writer, writer.begin():
+        writer.execute(select(HOSTS.c.name).where(HOSTS.c.name == "hv1").with_for_update())
+        assert beats.flush(pg_database) == 3
+        assert beats.pending() == 1
+    fresh = m.now() - timedelta(seconds=5)
+    assert [h for h, t in last_seen(pg_database).items() if t < fresh] == ["hv1"]
+    assert beats.flush(pg_database) == 1 and beats.pending() == 0
+    assert all(t > fresh for t in last_seen(pg_database).values())
