@@ -59,31 +59,41 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     if p.host_role is not None and role != p.host_role:
         raise ApiError(403, f"role: this credential is for a {p.host_role} gateway; the operator makes one for "
                             f"another role (POST /v1/host-tokens {{\"kind\": \"gateway\", \"role\": ...}})", "role")
-    with db_of(request).write() as t:
-        s = t.session
+    db = db_of(request)
+    with db.read() as s:
         h = s.get(m.Host, body.name)
-        if h is not None and h.kind == "gateway" and h.role != role and not p.is_admin:
-            raise ApiError(403, f"role: host {body.name} is registered as a {h.role} gateway; a role change is the "
-                                f"operator's (PATCH /v1/hosts/{body.name} {{\"role\": \"{role}\"}})", "role")
-        if h is not None and h.kind != body.kind:
-            raise conflict("kind", f"host {body.name} is registered as a {h.kind}; delete it first to register it "
-                                   f"as a {body.kind}")
-        if h is not None and h.vtep_ip != body.vtep_ip and not p.is_admin:
-            raise ApiError(403, f"host {body.name} is registered with VTEP {h.vtep_ip}; a host token cannot move it "
-                                f"to {body.vtep_ip}: the operator allows it with PATCH /v1/hosts/{body.name} "
-                                '{"vtep_ip": ...}', "vtep_ip")
-        clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
-                                                    m.Host.name != body.name)).scalar_one_or_none()
-        if clash:
-            raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
-        if h is None:
-            h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up",
-                       last_seen=now())
-            s.add(h)
-        else:
-            h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
-        s.flush()
-        return host_out(s, h)
+        if h is not None and h.status == "up" and (h.vtep_ip, h.kind, h.role) == (body.vtep_ip, body.kind, role):
+            request.app.state.beats.note(body.name)  # an agent restarting: nothing changes but its beat
+            return host_out(s, h)
+    # a new host only inserts its row: its write takes the revision last (Database.write), so a thousand agents
+    # booting at once do not queue on the revision while each of their transactions waits for this process
+    with db.write(concurrent=h is None) as t:
+        return _register(t.session, body, role, p)
+
+
+def _register(s: Session, body: HostRegister, role: str | None, p: Principal) -> HostOut:
+    h = s.get(m.Host, body.name)
+    if h is not None and h.kind == "gateway" and h.role != role and not p.is_admin:
+        raise ApiError(403, f"role: host {body.name} is registered as a {h.role} gateway; a role change is the "
+                            f"operator's (PATCH /v1/hosts/{body.name} {{\"role\": \"{role}\"}})", "role")
+    if h is not None and h.kind != body.kind:
+        raise conflict("kind", f"host {body.name} is registered as a {h.kind}; delete it first to register it "
+                               f"as a {body.kind}")
+    if h is not None and h.vtep_ip != body.vtep_ip and not p.is_admin:
+        raise ApiError(403, f"host {body.name} is registered with VTEP {h.vtep_ip}; a host token cannot move it "
+                            f"to {body.vtep_ip}: the operator allows it with PATCH /v1/hosts/{body.name} "
+                            '{"vtep_ip": ...}', "vtep_ip")
+    clash = s.execute(select(m.Host.name).where(m.Host.vtep_ip == body.vtep_ip,
+                                                m.Host.name != body.name)).scalar_one_or_none()
+    if clash:
+        raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
+    if h is None:
+        h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up", last_seen=now())
+        s.add(h)
+    else:
+        h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
+    s.flush()
+    return host_out(s, h)
 
 
 @router.get("/hosts", response_model=list[HostOut])
