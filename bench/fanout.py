@@ -1,7 +1,8 @@
 """The control plane's fan-out: N simulated hypervisors, each running the agent's own southbound client
 (`Southbound.watch` on the delta watch, applied with `apply_delta`, as vswitch_agent does; beats every 2 s), against
-the controller as deployed (its own process). The watchers and their beats live in a process of their own (their
-JSON parsing must not share the GIL with the load), the tenant's creates in this one.
+the controller as deployed (its own process). The watchers and their beats live in processes of their own
+(`--sim-procs`: their JSON parsing must not share the GIL with the load, nor 1,000 agents one GIL), the tenant's
+creates in this one.
 
     python bench/fanout.py [--hosts 1000] [--vpcs 1000] [--ports-per-vpc 20] [--rates 5,20,100] [--seconds 10]
                            [--backends postgres,sqlite] [--workers 2]
@@ -16,6 +17,7 @@ host received), a host silent until marked down and back (the same). Controller 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -116,11 +118,13 @@ def beats(hosts: list[SimHost], stop: threading.Event) -> None:
                 time.sleep(lag)
 
 
-def watchers_main(url: str, tokens: dict[str, str], mode: str, conn) -> None:
-    """The simulated hosts' process: answers the parent's questions on `conn`."""
+def watchers_main(url: str, sims: list[tuple[str, str, str]], mode: str, conn) -> None:
+    """One process of simulated hosts (name, token, VTEP each): answers the parent's questions on `conn`."""
     raise_fd_limit()
-    hosts = [SimHost(url, tok, name, f"172.16.{i // 250}.{i % 250 + 1}", mode) for i, (name, tok) in
-             enumerate(tokens.items())]
+    # as the controller does (controller/serving.py Collector): a full collection of 250 agents' configs stops the
+    # process for most of a second, which the measured delivery times would carry; none runs by itself here
+    gc.set_threshold(5_000, 10, 1_000_000)
+    hosts = [SimHost(url, tok, name, vtep, mode) for name, tok, vtep in sims]
     for h in hosts:  # a cluster booting: its agents start over START_S
         threading.Thread(target=h.watch, args=(random.uniform(0, START_S),), daemon=True).start()
     stop = threading.Event()
@@ -137,12 +141,17 @@ def watchers_main(url: str, tokens: dict[str, str], mode: str, conn) -> None:
             conn.send({h.name: h.bytes for h in hosts})
         elif cmd == "silent":
             name, on = arg
-            (by_name[name].silent.set if on else by_name[name].resume)()
+            if name in by_name:  # another process's otherwise
+                (by_name[name].silent.set if on else by_name[name].resume)()
             conn.send(True)
         elif cmd == "reconnected":  # how many streams were heard from after this moment (monotonic)
             conn.send(sum(h.api.heard > arg for h in hosts))
         elif cmd == "vteps":
             conn.send({h.name: h.vteps_seen.get(arg) for h in hosts})
+        elif cmd == "settle":  # before a measured phase: what exists now is never collected again (see main)
+            gc.collect()
+            gc.freeze()
+            conn.send(True)
         elif cmd == "stop":
             stop.set()
             conn.send(True)
@@ -188,23 +197,31 @@ class Run:
         print(f"[{self.res['backend']} {self.args.hosts}] {msg}", flush=True)
 
     def ask(self, cmd: str, arg=None):
-        self.conn.send((cmd, arg))
-        return self.conn.recv()
+        """Every watchers process's answer, merged (counts summed, per-host maps joined)."""
+        for c in self.conns:
+            c.send((cmd, arg))
+        got = [c.recv() for c in self.conns]
+        if isinstance(got[0], dict):
+            return {k: v for g in got for k, v in g.items()}
+        return all(got) if isinstance(got[0], bool) else sum(got)
 
     def load(self) -> None:
         a, n = self.args, len(self.hosts)
         tokens = {h: self.ctl.admin.post("/v1/host-tokens", {"host": h})["token"] for h in self.hosts}
-        self.conn, child = mp.Pipe()
-        self.proc = mp.Process(target=watchers_main, args=(self.ctl.url, tokens, a.mode, child), daemon=True)
-        self.proc.start()
+        sims = [(h, tok, f"172.16.{i // 250}.{i % 250 + 1}") for i, (h, tok) in enumerate(tokens.items())]
+        self.conns, self.procs = [], []
+        for k in range(a.sim_procs):
+            conn, child = mp.Pipe()
+            self.procs.append(mp.Process(target=watchers_main, args=(self.ctl.url, sims[k::a.sim_procs], a.mode, child),
+                                         daemon=True))
+            self.conns.append(conn)
+            self.procs[-1].start()
         t0 = time.monotonic()
         while self.ask("ready") < n:
             if time.monotonic() - t0 > 300:
                 raise SystemExit(f"only {self.ask('ready')} of {n} simulated hosts hold a config after 300 s")
             time.sleep(0.5)
         self.res["cold_start_s"] = round(time.monotonic() - t0, 1)
-        # the simulated agents share one process (one core at most): past a few hundred joining at once it, not the
-        # controller, is what is slow, and its own stalls can starve their beats
         self.res["cold_start_marked_down"] = sum(h["status"] == "down" for h in self.ctl.admin.get("/v1/hosts"))
         self.log(f"{n} hosts registered and watching in {self.res['cold_start_s']} s, "
                  f"{self.res['cold_start_marked_down']} marked down meanwhile")
@@ -232,6 +249,7 @@ class Run:
         """Creates at `rate` a second for --seconds, each timed to the last affected host."""
         orch = self.ctl.orchestrator()
         made: list[tuple[str, list[str], float, float]] = []  # port, affected hosts, answered, API s
+        self.ask("settle")
         bytes0 = self.ask("bytes")
         cpu0, _ = cpu_and_rss(self.ctl.proc.pid)
         t_start = time.monotonic()
@@ -375,7 +393,8 @@ class Run:
             self.ask("stop")
         except Exception:
             pass
-        self.proc.kill()
+        for p in getattr(self, "procs", ()):
+            p.kill()
         self.ctl.stop()
         if self.pg:
             self.pg.drop()
@@ -391,6 +410,9 @@ def main() -> None:
     ap.add_argument("--backends", default="postgres")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--nat-vpcs", type=int, default=50, help="VPCs with a NAT gateway as their default route")
+    ap.add_argument("--sim-procs", type=int, default=4,
+                    help="processes the simulated hosts are spread over (one Python process of 1,000 agents is "
+                         "bound by its own GIL: a cold start measured it, not the controller)")
     ap.add_argument("--mode", choices=("stream", "poll"), default="stream",
                     help="how the simulated hosts watch: the config stream (as the agent does) or the long-poll")
     args = ap.parse_args()
