@@ -8,6 +8,7 @@ from typing import Literal, NamedTuple
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller import models as m
@@ -67,7 +68,13 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
             return host_out(s, h)
     # a new host only inserts its row: its write takes the revision last (Database.write), so a thousand agents
     # booting at once do not queue on the revision while each of their transactions waits for this process
-    with db.write(concurrent=h is None) as t:
+    if h is None:
+        try:
+            with db.write(concurrent=True) as t:
+                return _register(t.session, body, role, p)
+        except IntegrityError:
+            pass  # another registration of it (an agent's retry) inserted it first, or took its VTEP: judged below
+    with db.write() as t:
         return _register(t.session, body, role, p)
 
 

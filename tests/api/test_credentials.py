@@ -142,3 +142,20 @@ def test_macs_are_unique_per_vpc_only(controller: Controller) -> None:
         r = controller.raw(a.http.headers["Authorization"].split()[1]).post(
             "/v1/ports", json={"subnet_id": nets[0]["id"], "name": "q", "mac": bad})
         assert r.status_code == 422 and r.json()["field"] == "mac", bad
+
+
+def test_a_new_host_registered_by_many_requests_at_once_is_registered_once(controller: Controller) -> None:
+    """An agent's registration retried while the first is still in flight (a cold start of a thousand agents):
+    every attempt answers 200 with the same host, whichever inserted it; a VTEP taken meanwhile is still a 409."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = controller.host_token("hv7")
+    clients = [controller.raw(tok) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda c: c.post("/v1/hosts", json={"name": "hv7", "vtep_ip": "172.31.0.7"}), clients))
+    assert [r.status_code for r in got] == [200] * 8, [r.text for r in got]
+    assert {r.json()["vtep_ip"] for r in got} == {"172.31.0.7"}
+    assert [h["name"] for h in controller.admin.get("/v1/hosts")] == ["hv7"]
+    other = controller.raw(controller.host_token("hv8")).post("/v1/hosts", json={"name": "hv8",
+                                                                                  "vtep_ip": "172.31.0.7"})
+    assert other.status_code == 409 and "vtep_ip" in other.text
