@@ -43,7 +43,6 @@ from controller.reads import (
     Reads,
     host_view,
 )
-from tianji.construct import construct
 from tianji.southbound import (
     GATEWAY_ROLES,
     OVERLAY_MTU,
@@ -95,7 +94,7 @@ def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> 
     built: dict[str, list[PortInfo]] = {vid: [] for vid in vpcs}
     for p, groups in by_port.values():
         eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
-        built[p.vpc_id].append(construct(PortInfo,  # from the database's rows: nothing to validate
+        built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
             id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
             eip_home_vtep=instances[eip_home] if eip_home else None, gateway_ip=p.gateway_ip))
     # in id order by Python's comparison, not the database collation's: a patched VPC is put back in this order
@@ -119,15 +118,15 @@ def endpoints_fragments(rows: list, vpcs: dict[str, Any],
             if (host := service_home(e.endpoint_id, service_instances)) is None:
                 continue
             vtep = service_instances[host]
-        built[e.vpc_id].append(construct(Endpoint, port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
-                                         ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep))
+        built[e.vpc_id].append(Endpoint.model_construct(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
+                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep))
     return {vid: tuple(eps) for vid, eps in built.items()}
 
 
 def _subnets_fragments(rows: list, vpcs: list[str]) -> dict[str, tuple[SubnetInfo, ...]]:
     built: dict[str, list[SubnetInfo]] = {vid: [] for vid in vpcs}
     for sid, vid, cidr, gw in rows:
-        built[vid].append(construct(SubnetInfo, id=sid, cidr=cidr, gateway_ip=gw))
+        built[vid].append(SubnetInfo.model_construct(id=sid, cidr=cidr, gateway_ip=gw))
     return {vid: tuple(subs) for vid, subs in built.items()}
 
 
@@ -213,7 +212,7 @@ class Compiled:
     def config(self) -> HostConfig:
         own = sorted(self.own)
         # every part is a validated wire model already: construct without validating the ~1,000 of them again
-        return construct(HostConfig,
+        return HostConfig.model_construct(
             host=self.host, revision=self.revision, vtep_ip=self.vtep_ip, mtu=OVERLAY_MTU,
             ports=[p for vid in own for p in self.local[vid]], vpcs=[self.entries[vid] for vid in self.relevant],
             endpoints=[e for vid in self.relevant for e in self.endpoints[vid]],
@@ -223,7 +222,7 @@ class Compiled:
         """What delta_of(self.config, base, changed) is, from the changed VPCs' sections alone."""
         keep = [vid for vid in self.relevant if vid in changed]
         own = sorted(self.own & set(keep))
-        return construct(HostConfigDelta,
+        return HostConfigDelta.model_construct(
             host=self.host, revision=self.revision, base=base, vtep_ip=self.vtep_ip, mtu=OVERLAY_MTU,
             vpc_ids=list(self.relevant), changed_vpcs=sorted(keep), vpcs=[self.entries[vid] for vid in keep],
             endpoints=[e for vid in keep for e in self.endpoints[vid]],
@@ -342,7 +341,7 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
         line_routes[r.vpc_id].append(r)
     dns: dict[str, list[DnsRecord]] = defaultdict(list)
     for r in rows["dns"]:
-        dns[r.vpc_id].append(construct(DnsRecord, name=r.dns_name, address=r.address))
+        dns[r.vpc_id].append(DnsRecord.model_construct(name=r.dns_name, address=r.address))
     return user_routes, gateway_eips, line_routes, dns
 
 
@@ -350,8 +349,8 @@ def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo], dns: li
     """A VPC's entry in a host's config: VNI, router MAC, subnets, its route table and resolver's names if it has
     a local port, and its load balancers (clients in it or in a peer steer to their VIPs; hosts of members
     translate)."""
-    return construct(VpcInfo, id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                     mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs, dns=dns)
+    return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
+                                   mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs, dns=dns)
 
 
 def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipInfo]]:
@@ -361,7 +360,7 @@ def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipI
     out: dict[str, list[LbVipInfo]] = defaultdict(list)
     for lb, listeners in by_listener(rows).values():
         home_of = home(f"eip:{lb.eip_id}", lb_instances) if lb.eip_id else None
-        out[lb.vpc_id].append(construct(LbVipInfo,
+        out[lb.vpc_id].append(LbVipInfo.model_construct(
             id=lb.id, vip=lb.vip_address, mac=lb.vip_mac, instance_vteps=vteps,
             eip_home_vtep=lb_instances[home_of] if home_of else None,
             listeners=[_listener_info(p, n, lrows) for (p, n), lrows in listeners.items()]))
@@ -371,10 +370,10 @@ def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipI
 def _listener_info(protocol: str, port: int, rows: list) -> LbListenerInfo:
     """A listener as vSwitches take it: its members' translations, and its pool's monitor (the same on each row)."""
     r = rows[0]
-    monitor = construct(LbMonitorInfo,
+    monitor = LbMonitorInfo.model_construct(
         type=r.hm_type, interval_s=r.interval_s, timeout_s=r.timeout_s, rise=r.rise, fall=r.fall,
         http_method=r.http_method, url_path=r.url_path, expected_codes=r.expected_codes) if r.monitored else None
-    backends = [construct(LbBackendInfo, port_id=x.port_id, ip=x.member_ip, mac=x.member_mac,
-                          port=x.protocol_port, member_id=x.member_id,
-                          gateway_ip=x.member_gateway) for x in rows if x.member_id is not None]
-    return construct(LbListenerInfo, protocol=protocol, port=port, backends=backends, monitor=monitor)
+    backends = [LbBackendInfo.model_construct(port_id=x.port_id, ip=x.member_ip, mac=x.member_mac,
+                                              port=x.protocol_port, member_id=x.member_id,
+                                              gateway_ip=x.member_gateway) for x in rows if x.member_id is not None]
+    return LbListenerInfo.model_construct(protocol=protocol, port=port, backends=backends, monitor=monitor)

@@ -40,7 +40,6 @@ from controller.reads import (
     gateway_view,
 )
 from controller.service_compiler import SERVICE_ROLE, service_sections
-from tianji.construct import construct
 from tianji.southbound import (
     DnatInfo,
     GatewayConfig,
@@ -92,7 +91,7 @@ class GatewayCompiled:
         of EIPs and instances may have moved), else the sections of the VPCs stamped after it."""
         whole = base < 0 or self.topology > base
         changed = sorted(v for v, rev in self.revisions.items() if whole or rev > base)
-        return construct(GatewayConfigDelta,
+        return GatewayConfigDelta.model_construct(
             name=self.name, revision=self.at, base=-1 if whole else base, vtep_ip=self.vtep_ip,
             vpc_ids=sorted(self.sections), sections=[self.sections[v][0] for v in changed],
             vteps=list(self.vteps) if whole else None)
@@ -196,9 +195,9 @@ def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str,
         for r in by_vpc["snat"].get(vid, ()):
             if r.nat_gateway_id in mine:
                 rules.setdefault(r.id, (r.cidr, []))[1].append(r.eip_id)
-        snat = [construct(SnatInfo, cidr=cidr, eips=[addr[i] for i in eids if i in addr and homed(i)])
+        snat = [SnatInfo.model_construct(cidr=cidr, eips=[addr[i] for i in eids if i in addr and homed(i)])
                 for cidr, eids in rules.values()]
-        static = [construct(StaticEip, vni=v.vni, ip=r.ip, eip=r.address)
+        static = [StaticEip.model_construct(vni=v.vni, ip=r.ip, eip=r.address)
                   for r in by_vpc["static"].get(vid, ()) if homed(r.id)]
         dnat, dnat_here = [], set()
         for r in by_vpc["dnat"].get(vid, ()):
@@ -206,14 +205,14 @@ def _sections(name: str, vpcs: dict, rows: dict[str, list], endpoints: dict[str,
                 dnat_here.add(r.address)  # inbound to this EIP arrives here
             elif r.nat_gateway_id not in mine:
                 continue  # neither its EIP nor the target VM's replies come here
-            dnat.append(construct(DnatInfo, eip=r.address, protocol=r.protocol, external_port=r.external_port,
-                                  vni=v.vni, ip=r.ip, internal_port=r.internal_port))
+            dnat.append(DnatInfo.model_construct(eip=r.address, protocol=r.protocol, external_port=r.external_port,
+                                                 vni=v.vni, ip=r.ip, internal_port=r.internal_port))
         if not (mine or static or dnat):
             continue
         # ARP on the external side only for what is homed here (DNAT reverse translations are everywhere)
         served = sorted({a for x in snat for a in x.eips} | {x.eip for x in static} | dnat_here)
-        sec = construct(GatewaySection,
-            vpc=construct(GatewayVpc, id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=snat),
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=snat),
             static=static, dnat=dnat, endpoints=list(endpoints[vid]), eips=served)
         out[vid] = (sec, digest_of(sec.model_dump_json()))
     return out

@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session
 from controller.compiler import Compiled, compile_hosts
 from controller.patches import Sent, patch
 from controller.reads import Q_REMOVED_AFTER, Q_VTEPS_AFTER, Reads, host_views
-from tianji.construct import construct
 from tianji.host_delta import delta_of
 from tianji.southbound import HostConfigDelta, Vtep
 
@@ -57,7 +56,7 @@ def compile_host_deltas(s: Session, asked: list[Asked]) -> list[HostConfigDelta 
         reads.add("removed", Q_REMOVED_AFTER, base=floor)
         got = reads.run(s)
         # built once for the batch (a thousand streams told of one host joining share its entry), and once per base
-        updates = [(r, construct(Vtep, host=n, ip=ip, kind=k)) for n, ip, k, r in got["updates"]]
+        updates = [(r, Vtep.model_construct(host=n, ip=ip, kind=k)) for n, ip, k, r in got["updates"]]
         by_base: dict[int, dict] = {}
         for i in wanting:
             base, d = asked[i].base, out[i]
@@ -71,8 +70,8 @@ def compile_host_deltas(s: Session, asked: list[Asked]) -> list[HostConfigDelta 
 
 def _entries_only(a: Asked) -> HostConfigDelta:
     assert a.sent is not None and a.vteps_only is not None
-    return construct(HostConfigDelta, host=a.host, revision=a.vteps_only, base=a.base, vtep_ip=a.sent.vtep_ip,
-                     vpc_ids=None)
+    return HostConfigDelta.model_construct(host=a.host, revision=a.vteps_only, base=a.base, vtep_ip=a.sent.vtep_ip,
+                                           vpc_ids=None)
 
 
 def _delta(c: Compiled, a: Asked) -> HostConfigDelta:

@@ -13,7 +13,6 @@ from typing import Any
 
 from controller.fragments import digest_of
 from controller.placement import home
-from tianji.construct import construct
 from tianji.served import LbListenerServed, LbMemberServed, LbServed
 from tianji.southbound import GatewaySection, GatewayVpc
 
@@ -34,10 +33,10 @@ def by_listener(rows: list) -> dict[str, tuple[Any, dict[tuple[str, int], list]]
 def _members(rows: list) -> list[LbMemberServed]:
     weighted = [r for r in rows if r.weight > 0]
     up = [r for r in weighted if r.operating_status != DOWN] or weighted  # all down: fail open
-    out = [construct(LbMemberServed, id=r.member_id, ip=r.member_ip, weight=r.weight, drain_until=None)
+    out = [LbMemberServed.model_construct(id=r.member_id, ip=r.member_ip, weight=r.weight, drain_until=None)
            for r in up]
-    out += [construct(LbMemberServed, id=r.member_id, ip=r.member_ip, weight=0,
-                      drain_until=r.status_changed_at.timestamp() + r.deregistration_delay_s)
+    out += [LbMemberServed.model_construct(id=r.member_id, ip=r.member_ip, weight=0,
+                                           drain_until=r.status_changed_at.timestamp() + r.deregistration_delay_s)
             for r in rows if r.weight == 0]
     return sorted(out, key=lambda x: x.id)
 
@@ -60,17 +59,17 @@ def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str
             first = lrows[0]
             members = _members([x for x in lrows if x.member_id is not None])
             member_ips.setdefault(r.vpc_id, set()).update(x.ip for x in members)
-            listeners.append(construct(LbListenerServed,
+            listeners.append(LbListenerServed.model_construct(
                 protocol=proto, port=port, idle_timeout_s=float(first.idle_timeout_s),
                 algorithm=first.algorithm or "maglev", table_size=first.table_size or 65537, members=members))
-        by_vpc.setdefault(r.vpc_id, []).append(construct(LbServed,
+        by_vpc.setdefault(r.vpc_id, []).append(LbServed.model_construct(
             id=r.id, vni=vpcs[r.vpc_id].vni, vip=r.vip_address, eip=eip, listeners=listeners))
     out = {}
     for vid, served in by_vpc.items():
         v = vpcs[vid]
         ips = member_ips.get(vid, set())
-        sec = construct(GatewaySection,
-            vpc=construct(GatewayVpc, id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
             static=[], dnat=[], endpoints=[e for e in endpoints[vid] if e.ip in ips],
             eips=sorted(b.eip for b in served if b.eip in homed), lbs=served)
         out[vid] = (sec, digest_of(sec.model_dump_json()))

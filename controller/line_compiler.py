@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 from controller import models as m
 from controller.fragments import digest_of
 from controller.placement import line_buckets, line_hosts, line_sessions
-from tianji.construct import construct
 from tianji.served import LineSessionServed, PrivateLineServed
 from tianji.southbound import GatewaySection, GatewayVpc, RouteInfo
 
@@ -87,20 +86,20 @@ def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[s
             statics[r.id].append(r.destination)
     by_vpc: dict[str, list[PrivateLineServed]] = defaultdict(list)
     for line_id, (r,) in lines.items():
-        here = [construct(LineSessionServed, local_ip=lo, customer_ip=cu, prefixlen=r.prefixlen)
+        here = [LineSessionServed.model_construct(local_ip=lo, customer_ip=cu, prefixlen=r.prefixlen)
                 for inst, lo, cu in line_sessions(line_id, pairs_of(r), live) if inst == name]
         if not here:
             continue
         v = vpcs[r.vpc_id]
-        by_vpc[r.vpc_id].append(construct(PrivateLineServed,
+        by_vpc[r.vpc_id].append(PrivateLineServed.model_construct(
             id=line_id, vni=v.vni, vlan_id=r.vlan_id, local_asn=asn, customer_asn=r.customer_asn,
             md5_password=r.md5_password, max_prefixes=r.max_prefixes, vpc_cidr=r.vpc_cidr, mtu=v.mtu,
             sessions=here, static_routes=statics[line_id]))
     out = {}
     for vid, served in by_vpc.items():
         v = vpcs[vid]
-        sec = construct(GatewaySection,
-            vpc=construct(GatewayVpc, id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
             static=[], dnat=[], endpoints=list(endpoints[vid]), eips=[], lbs=[], lines=served)
         out[vid] = (sec, digest_of(sec.model_dump_json()))
     return out

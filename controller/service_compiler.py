@@ -17,7 +17,6 @@ from controller.compiler import groups_fragments, service_home
 from controller.fragments import digest_of
 from controller.placement import home
 from controller.service_models import may_use
-from tianji.construct import construct
 from tianji.served import ServiceEndpointServed, ServicePeerServed, ServicePortServed, ServiceRuleServed
 from tianji.southbound import Endpoint, GatewaySection, GatewayVpc
 
@@ -31,8 +30,8 @@ def _rules(groups: list[str], vpc_groups: dict) -> list[ServiceRuleServed]:
         g = vpc_groups.get(gid)
         for r in g.rules if g else ():
             if r.direction == "ingress":
-                out.append(construct(ServiceRuleServed, protocol=r.protocol, port_min=r.port_range_min,
-                                     port_max=r.port_range_max, cidrs=list(r.remote_cidrs)))
+                out.append(ServiceRuleServed.model_construct(protocol=r.protocol, port_min=r.port_range_min,
+                                                             port_max=r.port_range_max, cidrs=list(r.remote_cidrs)))
     return out
 
 
@@ -45,21 +44,21 @@ def service_sections(name: str, vpcs: dict[str, Any], rows: dict[str, list], end
     one that has endpoints, its ports alone (its VMs reach those endpoints; the replies go back in its VNI)."""
     peers: dict[str, list[ServicePeerServed]] = defaultdict(list)
     for r in rows["peers"]:
-        peers[r.vpc_id].append(construct(ServicePeerServed, cidr=r.cidr, vni=r.vni))
+        peers[r.vpc_id].append(ServicePeerServed.model_construct(cidr=r.cidr, vni=r.vni))
     served = _served(name, vpcs, rows, live, peers)
     vips: dict[str, dict[str, Endpoint]] = defaultdict(dict)  # provider VPC -> VIP -> the LB instance reached
     for r in rows["sides"]:
         lb = home(f"vip:{r.vip_port_id}", lb_instances)
         if service_home(r.id, live) == name and lb is not None:
-            vips[r.vpc_id][r.vip_address] = construct(Endpoint,
+            vips[r.vpc_id][r.vip_address] = Endpoint.model_construct(
                 port_id=r.vip_port_id, vpc_id=r.vpc_id, vni=vpcs[r.vpc_id].vni, ip=r.vip_address, mac=r.vip_mac,
                 host=lb, vtep_ip=lb_instances[lb])
     out = {}
     # a peer: the view holds it for its peering with a VPC that has endpoints (their homes are not known here)
     for vid in served.keys() | vips.keys() | (peers.keys() & vpcs.keys()):
         v, mine = vpcs[vid], served.get(vid, [])
-        sec = construct(GatewaySection,
-            vpc=construct(GatewayVpc, id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
+        sec = GatewaySection.model_construct(
+            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
             static=[], dnat=[], endpoints=[*endpoints[vid], *vips.get(vid, {}).values()],
             eips=sorted(e.source for e in mine if not e.via_vni), lbs=[], lines=[], services=mine)
         out[vid] = (sec, digest_of(sec.model_dump_json()))
@@ -85,10 +84,10 @@ def _served(name: str, vpcs: dict[str, Any], rows: dict[str, list], live: dict[s
         if source is None:
             continue
         v = vpcs[r.vpc_id]
-        served[r.vpc_id].append(construct(ServiceEndpointServed,
+        served[r.vpc_id].append(ServiceEndpointServed.model_construct(
             id=eid, vni=v.vni, ip=r.ip, mac=r.mac, source=source,
             addresses=[r.vip_address] if published else list(r.addresses),
-            ports=[] if published else [construct(ServicePortServed, protocol=p["protocol"], port=p["port"])
+            ports=[] if published else [ServicePortServed.model_construct(protocol=p["protocol"], port=p["port"])
                                         for p in r.ports],
             proxy_protocol=bool(r.proxy_protocol), rules=_rules(sorted(groups_of[eid]), groups[r.vpc_id]),
             mtu=v.mtu, via_vni=r.provider_vni if published else 0, peers=peers.get(r.vpc_id, [])))

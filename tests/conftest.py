@@ -55,10 +55,10 @@ def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Contr
         yield c
 
 
-@pytest.fixture(params=backends())
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A migrated database of each backend, without a controller."""
-    pg = PgDatabase() if request.param == "postgres" else None
+@contextmanager
+def migrated(backend: str, tmp_path: Path) -> Iterator[Database]:
+    """A migrated database on `backend` (a throwaway PostgreSQL database, or SQLite in tmp_path), no controller."""
+    pg = PgDatabase() if backend == "postgres" else None
     db = Database(pg.url if pg else f"sqlite:///{tmp_path / 't.db'}")
     try:
         db.migrate()
@@ -69,19 +69,20 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
             pg.drop()
 
 
+@pytest.fixture(params=backends())
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated database of each backend, without a controller."""
+    with migrated(request.param, tmp_path) as db:
+        yield db
+
+
 @pytest.fixture
 def pg_database(tmp_path: Path) -> Iterator[Database]:
     """A migrated PostgreSQL database, for what only PostgreSQL does (row locks)."""
     if not pg_wanted():  # fails under CI=true
         pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0): see the warning printed by make test")
-    pg = PgDatabase()
-    db = Database(pg.url)
-    try:
-        db.migrate()
+    with migrated("postgres", tmp_path) as db:
         yield db
-    finally:
-        db.engine.dispose()
-        pg.drop()
 
 
 @pytest.fixture

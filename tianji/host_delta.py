@@ -8,7 +8,6 @@ import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
-from tianji.construct import construct
 from tianji.southbound import Endpoint, HostConfig, HostConfigDelta, PortInfo, Vtep
 
 
@@ -17,7 +16,7 @@ def delta_of(cfg: HostConfig, base: int, changed_vpcs: set[str] | None) -> HostC
     `changed_vpcs` None (the topology moved: VTEPs are in every section) or base -1: everything."""
     whole = base < 0 or changed_vpcs is None
     keep = {v.id for v in cfg.vpcs} if whole else changed_vpcs & {v.id for v in cfg.vpcs}
-    return construct(HostConfigDelta,  # from a validated config: nothing to validate again
+    return HostConfigDelta.model_construct(  # from a validated config: nothing to validate again
         host=cfg.host, revision=cfg.revision, base=-1 if base < 0 else base, vtep_ip=cfg.vtep_ip, mtu=cfg.mtu,
         vpc_ids=[v.id for v in cfg.vpcs], changed_vpcs=sorted(keep),
         vpcs=[v for v in cfg.vpcs if v.id in keep], endpoints=[e for e in cfg.endpoints if e.vpc_id in keep],
@@ -54,7 +53,7 @@ def apply_delta(cfg: HostConfig | None, d: HostConfigDelta) -> HostConfig | None
     used = {g for p in ports for g in p.security_group_ids}
     if not used <= groups.keys():
         return None
-    new = construct(HostConfig,  # from validated parts: nothing to validate again
+    new = HostConfig.model_construct(  # from validated parts: nothing to validate again
         host=d.host, revision=d.revision, vtep_ip=d.vtep_ip, mtu=d.mtu, ports=ports,
         vpcs=[vpcs[v] for v in sorted(wanted)], endpoints=[e for v in sorted(wanted) for e in endpoints[v]],
         security_groups=[groups[g] for g in sorted(used)], vteps=_vteps_after(cfg.vteps, d))

@@ -12,7 +12,6 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StringConstraints
 
-from tianji.construct import construct
 from tianji.memo import Memo
 from tianji.served import LbServed, PrivateLineServed, ServiceEndpointServed
 from tianji.wire import OVERLAY_MTU, Versioned, Wire
@@ -298,7 +297,7 @@ class GatewayConfigDelta(Versioned):
 def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: list[GatewaySection],
                       vteps: list[Vtep]) -> GatewayConfig:
     """The whole config made of these sections (in VPC id order)."""
-    return construct(GatewayConfig,  # from validated parts: nothing to validate again
+    return GatewayConfig.model_construct(  # from validated parts: nothing to validate again
         name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
         static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
         endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),

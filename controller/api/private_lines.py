@@ -31,7 +31,6 @@ from controller.auth import Principal, own_host, require_infra, require_tenant_a
 from controller.errors import conflict, invalid, not_found
 from controller.line_compiler import LINE_ROLE, live_line_instances, pairs_of, session_instances
 from controller.placement import line_sessions
-from tianji.construct import construct
 
 router = APIRouter(tags=["private lines"], route_class=WriteRoute)
 
@@ -76,8 +75,8 @@ def line_out(s: Session, line: m.PrivateLine, asn: int, instances: dict[str, str
             learned.setdefault(prefix, []).append(inst)
     statics = sorted(s.execute(select(m.PrivateLineStaticRoute.destination)
                                .where(m.PrivateLineStaticRoute.line_id == line.id)).scalars())
-    secondary = construct(LinkPair, local_ip=f"{line.secondary_local_ip}/{line.prefixlen}",
-                          customer_ip=f"{line.secondary_customer_ip}/{line.prefixlen}") \
+    secondary = LinkPair.model_construct(local_ip=f"{line.secondary_local_ip}/{line.prefixlen}",
+                                         customer_ip=f"{line.secondary_customer_ip}/{line.prefixlen}") \
         if line.secondary_local_ip else None
     return PrivateLineOut(
         id=line.id, tenant_id=line.tenant_id, vpc_id=line.vpc_id, name=line.name, vlan_id=line.vlan_id,

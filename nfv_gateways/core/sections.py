@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from nfv_gateways.core.packet import ip2int
 from nfv_gateways.core.underlay import mac_bytes
-from tianji.construct import construct
 from tianji.southbound import Endpoint, GatewayConfig, GatewaySection, GatewayVpc
 
 EndpointKey = tuple[int, int]  # (VNI, IP)
@@ -60,9 +59,9 @@ def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
         dnat[d.vni].append(d)
     for e in cfg.endpoints:
         eps[e.vni].append(e)
-    return {v.id: construct(GatewaySection, vpc=v, static=static[v.vni], dnat=dnat[v.vni],
-                            endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni],
-                            lines=lines[v.vni], services=services[v.vni])
+    return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
+                                                 endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni],
+                                                 lines=lines[v.vni], services=services[v.vni])
             for v in cfg.vpcs}
 
 
