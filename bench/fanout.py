@@ -92,7 +92,7 @@ class SimHost:
     def follow(self) -> None:
         path, params = f"/v1/hosts/{self.name}/config", lambda: {"after": self.after, "form": "objects"}
         if self.mode == "stream" and self.api.stream(f"{path}/stream", HostConfigDelta, params, self.take,
-                                                     lambda e: None, self.silent, keepalive=BEAT_S):
+                                                     lambda e: None, self.silent):
             return
         self.api.watch(f"{path}/delta", HostConfigDelta, params, self.take, lambda e: None, self.silent)
 

@@ -39,6 +39,7 @@ from controller.db import Database
 from controller.guards import Guard
 from controller.idempotency import Idempotency
 from controller.liveness import Beats, mark_silent_hosts_down
+from controller.open_streams import OpenStreams
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
@@ -58,11 +59,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     db.migrate()
     private_database_files(settings)
     admin_token, admin_hash, created = admin_credential(db, settings.state_dir, settings.admin_token_file)
-    if created and announce_token:  # where, never the token itself: stdout ends up in journald
-        print(f"tianji: created the admin token in {settings.state_dir / 'admin.token'} (mode 0600)", flush=True)
-    elif admin_token is None and announce_token:
-        print("tianji: the cluster's admin token was made by another replica (its state directory, or "
-              "TIANJI_ADMIN_TOKEN_FILE); this one accepts it", flush=True)
+    if announce_token:
+        _announce_admin_token(settings, created, admin_token is not None)
     head = db.migration_head()
     settings_differ = shared_settings(db, settings)
 
@@ -94,6 +92,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.state.broadcaster = Broadcaster(db, revoked=lambda: forget_credentials(app.state),
                                         hearing=lambda on: setattr(app.state, "hears_revocations", on))
     app.state.beats = Beats()
+    app.state.open_streams = OpenStreams()
     app.state.reports = {}  # host -> its agent's last report (controller/api/hosts.py AgentReport)
     app.state.stream_hub = StreamHub(db)
     app.state.collector = Collector()
@@ -111,6 +110,15 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     openapi.install(app)
     app.mount("/ui", StaticFiles(directory=Path(__file__).parent / "ui", html=True), name="console")
     return app
+
+
+def _announce_admin_token(settings: Settings, created: bool, held: bool) -> None:
+    """Where the admin token is, never the token itself: stdout ends up in journald."""
+    if created:
+        print(f"tianji: created the admin token in {settings.state_dir / 'admin.token'} (mode 0600)", flush=True)
+    elif not held:
+        print("tianji: the cluster's admin token was made by another replica (its state directory, or "
+              "TIANJI_ADMIN_TOKEN_FILE); this one accepts it", flush=True)
 
 
 def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
@@ -182,9 +190,14 @@ async def _liveness(app: FastAPI) -> None:
     s: Settings = app.state.settings
     bc: Broadcaster = app.state.broadcaster
     tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
+    every = s.host_down_after / 4  # how often a host's beat needs writing (liveness.Beats)
+    streams_noted = 0.0
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(tick)
+        if t0 - streams_noted >= every / 2:  # the open streams' beats: what their hosts last acknowledged
+            app.state.open_streams.note_beats(app.state.beats, every)
+            streams_noted = t0
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
         if late or not app.state.leadership.leading():

@@ -35,18 +35,21 @@ _WRITE_SEEN_PG = text("""
 class Beats:
     """The latest heartbeat of each host that beat since its last was written (this process's share of them).
 
-    A beat may say how often it needs writing (`every`): an open config stream notes one at every keep-alive line
-    (a thousand hosts: 500 a second), and the database needs one per host every quarter of the silence allowed,
-    not each of them; the others stay noted here, where this process's own liveness check sees them."""
+    A beat may say how often it needs writing (`every`): an open config stream notes one at every liveness tick
+    (controller/open_streams.py), and the database needs one per host every quarter of the silence allowed, not
+    each of them; the others stay noted here, where this process's own liveness check sees them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[datetime, float]] = {}  # host -> (when, how often it needs writing)
         self._written: dict[str, datetime] = {}
 
-    def note(self, host: str, every: float = 0.0) -> None:
+    def note(self, host: str, every: float = 0.0, at: datetime | None = None) -> None:
+        """A beat of `host`, heard `at` (now by default); never older than one already noted."""
+        at = at or now()
         with self._lock:
-            self._pending[host] = (now(), every)
+            if (held := self._pending.get(host)) is None or held[0] <= at:
+                self._pending[host] = (at, every)
 
     def pending(self) -> int:
         return len(self._pending)

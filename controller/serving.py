@@ -33,10 +33,13 @@ def _nodelay(transport: asyncio.BaseTransport) -> None:
 
 
 def _with_peer(protocol: Any, transport: asyncio.BaseTransport) -> None:
-    """The names in the client's verified certificate, in every request's `state` on this connection (`tls_peer`):
-    uvicorn copies the protocol's app_state into each request's scope."""
+    """In every request's `state` on this connection (uvicorn copies the protocol's app_state into each request's
+    scope): the names in the client's verified certificate (`tls_peer`), and the connection's socket
+    (`tcp_socket`: a config stream asks the kernel whether its host still acknowledges, controller/open_streams)."""
+    extra: dict[str, Any] = {"tcp_socket": transport.get_extra_info("socket")}
     if transport.get_extra_info("sslcontext") is not None:
-        protocol.app_state = {**protocol.app_state, "tls_peer": peer_names(transport.get_extra_info("peercert"))}
+        extra["tls_peer"] = peer_names(transport.get_extra_info("peercert"))
+    protocol.app_state = {**protocol.app_state, **extra}
 
 
 class NoDelayH11Protocol(H11Protocol):

@@ -129,8 +129,7 @@ class AgentApp(app_manager.OSKenApp):
         self._register()
         params = lambda: {"after": self.after, "form": "objects"}  # noqa: E731
         if not self.api.stream(f"/v1/hosts/{self.opts.host}/config/stream", HostConfigDelta, params,
-                               self._take_delta, lambda e: self._error(f"watch: {e}"),
-                               keepalive=self.opts.heartbeat_interval):
+                               self._take_delta, lambda e: self._error(f"watch: {e}")):
             log.warning("the controller has no config stream (an older version): long-polling instead")
             self.api.watch(f"/v1/hosts/{self.opts.host}/config/delta", HostConfigDelta, params, self._take_delta,
                            lambda e: self._error(f"watch: {e}"))

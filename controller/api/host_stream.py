@@ -10,8 +10,9 @@ replaces, a busy watcher costs one write per change instead of a request's whole
 and authentication, and an idle one nothing but its keep-alive line.
 
 Every stream woken by the same writes is compiled in one batch (controller/stream_hub.py). The open stream is
-also the host's heartbeat: it notes a beat at every event and keep-alive line (controller
-/liveness.py), so an agent that streams need not send a request every 2 s to stay up.
+also the host's heartbeat, so an agent that streams need not send a request every 2 s to stay up: each liveness
+tick notes a beat at the moment the host's TCP stack last acknowledged (controller/open_streams.py); a stream
+without a TCP socket notes one at every event and keep-alive line instead.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
 from controller.host_deltas import Asked
+from controller.open_streams import prove
 from controller.patches import Sent
 from controller.reads import host_revision
 from controller.serving import watch_thread
@@ -68,14 +70,19 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
     every = state.settings.host_down_after / 4  # how often its beat needs writing (controller/liveness.py)
     sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
+    sock = request.scope.get("state", {}).get("tcp_socket")
+    proven = prove(sock, state.settings.host_down_after)  # then its beats are the kernel's (open_streams.py)
+    key = state.open_streams.add(name, sock) if proven else None
     sub = bc.subscribe(name)
     state.metrics.streams.inc()
+    beats.note(name, every)  # a connection just made: heard from now
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
     asked = False
     try:
         while True:
-            beats.note(name, every)
+            if not proven:
+                beats.note(name, every)
             if claim is None:
                 bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
             d = await hub.compile(Asked(name, after, form, sent, claim))
@@ -93,7 +100,8 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             vpcs = set(sub.vpcs)
             while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
                                         lambda w, v=vpcs: w.concerns(name, v))) is None and not unconfirmed:
-                beats.note(name, every)
+                if not proven:
+                    beats.note(name, every)
                 yield ": keepalive\n\n"
             woken, unconfirmed = unconfirmed, []
             if w is not None:
@@ -109,6 +117,8 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     finally:
         bc.unsubscribe(sub)
         state.metrics.streams.dec()
+        if key is not None:
+            state.open_streams.remove(key)
 
 
 def _vteps_only(name: str, vpcs: set[str], woken: list[Wake], after: int, confirmed: int) -> int | None:

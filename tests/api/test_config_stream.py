@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from controller.liveness import mark_silent_hosts_down
-from tests.conftest import Controller
+from tests.conftest import Controller, backends, served
 from tests.support.wait import wait_for
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
@@ -22,8 +22,9 @@ from tianji.southbound_client import Southbound, SouthboundError
 class Follower:
     """A host following its stream on a thread, as vswitch_agent does."""
 
-    def __init__(self, c: Controller, host: str, token: str) -> None:
+    def __init__(self, c: Controller, host: str, token: str, keepalive: float = 0.3) -> None:
         self.api = Southbound(c.url, token, tls=c.tls)
+        self.keepalive = keepalive
         self.host, self.cfg, self.events, self.bytes = host, None, 0, 0
         self.last: HostConfigDelta | None = None
         self.stop = threading.Event()
@@ -36,7 +37,7 @@ class Follower:
         self.result.append(self.api.stream(
             f"/v1/hosts/{self.host}/config/stream", HostConfigDelta,
             lambda: {"after": self.cfg.revision if self.cfg else -1}, self.take, self.errors.append, self.stop,
-            keepalive=0.3))
+            keepalive=self.keepalive))
 
     def take(self, d: HostConfigDelta, answer) -> None:
         self.last = d
@@ -103,18 +104,23 @@ def test_stream_follows_writes_on_one_connection(controller: Controller) -> None
     wait_for(lambda: not c.app.state.broadcaster.subs, 10, "the closed streams' subscriptions gone")
 
 
-def test_an_open_stream_is_the_heartbeat(controller: Controller) -> None:
-    """hv1 streams and never beats; hv2 neither streams nor beats: only hv2 goes down."""
-    c = controller
-    tokens, _ = _setup(c, ["hv1", "hv2"])
-    f = Follower(c, "hv1", tokens["hv1"])
-    try:
-        wait_for(lambda: f.cfg is not None, 10, "hv1's first config")
-        time.sleep(1.5)  # several keep-alives: each a beat
-        assert sorted(mark_silent_hosts_down(c.db, 1.0, beats=c.app.state.beats)) == ["hv2"]
-        assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
-    finally:
-        f.close()
+@pytest.mark.parametrize("backend", backends())
+def test_an_open_stream_is_the_heartbeat(backend: str, tmp_path: Path) -> None:
+    """hv1 streams, asking for no keep-alive line within a minute, and never beats; hv2 neither streams nor
+    beats: only hv2 goes down, and hv1 is still up two silences later. hv1's beats are its TCP stack's answers
+    to the kernel's probes (controller/open_streams.py), not lines the controller writes."""
+    with served(backend, tmp_path, host_down_after=3.0) as c:
+        tokens, _ = _setup(c, ["hv1", "hv2"])
+        f = Follower(c, "hv1", tokens["hv1"], keepalive=60)
+        try:
+            wait_for(lambda: f.cfg is not None, 10, "hv1's first config")
+            assert len(c.app.state.open_streams) == 1  # its connection proves it: the kernel probes it
+            wait_for(lambda: c.admin.get("/v1/hosts/hv2")["status"] == "down", 15, "hv2 marked down")
+            time.sleep(6.5)
+            assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
+        finally:
+            f.api.close()  # its stream waits a minute for a line: closing the client ends it
+            f.close()
 
 
 def test_a_host_streams_its_own_config_only(controller: Controller) -> None:
