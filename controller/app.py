@@ -102,8 +102,10 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.add_middleware(Idempotency, state=app.state)  # inside the guard: it knows the credential
     app.add_middleware(Guard, state=app.state)
     app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
-    for r in (tenants, vpcs, subnets, ports, peerings, security_groups, hosts, host_stream, nat, lb, lb_health,
-              gateways, private_lines, services, reachability, traces):
+    # the agents' and gateways' routes first: routes are matched in turn (about 3 µs each in FastAPI 0.165), and a
+    # thousand hosts' reports and streams are most of the requests
+    for r in (hosts, host_stream, gateways, tenants, vpcs, subnets, ports, peerings, security_groups, nat, lb,
+              lb_health, private_lines, services, reachability, traces):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)

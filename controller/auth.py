@@ -127,13 +127,14 @@ def revoke_everywhere(session: Any) -> None:
         session.execute(text(f"SELECT pg_notify('{REVOKED_CHANNEL}', '')"))
 
 
-def require_admin(p: Principal = Depends(principal)) -> Principal:
+# The require_* checks are async: no I/O, and FastAPI runs a sync dependency in a thread, a hop per request.
+async def require_admin(p: Principal = Depends(principal)) -> Principal:
     if not p.is_admin:
         raise ApiError(403, "this operation needs the admin token")
     return p
 
 
-def require_infra(p: Principal = Depends(principal)) -> Principal:
+async def require_infra(p: Principal = Depends(principal)) -> Principal:
     """Hosts (agents, gateways), orchestrators and the admin; each route then checks which host (`own_host`)."""
     if p.kind == "tenant":
         raise ApiError(403, "this operation needs the admin token or a host token")
@@ -152,14 +153,14 @@ def own_host(p: Principal, name: str, kind: str | None = None) -> None:
         raise ApiError(403, f"this token is for a {p.host_kind} host; this operation is for {kind} hosts")
 
 
-def require_tenant_api(p: Principal = Depends(principal)) -> Principal:
+async def require_tenant_api(p: Principal = Depends(principal)) -> Principal:
     """Tenant resources: tenants act on their own; the admin may act on any; hosts and orchestrators may not."""
     if p.kind in ("host", "orchestrator"):
         raise ApiError(403, f"{p.kind} tokens cannot manage tenant resources")
     return p
 
 
-def require_port_api(p: Principal = Depends(principal)) -> Principal:
+async def require_port_api(p: Principal = Depends(principal)) -> Principal:
     """Ports: tenants their own; the admin and orchestrators any tenant's (an orchestrator places VMs)."""
     if p.kind == "host":
         raise ApiError(403, "host tokens cannot manage tenant resources")

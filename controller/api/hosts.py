@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.api.common import MAX_BIGINT, WriteRoute, db_of
+from controller.api.common import MAX_BIGINT, WriteRoute, db_of, one_hop
 from controller.api.ops_schemas import HostStatusAnswer
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
@@ -169,12 +169,14 @@ Q_PORT_STATUS = select(_PORTS.c.id, _PORTS.c.status).where(_PORTS.c.host == bind
 
 
 @router.post("/hosts/{name}/status", response_model=HostStatusAnswer)
+@one_hop
 def host_status(name: str, body: PortStatusReport, request: Request,
                 p: Principal = Depends(require_infra)) -> dict:
     """Heartbeat plus port UP/DOWN reports. Only a change of state is a write that bumps the revision.
 
-    Every agent beats every 2 s, so a beat that changes nothing must cost little: one read, and its `last_seen`
-    noted in memory, written with every other host's at the next liveness tick (controller/liveness.py)."""
+    A thousand agents' reports and every gateway's beat (10 a second each) come here, so a beat that changes
+    nothing must cost little: one read, and its `last_seen` noted in memory, written with every other host's at
+    the next liveness tick (controller/liveness.py); one thread hop (`one_hop`)."""
     own_host(p, name)
     if body.revision_applied is not None or body.errors is not None:
         request.app.state.reports[name] = AgentReport(body.revision_applied, time.time(), body.errors,
