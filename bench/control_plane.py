@@ -66,7 +66,7 @@ class ControllerProcess:
     def _start(self) -> None:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.state / "log", "a"),
                                      env=self.env)
-        deadline = time.time() + 30
+        deadline = time.time() + 90  # a restart under 1,000 reconnecting agents: the bench times it, not this
         while True:
             try:
                 self.admin_token = (self.state / "admin.token").read_text().strip()

@@ -1,8 +1,8 @@
 """The control plane's fan-out: N simulated hypervisors, each running the agent's own southbound client
-(`Southbound.watch` on the delta watch, applied with `apply_delta`, as vswitch_agent does; beats every 2 s), against
-the controller as deployed (its own process). The watchers and their beats live in processes of their own
-(`--sim-procs`: their JSON parsing must not share the GIL with the load, nor 1,000 agents one GIL), the tenant's
-creates in this one.
+(`Southbound.stream`, applied with `apply_delta`, as vswitch_agent does: a keep-alive line every 10 s, TCP
+probes), against the controller as deployed (its own process). The watchers and their beats live in processes
+of their own (`--sim-procs`: their JSON parsing must not share the GIL with the load, nor 1,000 agents one GIL),
+the tenant's creates in this one.
 
     python bench/fanout.py [--hosts 1000] [--vpcs 1000] [--ports-per-vpc 20] [--rates 5,20,100] [--seconds 10]
                            [--backends postgres,sqlite] [--workers 2]
