@@ -38,7 +38,7 @@ from controller.auth import cached_principal, forget_credentials
 from controller.db import Database
 from controller.guards import Guard
 from controller.idempotency import Idempotency
-from controller.liveness import Beats, mark_silent_hosts_down
+from controller.liveness import Beats, beat_every, mark_silent_hosts_down
 from controller.open_streams import OpenStreams
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
@@ -192,7 +192,7 @@ async def _liveness(app: FastAPI) -> None:
     s: Settings = app.state.settings
     bc: Broadcaster = app.state.broadcaster
     tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
-    every = s.host_down_after / 4  # how often a host's beat needs writing (liveness.Beats)
+    every = beat_every(s.host_down_after)
     streams_noted = 0.0
     while True:
         t0 = time.monotonic()

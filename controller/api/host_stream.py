@@ -30,6 +30,7 @@ from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
 from controller.host_deltas import Asked
+from controller.liveness import beat_every
 from controller.open_streams import prove
 from controller.patches import Sent
 from controller.reads import host_revision
@@ -68,7 +69,7 @@ async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-
 async def _events(request: Request, name: str, after: int, form: str, keepalive: float) -> AsyncIterator[str]:
     state = request.app.state
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
-    every = state.settings.host_down_after / 4  # how often its beat needs writing (controller/liveness.py)
+    every = beat_every(state.settings.host_down_after)
     sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
     sock = request.scope.get("state", {}).get("tcp_socket")
     proven = prove(sock, state.settings.host_down_after)  # then its beats are the kernel's (open_streams.py)
