@@ -57,6 +57,7 @@ class SimHost:
         self.bytes = 0
         self.silent = threading.Event()  # set: the agent is gone (no stream, no reports)
         self.refresh_at = 0.0  # when its unchanged report is due again
+        self.reported_on = -1  # the stream its last report went with (a new one: report again)
 
     def take(self, d: HostConfigDelta, answer) -> None:
         t = time.monotonic()
@@ -102,15 +103,17 @@ class SimHost:
 
 
 def beats(hosts: list[SimHost], stop: threading.Event) -> None:
-    """Every host reports as the agent does: every BEAT_S while its stream is down, else about every
-    REPORT_REFRESH_S (next_refresh); spread over the interval, each on its own client (its own connection)."""
+    """Every host reports as the agent does: every BEAT_S while its stream is down, else on each new stream and
+    about every REPORT_REFRESH_S (next_refresh); spread over the interval, each on its own client (its own
+    connection)."""
     while not stop.is_set():
         t0 = time.monotonic()
         for i, h in enumerate(hosts):
-            if not h.silent.is_set() and (not h.api.streaming or t0 >= h.refresh_at):
+            stream = h.api.streams_opened
+            if not h.silent.is_set() and (not h.api.streaming or stream != h.reported_on or t0 >= h.refresh_at):
                 try:
                     h.api.beat(h.name, {"ports": {}})
-                    h.refresh_at = next_refresh(t0)
+                    h.refresh_at, h.reported_on = next_refresh(t0), stream
                 except Exception:
                     pass
             lag = t0 + BEAT_S * (i + 1) / len(hosts) - time.monotonic()
@@ -301,12 +304,14 @@ class Run:
         time.sleep(3)
 
     def gateway_beats(self) -> None:
+        """As instances beat: as often as the answer asks (a fifth of the gateways' silence)."""
         api = Client(self.ctl.url, self.ctl.admin_token)
-        while not self.stop_beats.wait(0.2):
+        every = 0.1
+        while not self.stop_beats.wait(every):
             for g, silent in self.gateways.items():
                 if not silent.is_set():
                     try:
-                        api.post(f"/v1/hosts/{g}/status", {"ports": {}})
+                        every = api.post(f"/v1/hosts/{g}/status", {"ports": {}})["beat_every"]
                     except Exception:
                         pass
 

@@ -38,7 +38,7 @@ from controller.auth import cached_principal, forget_credentials
 from controller.db import Database
 from controller.guards import Guard
 from controller.idempotency import Idempotency
-from controller.liveness import Beats, beat_every, mark_silent_hosts_down
+from controller.liveness import Beats, beat_every, held_down, mark_silent_hosts_down
 from controller.open_streams import OpenStreams
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
@@ -184,6 +184,18 @@ def app_from_env() -> FastAPI:
     return create_app(Settings.from_env(), announce_token=False)
 
 
+async def _end_streams_held_down(app: FastAPI) -> None:
+    """A host the database holds down whose stream is open here (marked down while a stall kept its beats from
+    being written): its stream ends, and its agent reports on the next one, which brings it and its ports back."""
+    try:
+        held = await asyncio.to_thread(held_down, app.state.db, app.state.open_streams.hosts())
+        if held and (n := app.state.open_streams.end(held)):
+            log.warning("ended %d stream(s) of hosts held down (%s): their agents report again", n,
+                        ", ".join(sorted(held)[:5]))
+    except Exception as e:  # the next round looks again
+        log.warning("looking for streaming hosts held down failed: %s", e)
+
+
 async def _liveness(app: FastAPI) -> None:
     """On the leader (controller.replicas): marks silent hosts down, checking every quarter of the shortest
     silence allowed (at least every 2 s). A check that comes late (this process was stalled: beats that arrived
@@ -193,13 +205,16 @@ async def _liveness(app: FastAPI) -> None:
     bc: Broadcaster = app.state.broadcaster
     tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
     every = beat_every(s.host_down_after)
-    streams_noted = 0.0
+    streams_noted = streams_judged = 0.0
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(tick)
         if t0 - streams_noted >= every / 2:  # the open streams' beats: what their hosts last acknowledged
             app.state.open_streams.note_beats(app.state.beats, every)
             streams_noted = t0
+        if t0 - streams_judged >= s.host_down_after:  # streaming hosts held down: their agents must report
+            streams_judged = t0
+            await _end_streams_held_down(app)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
         if late or not app.state.leadership.leading():

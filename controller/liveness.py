@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, text, update
 
 from controller import models as m
 from controller.db import Database
 from controller.models import now
+
+if TYPE_CHECKING:
+    from controller.settings import Settings
 
 _HOSTS = m.Host.__table__
 _WRITE_SEEN = (update(_HOSTS).where(_HOSTS.c.name == bindparam("b_name"), _HOSTS.c.last_seen < bindparam("b_seen"))
@@ -30,6 +34,13 @@ _WRITE_SEEN_PG = text("""
          w AS (UPDATE hosts SET last_seen = v.seen FROM v
                WHERE hosts.name = v.name AND hosts.name IN (SELECT name FROM free) AND hosts.last_seen < v.seen)
     SELECT name FROM hosts WHERE name = ANY(CAST(:names AS varchar[])) EXCEPT SELECT name FROM free""")
+
+
+def beat_pace(settings: Settings, kind: str) -> float:
+    """How often a host of `kind` need beat (every report's answer says it): a fifth of the silence that marks it
+    down, so that no single late beat is a silence. A gateway beating ten times a second where its silence is
+    2 s cost the controller a report every 100 ms per instance for nothing."""
+    return (settings.gateway_down_after if kind == "gateway" else settings.host_down_after) / 5
 
 
 def beat_every(silence: float) -> float:
@@ -120,6 +131,16 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
             h.status = "down"
             t.session.execute(update(m.Port.__table__).where(m.Port.__table__.c.host == name).values(status="DOWN"))
     return [n for n, _ in stale]
+
+
+def held_down(db: Database, hosts: set[str]) -> set[str]:
+    """Those of `hosts` (hypervisors streaming to this process) the database holds down: a stream is a beat, but
+    only a host's report brings it and its ports back up (this process ends their streams: open_streams.py)."""
+    if not hosts:
+        return set()
+    with db.read(single=True) as s:
+        return set(s.execute(select(m.Host.name).where(m.Host.status == "down", m.Host.name.in_(sorted(hosts))))
+                   .scalars())
 
 
 def _aware(t: datetime) -> datetime:  # SQLite hands back naive datetimes (stored as UTC)

@@ -23,6 +23,7 @@ from typing import Any
 
 from controller.liveness import Beats
 from controller.models import now
+from controller.watch import Subscription, Wake
 
 _TCP_INFO_LEN = 104  # struct tcp_info up to tcpi_rcv_space: every kernel since 2.6 answers at least this
 _STATE_AND_LAST_ACK = struct.Struct("B55xI")  # tcpi_state (1: established) ... tcpi_last_ack_recv (ms), offset 56
@@ -62,13 +63,26 @@ class OpenStreams:
     """The streams of this process whose TCP connection proves their host alive (event loop only: no lock)."""
 
     def __init__(self) -> None:
-        self._open: dict[int, tuple[str, Any]] = {}
+        self._open: dict[int, tuple[str, Any, Subscription]] = {}
         self._next = 0
 
-    def add(self, host: str, sock: Any) -> int:
+    def add(self, host: str, sock: Any, sub: Subscription) -> int:
         self._next += 1
-        self._open[self._next] = (host, sock)
+        self._open[self._next] = (host, sock, sub)
         return self._next
+
+    def hosts(self) -> set[str]:
+        return {host for host, _, _ in self._open.values()}
+
+    def end(self, hosts: set[str]) -> int:
+        """End the streams of `hosts` (each at its next turn, cleanly); how many. Their agents open another and
+        report on it: for a host the controller holds down, its report is what brings it and its ports back."""
+        n = 0
+        for host, _, sub in list(self._open.values()):
+            if host in hosts:
+                sub.queue.put_nowait(Wake(0, hosts=frozenset({host}), end=True))
+                n += 1
+        return n
 
     def remove(self, key: int) -> None:
         self._open.pop(key, None)
@@ -79,7 +93,7 @@ class OpenStreams:
     def note_beats(self, beats: Beats, every: float) -> int:
         """A beat for each open stream's host at the moment it last acknowledged; how many."""
         t, n = now(), 0
-        for host, sock in list(self._open.values()):
+        for host, sock, _ in list(self._open.values()):
             if (ms := last_heard_ms(sock)) is not None:  # None: closing meanwhile (its stream removes it)
                 beats.note(host, every, at=t - timedelta(milliseconds=ms))
                 n += 1

@@ -108,18 +108,20 @@ async def watch_thread(fn: Callable[[], T]) -> T:
 class Collector:
     """When the process collects its old garbage.
 
-    A full collection stops the whole process: about 100 ms here once a worker holds the state of 20,000 ports,
-    and CPython starts one every second or so under a stream of writes, which was most of the watch latency's
-    long tail. So the objects that exist once the app has started (modules, classes, routes, the ORM's mappings:
-    most of the heap, and never garbage) are frozen out of collection; the youngest generations are collected
-    as usual (a few ms); and the full collection runs here, from the liveness loop, when no write has arrived for
-    a while (or at the latest every `most` seconds), instead of in the middle of someone's request. An idle
-    process with nothing written since its last collection is not collected again before `most`: with a
-    thousand hosts' streams open, a collection every 10 s of a heap that did not change was a third of a core."""
+    A full collection stops the whole process: about 100 ms here once a worker holds the state of 20,000 ports
+    (a second on a slow day), and CPython starts one every second or so under a stream of writes, which was most
+    of the watch latency's long tail. So the objects that exist once the app has started (modules, classes,
+    routes, the ORM's mappings) are frozen out of collection; the youngest generations are collected as usual (a
+    few ms); and the old one here, from the liveness loop, when no write has arrived for a while (or at the latest
+    every `most` seconds), instead of in the middle of someone's request. What survives a collection is frozen
+    too, so the next one walks only what was made since: an idle controller walking its whole heap every two
+    minutes was a fifth of its idle CPU. Every `whole` seconds, when writes pause (at the latest after twice
+    that), the frozen heap is collected as well, for the cycles among survivors that became garbage since."""
 
-    def __init__(self, idle_after: float = 1.0, least: float = 10.0, most: float = 120.0) -> None:
-        self.idle_after, self.least, self.most = idle_after, least, most
-        self.last = time.monotonic()
+    def __init__(self, idle_after: float = 1.0, least: float = 10.0, most: float = 120.0,
+                 whole: float = 900.0) -> None:
+        self.idle_after, self.least, self.most, self.whole = idle_after, least, most, whole
+        self.last = self.last_whole = time.monotonic()
 
     def start(self) -> None:
         gc.collect()
@@ -127,13 +129,17 @@ class Collector:
         gc.set_threshold(GC_GEN0_THRESHOLD, 10, 1_000_000)  # generation 2: only from tick()
 
     def tick(self, last_write: float | None) -> bool:
-        """Collect everything if it is time; True if it did."""
+        """Collect if it is time (the frozen heap too if that is due); True if it did."""
         now = time.monotonic()
         idle = last_write is None or now - last_write > self.idle_after
         fresh = last_write is not None and last_write > self.last  # written to since the last collection
         if now - self.last < (self.least if idle and fresh else self.most):
             return False
+        if now - self.last_whole >= (self.whole if idle else 2 * self.whole):
+            gc.unfreeze()
+            self.last_whole = now
         gc.collect()
+        gc.freeze()
         self.last = time.monotonic()
         return True
 

@@ -35,6 +35,7 @@ class Wake:
     vteps: bool = False  # the VTEP list every hypervisor holds changed
     ordered: bool = False  # from the database's own order of commits (NOTIFY, the revision poll): see `confirmed`
     traces: frozenset[str] = frozenset()  # hosts with a live trace question for their switch (api/traces.py)
+    end: bool = False  # this process ends the streams of `hosts` (controller/open_streams.py); never published
 
     def concerns(self, host: str, relevant: set[str]) -> bool:
         return self.unknown or self.vteps or host in self.hosts or host in self.traces or \
@@ -67,6 +68,7 @@ class Broadcaster:
     confirmed: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))  # when the last wakes were delivered
+    joins: deque = field(default_factory=lambda: deque(maxlen=4))  # when the last VTEP list changes were
     # PostgreSQL: told when another process revoked credentials, and whether revocations are heard at all (the
     # LISTEN connection is up: while it is not, principals are cached briefly, see controller.auth)
     revoked: Callable[[], None] | None = None
@@ -134,6 +136,10 @@ class Broadcaster:
         """Writes are arriving in a burst: at least `count` wakes in the last `window` seconds."""
         return len(self.recent) >= count and time.monotonic() - self.recent[-count] < window
 
+    def joining(self) -> bool:
+        """Hosts are joining in a mass (a cluster booting): four VTEP list changes within the last second."""
+        return len(self.joins) == self.joins.maxlen and time.monotonic() - self.joins[0] < 1.0
+
     async def settle(self, coalesce: float) -> None:
         """In a burst of writes, let more land before compiling (one answer instead of one per write); a lone
         write is answered at once."""
@@ -151,6 +157,8 @@ class Broadcaster:
             if len(self.delivered) > 1024:
                 self.delivered.popitem(last=False)
         self.recent.append(time.monotonic())
+        if w.vteps:
+            self.joins.append(self.recent[-1])
         self.latest = max(self.latest, w.revision)
         for sub in self.concerned(w):
             sub.queue.put_nowait(w)

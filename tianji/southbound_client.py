@@ -35,7 +35,10 @@ M = TypeVar("M", bound=BaseModel)
 POLL_S = 25  # how long the controller holds a watch without news
 RETRY_S = 1.0  # the longest wait after a poll that reached no controller (it doubles up to this from 0.1 s)
 FAILOVER_JITTER_S = 0.2  # the longest pause before asking the next replica
-REPORT_REFRESH_S = 60.0  # a host's port report is sent again about this often while its config stream is its beat
+# while its config stream is its beat, a host's unchanged port report is sent again about this often (as
+# Kubernetes' kubelet sends its unchanged node status every 5 minutes, its lease being the beat); a report also
+# goes with every new stream, and the controller ends the stream of a host it holds down
+REPORT_REFRESH_S = 300.0
 KEEPALIVE_S = 10.0  # a stream's keep-alive lines: a controller stalled but connected is left after three missed
 # A controller that vanished (its machine, the network) is noticed by TCP first: the kernel probes a stream silent
 # for 2 s and drops it when nothing was acknowledged for 6 s, without a byte from the controller's process.
@@ -88,6 +91,9 @@ class Southbound:
         self._lock = threading.Lock()
         self.streaming = False  # a stream is open and heard from (then it is the host's heartbeat)
         self.heard = 0.0  # when it last was (monotonic)
+        # streams opened so far: a host reports again on each new one (the controller it reaches may hold nothing
+        # of its reports: restarted, another replica, or it ended the stream of a host it holds down)
+        self.streams_opened = 0
 
     @property
     def current(self) -> str:
@@ -199,6 +205,7 @@ class Southbound:
                             return False  # the route, not the host: an older controller
                         raise SouthboundError(r.status_code, _detail(r))
                     wait = 0.1
+                    self.streams_opened += 1
                     self._follow(url, r, model, apply, stop)
                 # the controller ended it (shutting down): a thousand hosts must not all be back in one millisecond
                 time.sleep(random.uniform(0, RETRY_S))

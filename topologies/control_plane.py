@@ -23,7 +23,8 @@ GATEWAY_KEYS = ("gateways", "lb_gateways", "line_gateways", "service_gateways")
 
 
 def controller_env() -> dict[str, str]:
-    """NAT instances fail over fast here: five beats (TIANJI_GATEWAY_BEAT, 0.1 s) of silence (overridable)."""
+    """NAT instances fail over fast here: after 0.5 s of silence, five of the beats the controller asks for
+    (overridable: TIANJI_GATEWAY_DOWN_AFTER, and TIANJI_GATEWAY_BEAT for the gateways' own pace)."""
     return os.environ | {"TIANJI_GATEWAY_DOWN_AFTER": os.environ.get("TIANJI_GATEWAY_DOWN_AFTER", "0.5")}
 
 

@@ -17,6 +17,7 @@ without a TCP socket notes one at every event and keep-alive line instead.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -35,10 +36,11 @@ from controller.open_streams import prove
 from controller.patches import Sent
 from controller.reads import host_revision
 from controller.serving import watch_thread
-from controller.watch import Wake, next_wake
+from controller.watch import Broadcaster, Subscription, Wake, next_wake
 
 router = APIRouter(tags=["hosts"])
 RECHECK_S = 0.1  # how soon a VTEP list change not yet confirmed by the commit order is looked at again
+JOIN_COALESCE_S = 1.0  # while hosts join in a mass, how often a stream takes the new VTEP entries
 
 @router.get("/hosts/{name}/config/stream",
             response_class=StreamingResponse,
@@ -73,8 +75,8 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
     sock = request.scope.get("state", {}).get("tcp_socket")
     proven = prove(sock, state.settings.host_down_after)  # then its beats are the kernel's (open_streams.py)
-    key = state.open_streams.add(name, sock) if proven else None
     sub = bc.subscribe(name)
+    key = state.open_streams.add(name, sock, sub) if proven else None
     state.metrics.streams.inc()
     beats.note(name, every)  # a connection just made: heard from now
     claim: int | None = None
@@ -106,10 +108,10 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 yield ": keepalive\n\n"
             woken, unconfirmed = unconfirmed, []
             if w is not None:
-                await bc.settle(state.settings.watch_coalesce)
-                woken.append(w)
-                while not sub.queue.empty():  # the writes that came meanwhile: one compile takes them all
-                    woken.append(sub.queue.get_nowait())
+                woken += await _with_the_rest(w, sub, bc, state.settings.watch_coalesce, name, vpcs,
+                                                keepalive)
+            if any(x.end for x in woken):  # held down while streaming: the agent reconnects and reports
+                return
             asked = any(name in x.traces or x.unknown for x in woken)  # a live trace question for this switch
             # (the objects form only: the sections form answers a whole config to a VTEP list change)
             claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
@@ -122,12 +124,32 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             state.open_streams.remove(key)
 
 
+async def _with_the_rest(w: Wake, sub: Subscription, bc: Broadcaster, coalesce: float, name: str,
+                         vpcs: set[str], keepalive: float) -> list[Wake]:
+    """The wake that ended the wait, and the writes that came meanwhile: one compile takes them all. While hosts
+    join in a mass, a wake of the VTEP list alone waits JOIN_COALESCE_S first (at most half a keep-alive: the
+    watcher's patience is a few): a thousand agents booting were a thousand events for each of a thousand streams,
+    and the controller's CPU for a minute and more."""
+    await bc.settle(coalesce)
+    if _entries_alone(w, name, vpcs) and bc.joining():
+        await asyncio.sleep(min(JOIN_COALESCE_S, keepalive / 2))
+    woken = [w]
+    while not sub.queue.empty():
+        woken.append(sub.queue.get_nowait())
+    return woken
+
+
+def _entries_alone(w: Wake, name: str, vpcs: set[str]) -> bool:
+    """`w` changes nothing of `name`'s config but VTEP entries (a host joined, left or moved)."""
+    return w.vteps and not w.unknown and name not in w.hosts and vpcs.isdisjoint(w.vpcs)
+
+
 def _vteps_only(name: str, vpcs: set[str], woken: list[Wake], after: int, confirmed: int) -> int | None:
     """A host joining wakes every stream: for one it changes nothing else for (every wake since its last event
     concerns it by the VTEP list alone), the revision its delta of VTEP entries may claim: the newest of those
     wakes the database's order confirms (an older write of another process to one of its VPCs may still be on
     its way); None: compile it whole."""
     concerning = [x for x in woken if x.concerns(name, vpcs)]
-    if not all(x.vteps and not x.unknown and name not in x.hosts and vpcs.isdisjoint(x.vpcs) for x in concerning):
+    if not all(_entries_alone(x, name, vpcs) for x in concerning):
         return None
     return max([after, *(x.revision for x in concerning if x.revision <= confirmed)])

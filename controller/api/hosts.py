@@ -20,6 +20,7 @@ from controller.compiler import compile_host
 from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.host_deltas import compile_host_delta
+from controller.liveness import beat_pace
 from controller.models import now
 from controller.reads import host_revision
 from controller.serving import watch_thread
@@ -200,7 +201,8 @@ def host_status(name: str, body: PortStatusReport, request: Request,
                                       .values(status=st))
     else:
         request.app.state.beats.note(name)
-    return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current))}
+    return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current)),
+            "beat_every": beat_pace(request.app.state.settings, h.kind)}
 
 
 @router.get("/hosts/{name}/config", response_model=HostConfig,

@@ -22,6 +22,9 @@ class HostStatusAnswer(BaseModel):
     host: str
     updated_ports: int = Field(description="ports whose UP/DOWN changed with this report")
     ignored_ports: list[str] = Field(description="reported ports not bound to this host")
+    beat_every: float = Field(description="seconds: beating this often is enough (a fifth of the silence after "
+                                          "which this kind of host is marked down); more often only costs the "
+                                          "controller")
 
 
 class HealthAnswer(BaseModel):

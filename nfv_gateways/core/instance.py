@@ -268,17 +268,20 @@ class Instance:
             self.edge_wake.clear()
 
     def heartbeat_loop(self) -> None:
+        """Beats as often as --beat-interval says, or else as each beat's answer asks (until the first: 0.1 s)."""
+        every = self.o.beat_interval or 0.1
         while True:
             try:
                 if not self.counters["registered"]:
                     self.api.register(self.o.name, self.vtep, "gateway", self.role.name)
                     self.counters["registered"] = 1
-                self.api.beat(self.o.name, {"ports": {}}, timeout=max(0.25, 3 * self.o.beat_interval))
+                answer = self.api.beat(self.o.name, {"ports": {}}, timeout=max(0.25, 3 * every)) or {}
+                every = self.o.beat_interval or float(answer.get("beat_every") or every)
             except Exception as e:
                 self.counters["registered"] = 0
                 log.warning("heartbeat: %s", e)
             self.write_status()
-            time.sleep(self.o.beat_interval)
+            time.sleep(every)
 
     def status_loop(self) -> None:
         while True:

@@ -24,9 +24,9 @@ class GatewayOptions:
     metrics_port: int = 9477  # Prometheus text on 127.0.0.1 (in the gateway host's namespace)
     config_file: Path | None = None  # standalone: a fixed GatewayConfig instead of the controller (benchmarks, labs)
     macs: tuple[str, str] | None = None  # (underlay, external) instead of reading the interfaces (tests)
-    # a beat this often: the controller moves an instance's addresses after TIANJI_GATEWAY_DOWN_AFTER of silence
-    # (2 s by default, 0.5 s on the emulated cluster), so failover takes that, a liveness tick, and the propagation
-    beat_interval: float = 0.1
+    # a beat this often (None: as often as each beat's answer asks, a fifth of TIANJI_GATEWAY_DOWN_AFTER: 0.4 s by
+    # default, 0.1 s on the emulated cluster); failover takes that silence, a liveness tick, and the propagation
+    beat_interval: float | None = None
     nat_mappings: int = 1 << 18  # the NAT's mapping table in C: its slots (a power of two; 3/4 are ever used)
     # the load balancer's connection table: its slots (a power of two; 3/4 of them are ever used) and the rate of
     # new entries it takes (a token bucket holding a tenth of a second's worth): above it, Maglev alone decides

@@ -213,3 +213,50 @@ def test_a_vpc_sent_before_changes_by_endpoint(controller: Controller) -> None:
     finally:
         for x in f.values():
             x.close()
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_a_streaming_host_held_down_reconnects_to_report(backend: str, tmp_path: Path) -> None:
+    """A host the controller holds down while its stream is open (marked down while a stall kept its beats from
+    being written) only comes back up with a report: the controller ends its stream, and the agent, which reports
+    on every new stream, reports on the next one."""
+    from controller import models as m
+
+    with served(backend, tmp_path, host_down_after=2.0) as c:
+        tokens, _ = _setup(c, ["hv1"])
+        f = Follower(c, "hv1", tokens["hv1"], keepalive=1)
+        try:
+            wait_for(lambda: f.cfg is not None and f.api.streams_opened == 1, 10, "hv1 streaming")
+            with c.db.write() as t:  # as a leader that misjudged it would
+                t.session.get(m.Host, "hv1").status = "down"
+            wait_for(lambda: f.api.streams_opened >= 2, 15, "hv1's stream ended and another opened")
+            assert f.api.beat("hv1", {"ports": {}})["updated_ports"] == 0  # the agent's report on its new stream
+            assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
+            time.sleep(0.5)  # a round that read it down just before the report may still end one more
+            opened = f.api.streams_opened
+            time.sleep(4.5)  # two rounds of the check later: an up host's stream is left alone
+            assert f.api.streams_opened == opened and f.api.streaming and not f.errors, f.errors
+        finally:
+            f.close()
+
+
+def test_a_mass_join_reaches_each_stream_in_a_few_events(controller: Controller) -> None:
+    """Hosts joining in a mass (a cluster booting) reach every stream, each taking the new VTEP entries together
+    about once a second (host_stream.JOIN_COALESCE_S) instead of one event per host: a thousand agents booting
+    were a million events."""
+    c = controller
+    tokens, _ = _setup(c, ["hv1", "hv2"])
+    f = {h: Follower(c, h, tok, keepalive=5) for h, tok in tokens.items()}
+    try:
+        wait_for(lambda: all(x.cfg is not None for x in f.values()), 10, "every host's first config")
+        before = {h: x.events for h, x in f.items()}
+        joiners = {f"boot{i}" for i in range(40)}
+        for i, h in enumerate(sorted(joiners)):
+            c.admin.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.7.{i + 1}"})
+        wait_for(lambda: all(joiners <= {v.host for v in x.cfg.vteps} for x in f.values()), 15, "every joiner")
+        events = {h: x.events - before[h] for h, x in f.items()}
+        assert all(n < 20 for n in events.values()), events  # one per host would be 40
+        assert all(not x.errors for x in f.values()), {h: x.errors for h, x in f.items()}
+    finally:
+        for x in f.values():
+            x.close()

@@ -292,6 +292,11 @@ def test_hosts_and_status(controller: Controller) -> None:
     assert controller.db.revision() == rev
     expect(409, adm.delete, "/v1/hosts/hv1")
     expect(404, adm.post, "/v1/hosts/ghost/status", {"ports": {}})
+    # each answer says how often beating is enough: a fifth of the silence that marks this kind of host down
+    s = controller.app.state.settings
+    assert r["beat_every"] == pytest.approx(s.host_down_after / 5)
+    adm.post("/v1/hosts", {"name": "gw1", "vtep_ip": "172.31.1.1", "kind": "gateway", "role": "nat"})
+    assert adm.post("/v1/hosts/gw1/status", {"ports": {}})["beat_every"] == pytest.approx(s.gateway_down_after / 5)
 
 
 def test_openapi_and_docs(controller: Controller) -> None:

@@ -137,3 +137,38 @@ def test_metrics_are_prometheus_exposition_with_help_and_type(tmp_path: Path) ->
            if s.name.endswith("_total")}
     assert ("rx_ext", 7.0) in got
     assert "# HELP tianji_gateway_mappings " in text and "# TYPE tianji_gateway_nat_total counter" in text
+
+
+def test_an_instance_beats_as_often_as_the_controller_asks(tmp_path: Path, monkeypatch) -> None:
+    """Without --beat-interval the instance beats at the pace each answer names (a fifth of the controller's
+    gateway silence); with it, at its own."""
+    import time as real_time
+    import types
+
+    from nfv_gateways.core import instance as instance_mod
+
+    class Stop(Exception):
+        pass
+
+    def run(g: Instance, answers: list[float]) -> list[float]:
+        slept: list[float] = []
+
+        def sleep(s: float) -> None:
+            slept.append(s)
+            if len(slept) == len(answers):
+                raise Stop
+
+        beats = iter(answers)
+        g.api = types.SimpleNamespace(register=lambda *a: None, beat=lambda *a, **k: {"beat_every": next(beats)})
+        monkeypatch.setattr(instance_mod, "time", types.SimpleNamespace(sleep=sleep, time=real_time.time,
+                                                                        monotonic=real_time.monotonic))
+        try:
+            g.heartbeat_loop()
+        except Stop:
+            pass
+        return slept
+
+    g, _ = gateway(tmp_path)
+    assert run(g, [0.4, 0.4, 0.1]) == [0.4, 0.4, 0.1]
+    g.o.beat_interval = 0.25
+    assert run(g, [0.4, 0.1]) == [0.25, 0.25]
