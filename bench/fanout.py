@@ -57,7 +57,7 @@ class SimHost:
         self.bytes = 0
         self.silent = threading.Event()  # set: the agent is gone (no stream, no reports)
         self.refresh_at = 0.0  # when its unchanged report is due again
-        self.reported_on = -1  # the stream its last report went with (a new one: report again)
+        self.reported_on = -1  # api.report_wanted when its last report went (bumped since: report again)
 
     def take(self, d: HostConfigDelta, answer) -> None:
         t = time.monotonic()
@@ -103,17 +103,17 @@ class SimHost:
 
 
 def beats(hosts: list[SimHost], stop: threading.Event) -> None:
-    """Every host reports as the agent does: every BEAT_S while its stream is down, else on each new stream and
-    about every REPORT_REFRESH_S (next_refresh); spread over the interval, each on its own client (its own
-    connection)."""
+    """Every host reports as the agent does: every BEAT_S while its stream is down, else when the controller
+    wants it (a new stream, a `report` event) and about every REPORT_REFRESH_S (next_refresh); spread over the
+    interval, each on its own client (its own connection)."""
     while not stop.is_set():
         t0 = time.monotonic()
         for i, h in enumerate(hosts):
-            stream = h.api.streams_opened
-            if not h.silent.is_set() and (not h.api.streaming or stream != h.reported_on or t0 >= h.refresh_at):
+            wanted = h.api.report_wanted
+            if not h.silent.is_set() and (not h.api.streaming or wanted != h.reported_on or t0 >= h.refresh_at):
                 try:
                     h.api.beat(h.name, {"ports": {}})
-                    h.refresh_at, h.reported_on = next_refresh(t0), stream
+                    h.refresh_at, h.reported_on = next_refresh(t0), wanted
                 except Exception:
                     pass
             lag = t0 + BEAT_S * (i + 1) / len(hosts) - time.monotonic()

@@ -184,13 +184,13 @@ def app_from_env() -> FastAPI:
     return create_app(Settings.from_env(), announce_token=False)
 
 
-async def _end_streams_held_down(app: FastAPI) -> None:
+async def _ask_held_down_for_reports(app: FastAPI) -> None:
     """A host the database holds down whose stream is open here (marked down while a stall kept its beats from
-    being written): its stream ends, and its agent reports on the next one, which brings it and its ports back."""
+    being written) is asked for its report on its stream, which brings it and its ports back."""
     try:
         held = await asyncio.to_thread(held_down, app.state.db, app.state.open_streams.hosts())
-        if held and (n := app.state.open_streams.end(held)):
-            log.warning("ended %d stream(s) of hosts held down (%s): their agents report again", n,
+        if held and (n := app.state.open_streams.ask_reports(held)):
+            log.warning("asked %d streaming host(s) held down for their reports (%s)", n,
                         ", ".join(sorted(held)[:5]))
     except Exception as e:  # the next round looks again
         log.warning("looking for streaming hosts held down failed: %s", e)
@@ -214,7 +214,7 @@ async def _liveness(app: FastAPI) -> None:
             streams_noted = t0
         if t0 - streams_judged >= s.host_down_after:  # streaming hosts held down: their agents must report
             streams_judged = t0
-            await _end_streams_held_down(app)
+            await _ask_held_down_for_reports(app)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
         if late or not app.state.leadership.leading():

@@ -135,7 +135,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
 
 def held_down(db: Database, hosts: set[str]) -> set[str]:
     """Those of `hosts` (hypervisors streaming to this process) the database holds down: a stream is a beat, but
-    only a host's report brings it and its ports back up (this process ends their streams: open_streams.py)."""
+    only a host's report brings it and its ports back up (this process asks for it: open_streams.py)."""
     if not hosts:
         return set()
     with db.read(single=True) as s:

@@ -74,13 +74,13 @@ class OpenStreams:
     def hosts(self) -> set[str]:
         return {host for host, _, _ in self._open.values()}
 
-    def end(self, hosts: set[str]) -> int:
-        """End the streams of `hosts` (each at its next turn, cleanly); how many. Their agents open another and
-        report on it: for a host the controller holds down, its report is what brings it and its ports back."""
+    def ask_reports(self, hosts: set[str]) -> int:
+        """Ask `hosts` for their reports on their streams (an event each); how many streams. For a host the
+        controller holds down, its report is what brings it and its ports back."""
         n = 0
         for host, _, sub in list(self._open.values()):
             if host in hosts:
-                sub.queue.put_nowait(Wake(0, hosts=frozenset({host}), end=True))
+                sub.queue.put_nowait(Wake(0, hosts=frozenset({host}), report=True))
                 n += 1
         return n
 

@@ -35,7 +35,7 @@ class Wake:
     vteps: bool = False  # the VTEP list every hypervisor holds changed
     ordered: bool = False  # from the database's own order of commits (NOTIFY, the revision poll): see `confirmed`
     traces: frozenset[str] = frozenset()  # hosts with a live trace question for their switch (api/traces.py)
-    end: bool = False  # this process ends the streams of `hosts` (controller/open_streams.py); never published
+    report: bool = False  # this process asks the host of `hosts` for its report (open_streams.py); never published
 
     def concerns(self, host: str, relevant: set[str]) -> bool:
         return self.unknown or self.vteps or host in self.hosts or host in self.traces or \

@@ -91,9 +91,9 @@ class Southbound:
         self._lock = threading.Lock()
         self.streaming = False  # a stream is open and heard from (then it is the host's heartbeat)
         self.heard = 0.0  # when it last was (monotonic)
-        # streams opened so far: a host reports again on each new one (the controller it reaches may hold nothing
-        # of its reports: restarted, another replica, or it ended the stream of a host it holds down)
-        self.streams_opened = 0
+        # bumped on each new stream and each `report` event: the host's report is wanted again (the controller it
+        # reaches may hold nothing of it: restarted, another replica; or it holds the host down)
+        self.report_wanted = 0
 
     @property
     def current(self) -> str:
@@ -205,7 +205,7 @@ class Southbound:
                             return False  # the route, not the host: an older controller
                         raise SouthboundError(r.status_code, _detail(r))
                     wait = 0.1
-                    self.streams_opened += 1
+                    self.report_wanted += 1
                     self._follow(url, r, model, apply, stop)
                 # the controller ended it (shutting down): a thousand hosts must not all be back in one millisecond
                 time.sleep(random.uniform(0, RETRY_S))
@@ -234,6 +234,10 @@ class Southbound:
             elif not line and data:
                 if event == "gone":
                     raise SouthboundError(404, "the controller does not know this host (deleted)")
+                if event == "report":  # the controller holds us down: only our report brings us back
+                    self.report_wanted += 1
+                    event, data = "", ""
+                    continue
                 if (told := self.events.get(event)) is not None:
                     told(data)
                     event, data = "", ""

@@ -152,11 +152,11 @@ class AgentApp(app_manager.OSKenApp):
 
     def _heartbeat_loop(self) -> None:
         """The port report, every heartbeat interval while the config stream is down; while it is up (it is the
-        beat, controller/api/host_stream.py) only when the report changed, on every new stream, and about every
-        REPORT_REFRESH_S (next_refresh: jittered)."""
+        beat, controller/api/host_stream.py) only when the report changed, when the controller wants it (a new
+        stream, its `report` event), and about every REPORT_REFRESH_S (next_refresh: jittered)."""
         sent: dict | None = None
         refresh_at = 0.0
-        reported_on = -1  # the stream (streams_opened) the last report went with
+        reported_on = -1  # the api's report_wanted when the last report went
         while True:
             ports = {}
             if self.cfg is not None and self.ifaces_known:
@@ -164,14 +164,14 @@ class AgentApp(app_manager.OSKenApp):
                 ports = {p.id: ("UP" if up and p.id in self.ofports else "DOWN") for p in self.cfg.ports}
             self.state["ports"] = ports
             try:
-                stream = self.api.streams_opened
-                if ports != sent or not self.api.streaming or stream != reported_on or time.monotonic() >= refresh_at:
+                wanted = self.api.report_wanted
+                if ports != sent or not self.api.streaming or wanted != reported_on or time.monotonic() >= refresh_at:
                     last = self.state["last_error"]
                     self.api.beat(self.opts.host, {"ports": ports, "revision_applied": self.state["revision"],
                                                    "errors": self.state["errors"],
                                                    "last_error": last["message"][:500] if last else None},
                                   timeout=max(1.0, self.opts.heartbeat_interval))
-                    sent, refresh_at, reported_on = ports, next_refresh(time.monotonic()), stream
+                    sent, refresh_at, reported_on = ports, next_refresh(time.monotonic()), wanted
             except SouthboundError as e:
                 if e.status == 404:  # the controller forgot us (fresh database): register again
                     self._register()

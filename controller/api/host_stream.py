@@ -46,7 +46,9 @@ JOIN_COALESCE_S = 1.0  # while hosts join in a mass, how often a stream takes th
             response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {"schema": {
                 "type": "string", "description": "server-sent events: `event: delta` (data: a HostConfigDelta as "
-                                                 "JSON, from the last one), `event: gone`, and `:` keep-alives"}}},
+                                                 "JSON, from the last one), `event: gone`, `event: report` (the "
+                                                 "controller holds this host down: send your report), and `:` "
+                                                 "keep-alives"}}},
                              "description": "an event per change (`data`: a HostConfigDelta from the last one)"}})
 async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-1, le=MAX_BIGINT),
                         form: Literal["sections", "objects"] = Query("objects"),
@@ -110,8 +112,9 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             if w is not None:
                 woken += await _with_the_rest(w, sub, bc, state.settings.watch_coalesce, name, vpcs,
                                                 keepalive)
-            if any(x.end for x in woken):  # held down while streaming: the agent reconnects and reports
-                return
+            if any(x.report for x in woken):  # held down while streaming: only the host's report brings it back
+                woken = [x for x in woken if not x.report]
+                yield "event: report\ndata: {}\n\n"
             asked = any(name in x.traces or x.unknown for x in woken)  # a live trace question for this switch
             # (the objects form only: the sections form answers a whole config to a VTEP list change)
             claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None

@@ -216,26 +216,27 @@ def test_a_vpc_sent_before_changes_by_endpoint(controller: Controller) -> None:
 
 
 @pytest.mark.parametrize("backend", backends())
-def test_a_streaming_host_held_down_reconnects_to_report(backend: str, tmp_path: Path) -> None:
+def test_a_streaming_host_held_down_is_asked_to_report(backend: str, tmp_path: Path) -> None:
     """A host the controller holds down while its stream is open (marked down while a stall kept its beats from
-    being written) only comes back up with a report: the controller ends its stream, and the agent, which reports
-    on every new stream, reports on the next one."""
+    being written) only comes back up with a report: the controller asks for it on the stream, and the agent,
+    which reports when asked (and on every new stream), reports."""
     from controller import models as m
 
     with served(backend, tmp_path, host_down_after=2.0) as c:
         tokens, _ = _setup(c, ["hv1"])
         f = Follower(c, "hv1", tokens["hv1"], keepalive=1)
         try:
-            wait_for(lambda: f.cfg is not None and f.api.streams_opened == 1, 10, "hv1 streaming")
+            wait_for(lambda: f.cfg is not None and f.api.report_wanted == 1, 10, "hv1 streaming (a report wanted)")
             with c.db.write() as t:  # as a leader that misjudged it would
                 t.session.get(m.Host, "hv1").status = "down"
-            wait_for(lambda: f.api.streams_opened >= 2, 15, "hv1's stream ended and another opened")
-            assert f.api.beat("hv1", {"ports": {}})["updated_ports"] == 0  # the agent's report on its new stream
+            wait_for(lambda: f.api.report_wanted >= 2, 15, "hv1 asked for its report")
+            assert f.api.beat("hv1", {"ports": {}})["updated_ports"] == 0  # the agent's report
             assert c.admin.get("/v1/hosts/hv1")["status"] == "up"
-            time.sleep(0.5)  # a round that read it down just before the report may still end one more
-            opened = f.api.streams_opened
-            time.sleep(4.5)  # two rounds of the check later: an up host's stream is left alone
-            assert f.api.streams_opened == opened and f.api.streaming and not f.errors, f.errors
+            time.sleep(0.5)  # a round that read it down just before the report may still ask once more
+            wanted = f.api.report_wanted
+            time.sleep(4.5)  # two rounds of the check later: an up host is not asked
+            assert f.api.report_wanted == wanted and f.errors == [], f.errors
+            assert f.cfg is not None and c.app.state.broadcaster.by_host.keys() == {"hv1"}  # on its first stream
         finally:
             f.close()
 
