@@ -37,8 +37,7 @@ def run(role: str = typer.Option("nat"), name: str = typer.Option(...),
         state_dir: Path = typer.Option(DEFAULT_STATE), metrics_port: int = typer.Option(9477, help="Prometheus"),
         config_file: Path = typer.Option(None, help="standalone: serve this GatewayConfig JSON, no controller"),
         beat_interval: float | None = typer.Option(None, help="seconds between heartbeats (default: as the "
-                                                                  "controller asks, a fifth of its "
-                                                                  "TIANJI_GATEWAY_DOWN_AFTER)"),
+                                                                  "controller asks: its gateway silence / 5)"),
         nat_mappings: int = typer.Option(1 << 18, help="role nat: mapping table slots in C (a power of two; 3/4 "
                                                        "of them are ever used)"),
         lb_connections: int = typer.Option(1 << 20, help="role lb: connection table slots (a power of two)"),
