@@ -78,9 +78,11 @@ class ControllerProcess:
                 time.sleep(0.2)
 
     def restart(self) -> None:
-        """Stopped (SIGTERM) and started again on the same port, state and database: every watcher reconnects."""
+        """Stopped (SIGTERM) and started again on the same port, state and database: every watcher reconnects.
+        The stop is part of what a restart costs (with 1,000 streams open it took 9-17 s here), so it is waited
+        for, not cut short."""
         self.proc.terminate()
-        self.proc.wait(15)
+        self.proc.wait(60)
         self._start()
 
     def orchestrator(self) -> Client:
