@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
@@ -71,8 +72,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
         app.state.collector.start()
         app.state.leadership.start()
         limit_threads()
-        with suppress(ValueError, RuntimeError, NotImplementedError):  # only the main thread takes signals
-            loop.add_signal_handler(signal.SIGHUP, reload_certificates)
+        _take_signals(app, loop, reload_certificates)
         task = asyncio.create_task(_liveness(app))
         try:
             yield
@@ -184,6 +184,26 @@ def app_from_env() -> FastAPI:
     return create_app(Settings.from_env(), announce_token=False)
 
 
+def _take_signals(app: FastAPI, loop: asyncio.AbstractEventLoop, reload_certificates: Callable[[], None]) -> None:
+    """SIGHUP reloads the certificates. From SIGTERM or SIGINT on, this process takes no more requests (beats
+    neither) but its liveness loop runs until its connections close (up to the graceful 2 s): a stopping leader
+    judged every gateway silent and failed them over at each restart. It marks nobody down from then on;
+    uvicorn's own handler still runs."""
+    with suppress(ValueError, RuntimeError, NotImplementedError):  # only the main thread takes signals
+        loop.add_signal_handler(signal.SIGHUP, reload_certificates)
+    app.state.stopping = False
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        prev = signal.getsignal(sig)
+
+        def on_signal(signum: int, frame: object, prev: object = prev) -> None:
+            app.state.stopping = True
+            if callable(prev):
+                prev(signum, frame)
+
+        with suppress(ValueError):  # not the main thread (the tests' in-process controllers): never stopped so
+            signal.signal(sig, on_signal)
+
+
 async def _ask_held_down_for_reports(app: FastAPI) -> None:
     """A host the database holds down whose stream is open here (marked down while a stall kept its beats from
     being written) is asked for its report on its stream, which brings it and its ports back."""
@@ -217,7 +237,7 @@ async def _liveness(app: FastAPI) -> None:
             await _ask_held_down_for_reports(app)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
         late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
-        if late or not app.state.leadership.leading():
+        if late or not app.state.leadership.leading() or app.state.stopping:
             # the beats are written even late (a worker stalled at every tick under load kept its hosts' beats
             # to itself, and the leader marked them down); only the judging waits a round for the beats that
             # queued behind the stall. A follower writes the beats it received; the leader judges them.
