@@ -9,9 +9,10 @@ the tenant's creates in this one.
 
 Workload: `--vpcs` VPCs of `--ports-per-vpc` ports, each VPC's ports on as many hosts (spread so that every host
 holds ports of about the same number of VPCs). Then, per rate, single port creates bound to one of the VPC's hosts
-for `--seconds`, each timed from the create's answer until the last affected host (every host with a port in that
-VPC) holds it; the bytes the watchers received per create; and topology events: a host joining (bytes every other
-host received), a host silent until marked down and back (the same). Controller CPU (of one core) and RSS.
+for `--seconds` (open loop: each due at its moment, up to CREATORS in flight), each timed from the create's
+answer until the last affected host (every host with a port in that VPC) holds it; the bytes the watchers
+received per create; and topology events: a host joining (bytes every other host received), a host silent until
+marked down and back (the same). Controller CPU (of one core) and RSS.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import resource
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,6 +42,7 @@ from tianjictl.client import Client
 BEAT_S = 2.0
 START_S = 10.0
 IDLE_S = REPORT_REFRESH_S  # the idle window
+CREATORS = 16  # creates in flight at most (the paced phases are open loop)
 
 
 class SimHost:
@@ -249,23 +252,39 @@ class Run:
         time.sleep(3)
 
     def paced(self, rate: float) -> dict:
-        """Creates at `rate` a second for --seconds, each timed to the last affected host."""
-        orch = self.ctl.orchestrator()
+        """Creates at `rate` a second for --seconds, each timed to the last affected host. Open loop, as many
+        orchestrators would: each create is due at its moment whether or not the ones before have answered (up to
+        CREATORS at once), and its API time counts from that moment."""
+        clients = threading.local()
         made: list[tuple[str, list[str], float, float]] = []  # port, affected hosts, answered, API s
+        failed: list[int] = []
+
+        def create(i: int, due: float, vid: str, host: str) -> None:
+            if not hasattr(clients, "orch"):
+                clients.orch = self.ctl.orchestrator()
+            try:
+                p = clients.orch.post("/v1/ports", {"subnet_id": self.subnets[vid], "name": f"r{rate}-{i}",
+                                                    "host": host})
+            except Exception as e:  # counted, and said once
+                if not failed:
+                    self.log(f"a create failed: {e}")
+                failed.append(i)
+                return
+            done = time.monotonic()
+            made.append((p["id"], self.layout[vid], done, done - due))
+
         self.ask("settle")
         bytes0 = self.ask("bytes")
         cpu0, _ = cpu_and_rss(self.ctl.proc.pid)
         t_start = time.monotonic()
         vpcs = list(self.layout)
-        i = 0
-        while (t := time.monotonic()) - t_start < self.args.seconds:
-            vid = random.choice(vpcs)
-            host = random.choice(self.layout[vid])
-            p = orch.post("/v1/ports", {"subnet_id": self.subnets[vid], "name": f"r{rate}-{i}", "host": host})
-            done = time.monotonic()
-            made.append((p["id"], self.layout[vid], done, done - t))
-            i += 1
-            time.sleep(max(0.0, t_start + i / rate - time.monotonic()))
+        with ThreadPoolExecutor(CREATORS) as pool:
+            i = 0
+            while (due := t_start + i / rate) - t_start < self.args.seconds:
+                time.sleep(max(0.0, due - time.monotonic()))
+                vid = random.choice(vpcs)
+                pool.submit(create, i, due, vid, random.choice(self.layout[vid]))
+                i += 1
         elapsed = time.monotonic() - t_start
         time.sleep(5)  # what is still on its way
         cpu1, rss = cpu_and_rss(self.ctl.proc.pid)
@@ -279,7 +298,8 @@ class Run:
                 lat.append(max(ts) - answered)
         api = [x[3] for x in made]
         received = sum(bytes1.values()) - sum(bytes0.values())
-        return {"rate": rate, "creates": len(made), "achieved_per_s": round(len(made) / elapsed, 1),
+        return {"rate": rate, "creates": len(made), "failed": len(failed),
+                "achieved_per_s": round(len(made) / elapsed, 1),
                 "api_p50_ms": pct(api, 0.5), "api_p99_ms": pct(api, 0.99),
                 "last_host_p50_ms": pct(lat, 0.5), "last_host_p99_ms": pct(lat, 0.99),
                 "last_host_max_ms": pct(lat, 1.0), "not_delivered": missing,
