@@ -119,9 +119,10 @@ class Collector:
     that), the frozen heap is collected as well, for the cycles among survivors that became garbage since."""
 
     def __init__(self, idle_after: float = 1.0, least: float = 10.0, most: float = 120.0,
-                 whole: float = 900.0) -> None:
+                 whole: float = 900.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.idle_after, self.least, self.most, self.whole = idle_after, least, most, whole
-        self.last = self.last_whole = time.monotonic()
+        self.clock = clock
+        self.last = self.last_whole = clock()
 
     def start(self) -> None:
         gc.collect()
@@ -130,7 +131,7 @@ class Collector:
 
     def tick(self, last_write: float | None) -> bool:
         """Collect if it is time (the frozen heap too if that is due); True if it did."""
-        now = time.monotonic()
+        now = self.clock()
         idle = last_write is None or now - last_write > self.idle_after
         fresh = last_write is not None and last_write > self.last  # written to since the last collection
         if now - self.last < (self.least if idle and fresh else self.most):
@@ -140,7 +141,7 @@ class Collector:
             self.last_whole = now
         gc.collect()
         gc.freeze()
-        self.last = time.monotonic()
+        self.last = self.clock()
         return True
 
 
