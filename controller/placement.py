@@ -33,15 +33,20 @@ def nat_buckets(gateway_id: str, eip_ids: list[str], instances: dict[str, str]) 
         [h for h in [home(f"natgw:{gateway_id}", instances)] if h]
     if not serving:
         return []
-    owners = [home(f"natgw:{gateway_id}:{b}", serving) for b in range(NAT_BUCKETS)]
-    # Every serving instance takes a bucket, or the EIPs it homes would go unused (rendezvous hashing alone
-    # leaves one of three instances without any of 8 buckets about one time in eight): an instance left without
-    # takes, from an instance holding several, the bucket it weighs highest for. Only those buckets move.
+    return spread_buckets(f"natgw:{gateway_id}", NAT_BUCKETS, serving)
+
+
+def spread_buckets(key: str, count: int, serving: list[str]) -> list[str]:
+    """The instance serving each of `count` buckets: rendezvous hashing per bucket, then every serving instance
+    takes one (rendezvous alone leaves one of two instances without any of 8 buckets one time in 128, and one of
+    three about one time in eight): an instance left without takes, from an instance holding several, the bucket
+    it weighs highest for. Only those buckets move."""
+    owners = [home(f"{key}:{b}", serving) or "" for b in range(count)]
     for inst in serving:
         held = Counter(owners)
-        spare = [b for b in range(NAT_BUCKETS) if held[owners[b]] > 1]
+        spare = [b for b in range(count) if held[owners[b]] > 1]
         if inst not in held and spare:
-            owners[max(spare, key=lambda b: _weight(f"natgw:{gateway_id}:{b}", inst))] = inst
+            owners[max(spare, key=lambda b: _weight(f"{key}:{b}", inst))] = inst
     return owners
 
 
@@ -67,4 +72,4 @@ LINE_BUCKETS = 8  # like NAT_BUCKETS: a VM's source address picks the instance a
 def line_buckets(key: str, instances: list[str]) -> list[str]:
     """The instance each source-address bucket of a private-line route goes to (rendezvous per bucket: one
     instance's loss moves only its buckets)."""
-    return [home(f"{key}:{b}", instances) or "" for b in range(LINE_BUCKETS)] if instances else []
+    return spread_buckets(key, LINE_BUCKETS, instances) if instances else []
