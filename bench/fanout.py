@@ -365,7 +365,7 @@ class Run:
         self.ask("silent", (victim, True))
         out["host_down_after_s"] = self.wait_status(victim, "down", 40)
         self.ask("silent", (victim, False))
-        self.wait_status(victim, "up", 20)
+        out["host_up_after_s"] = self.wait_status(victim, "up", 20)
         time.sleep(3)
         out["host_down_up_bytes_per_host"], out["host_down_up_hosts_told"] = self.received(b0)
 
@@ -408,7 +408,8 @@ class Run:
         delivered = round(time.monotonic() - t0, 1)
         time.sleep(max(0.0, 16 - (time.monotonic() - t0)))  # a whole silence after the restart: any down shows
         hosts = self.ctl.admin.get("/v1/hosts")
-        return {"reconnect_s": reconnected, "reconnect_streams": self.ask("reconnected", t0),
+        return {**{f"restart_{k}": v for k, v in self.ctl.restart_phases.items()},
+                "reconnect_s": reconnected, "reconnect_streams": self.ask("reconnected", t0),
                 "reconnect_port_s": delivered, "reconnect_marked_down": sum(h["status"] == "down" for h in hosts)}
 
     def close(self) -> None:
@@ -468,7 +469,8 @@ def main() -> None:
               f"p50/max); a host down ({res['host_down_after_s']} s) and up {res['host_down_up_bytes_per_host']} bytes "
               f"per host ({res['host_down_up_hosts_told']} told); a gateway instance failing "
               f"{res['gateway_fail_bytes_per_host']} bytes per host ({res['gateway_fail_hosts_told']} told); "
-              f"controller restart: {res['reconnect_streams']} streams back in {res['reconnect_s']} s, a port "
+              f"controller restart (stop {res['restart_stop_s']} s, start {res['restart_start_s']} s): "
+              f"{res['reconnect_streams']} streams back in {res['reconnect_s']} s, a port "
               f"through it at its VPC's hosts in {res['reconnect_port_s']} s, "
               f"{res['reconnect_marked_down']} marked down; cold start (all registering within {START_S:g} s): "
               f"{res['cold_start_s']} s, {res['cold_start_marked_down']} marked down; "
