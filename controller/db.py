@@ -32,7 +32,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
 
-from controller import audit, stamps
+from controller import audit, change_log, stamps
 from controller import models as m
 from controller.stamps import CHANGES, STAMPED, ChangeSet, rows_affect
 
@@ -316,6 +316,7 @@ class Database:
                 for stmt, params in txn.deferred:
                     s.execute(stmt, params, execution_options=STAMPED)
                 txn._stamp()
+                change_log.record(s, txn.changes)
                 if log_entry is not None:
                     s.execute(audit.INSERT_ENTRY, log_entry)
         for cb in self.listeners:
@@ -371,3 +372,9 @@ class Database:
     def revision(self) -> int:
         with self.sessions() as s:
             return s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar_one()
+
+    def changes_after(self, revision: int) -> tuple[int, list[tuple[int, str]]]:
+        """The revision now and the change log's entries after `revision` (SQLite), from one snapshot."""
+        with self.snapshot() as s:
+            now = s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar_one()
+            return now, change_log.after(s, revision) if now > revision else []

@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from controller.change_log import ChangeLogEntry  # noqa: F401 - every table is in `models`
 from controller.idempotency_models import IdempotencyKey  # noqa: F401 - likewise
 from controller.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
     PrivateLine,

@@ -1,8 +1,8 @@
 """Wake-ups for host watches.
 
 Local writes publish their ChangeSet directly. Writes made by other controller processes arrive through
-PostgreSQL LISTEN/NOTIFY, or, on SQLite, by polling the revision counter; those may carry no detail
-(`ChangeSet.vpcs` is None-like: `unknown=True`), and every watch then rechecks its host's revision.
+PostgreSQL LISTEN/NOTIFY, or, on SQLite, by polling the change log (controller/change_log.py); a wake without
+detail (`unknown=True`: a payload too long for NOTIFY, a revision the log lacks) has every watch recheck.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller import change_log
 from controller.auth import REVOKED_CHANNEL
 from controller.db import Database
 from controller.stamps import ChangeSet
@@ -172,19 +173,28 @@ class Broadcaster:
                           traces=frozenset(cs.traces)))
 
     def _poll(self) -> None:
+        """SQLite: the writes of the other processes, from the change log (controller/change_log.py), as NOTIFY
+        brings them on PostgreSQL; a revision it lacks (let go, or written without it) wakes everyone."""
         seen = self.latest
         while not self._stop.wait(0.1):
             try:
-                rev = self.db.revision()
+                rev, entries = self.db.changes_after(seen)
             except Exception as e:  # keep watching through transient DB errors
                 log.warning("revision poll failed: %s", e)
                 continue
-            if rev > seen:
-                # revisions are consecutive: those this process published itself need no recheck, any other does
-                # (another worker's, committed before one of ours, was missed when only the newest was compared)
-                ours = rev - seen <= 1024 and all(r in self.delivered for r in range(seen + 1, rev + 1))
-                self.publish(Wake(rev, unknown=not ours, ordered=True))
-            seen = max(seen, rev)
+            if rev <= seen:
+                continue
+            logged = {r for r, _ in entries}
+            # revisions are consecutive, and every write's is logged (this process's were also published at commit)
+            lacking = rev - seen > change_log.KEEP or any(r not in logged and r not in self.delivered
+                                                          for r in range(seen + 1, rev + 1))
+            for _, p in entries:
+                w = parse_notify(p)
+                w.ordered = True
+                self.publish(w)
+            if lacking or not entries or entries[-1][0] < rev:
+                self.publish(Wake(rev, unknown=lacking, ordered=True))
+            seen = rev
 
     def _listen_pg(self) -> None:
         import psycopg
