@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
@@ -90,7 +90,11 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 beats.note(name, every)
             if claim is None:
                 bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
-            d = await hub.compile(Asked(name, after, form, sent, claim))
+            compiling = asyncio.ensure_future(hub.compile(Asked(name, after, form, sent, claim)))
+            beat = None if proven else lambda: beats.note(name, every)
+            async for line in _keepalives_until(compiling, keepalive, beat):
+                yield line
+            d = compiling.result()
             if d is None:
                 yield "event: gone\ndata: {}\n\n"  # the host was deleted
                 return
@@ -121,10 +125,25 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
             if claim is not None:
                 unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
     finally:
-        bc.unsubscribe(sub)
-        state.metrics.streams.dec()
-        if key is not None:
-            state.open_streams.remove(key)
+        _closed(state, sub, key)
+
+
+def _closed(state: Any, sub: Subscription, key: Any) -> None:
+    state.broadcaster.unsubscribe(sub)
+    state.metrics.streams.dec()
+    if key is not None:
+        state.open_streams.remove(key)
+
+
+async def _keepalives_until(task: asyncio.Future, keepalive: float,
+                            beat: Callable[[], None] | None) -> AsyncIterator[str]:
+    """Keep-alive lines while `task` (the stream's compile) runs: an overloaded controller is slow, not gone. A
+    watcher that heard nothing for a few keep-alives reconnects, and its next compile queues behind the same backlog:
+    at 200,000 ports here every stream timed out while batches queued, and none was answered any more."""
+    while not (await asyncio.wait({task}, timeout=keepalive))[0]:
+        if beat is not None:  # a stream without a TCP socket to prove it: its lines are its beats
+            beat()
+        yield ": keepalive\n\n"
 
 
 async def _with_the_rest(w: Wake, sub: Subscription, bc: Broadcaster, coalesce: float, name: str,

@@ -261,3 +261,29 @@ def test_a_mass_join_reaches_each_stream_in_a_few_events(controller: Controller)
     finally:
         for x in f.values():
             x.close()
+
+
+def test_a_slow_compile_keeps_the_stream_alive(controller: Controller) -> None:
+    """An overloaded controller is slow, not gone: while a stream's compile waits in a backlog longer than the
+    watcher's patience (three keep-alives), keep-alive lines still flow, and the delta comes on the same
+    connection. (Without them, every watcher reconnected and queued again behind the same backlog: at 200,000
+    ports none was answered any more.)"""
+    c = controller
+    tokens, subnets = _setup(c, ["hv1"])
+    hub = c.app.state.stream_hub
+    fast = hub._compile
+
+    def slow(asked):
+        time.sleep(1.5)  # five keep-alives of 0.3 s
+        return fast(asked)
+
+    hub._compile = slow
+    f = Follower(c, "hv1", tokens["hv1"], keepalive=0.3)
+    try:
+        wait_for(lambda: f.cfg is not None, 10, "the first config through a slow compile")
+        c.orchestrator().post("/v1/ports", {"subnet_id": subnets[0]["id"], "name": "a", "host": "hv1"})
+        wait_for(lambda: len(f.cfg.endpoints) == 1, 10, "the port through another slow compile")
+        assert not f.errors and f.api.report_wanted == 1  # one connection all along
+    finally:
+        hub._compile = fast
+        f.close()
