@@ -57,14 +57,17 @@ def compile_host_deltas(s: Session, asked: list[Asked]) -> list[HostConfigDelta 
         got = reads.run(s)
         # built once for the batch (a thousand streams told of one host joining share its entry), and once per base
         updates = [(r, Vtep.model_construct(host=n, ip=ip, kind=k)) for n, ip, k, r in got["updates"]]
-        by_base: dict[int, dict] = {}
+        # an entries-only delta holds the entries up to the revision it claims: the newer ones (their wakes not yet
+        # confirmed by the commit order) come with the next, not twice
+        by_base: dict[tuple[int, int | None], dict] = {}
         for i in wanting:
-            base, d = asked[i].base, out[i]
+            key, d = (asked[i].base, asked[i].vteps_only), out[i]
             assert d is not None
-            if base not in by_base:
-                by_base[base] = {"vtep_updates": [v for r, v in updates if r > base],
-                                 "vteps_removed": [n for n, r in got["removed"] if r > base]}
-            out[i] = d.model_copy(update=by_base[base])
+            if key not in by_base:
+                base, upto = key[0], key[1] if key[1] is not None else 1 << 62
+                by_base[key] = {"vtep_updates": [v for r, v in updates if base < r <= upto],
+                                "vteps_removed": [n for n, r in got["removed"] if base < r <= upto]}
+            out[i] = d.model_copy(update=by_base[key])
     return out
 
 

@@ -169,3 +169,26 @@ def test_topology_events_cost_other_hosts_an_entry(controller: Controller) -> No
     controller.raw(controller.admin_token).post("/v1/hosts/hv3/status", json={"ports": {}})
     assert adm.get("/v1/hosts/hv3")["status"] == "up"
     assert deltas() == dict.fromkeys(HOSTS)
+
+
+def test_an_entries_only_delta_holds_the_entries_up_to_its_claim(controller: Controller) -> None:
+    """A stream told of joins claims only the revisions the commit order confirmed (controller/api/host_stream.py);
+    the entries of newer ones come with its next delta, not with this one as well (sent twice, a mass join cost
+    SQLite's streams 719 bytes per host instead of 360)."""
+    from controller.host_deltas import Asked, compile_host_deltas
+    from controller.patches import Sent
+
+    adm = controller.admin
+    adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    adm.post("/v1/hosts", {"name": "c", "vtep_ip": "172.31.0.4"})
+    base = adm.get("/v1/hosts/hv1/config")["revision"]
+    adm.post("/v1/hosts", {"name": "a", "vtep_ip": "172.31.0.2"})
+    claim = adm.get("/v1/hosts/hv1/config")["revision"]
+    adm.post("/v1/hosts", {"name": "b", "vtep_ip": "172.31.0.3"})
+    adm.delete("/v1/hosts/c")
+    sent = Sent(vtep_ip="172.31.0.1")
+    with controller.db.snapshot() as s:
+        first, later = compile_host_deltas(s, [Asked("hv1", base, "objects", sent, vteps_only=claim),
+                                               Asked("hv1", claim, "objects", sent, vteps_only=claim + 2)])
+    assert first.revision == claim and [v.host for v in first.vtep_updates] == ["a"] and first.vteps_removed == []
+    assert [v.host for v in later.vtep_updates] == ["b"] and later.vteps_removed == ["c"]
