@@ -65,6 +65,8 @@ STAMP_NOTIFY = text("""
           FROM c) x""")
 
 
+Q_REVISION = select(m.Counter.value).where(m.Counter.name == "revision")
+
 # session.info key: the tenants a write transaction holds locked (absent outside writes)
 LOCKED_TENANTS = "tianji_locked_tenants"
 CREATED_TENANTS = "tianji_created_tenants"
@@ -371,10 +373,10 @@ class Database:
 
     def revision(self) -> int:
         with self.sessions() as s:
-            return s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar_one()
+            return s.execute(Q_REVISION).scalar_one()
 
     def changes_after(self, revision: int) -> tuple[int, list[tuple[int, str]]]:
         """The revision now and the change log's entries after `revision` (SQLite), from one snapshot."""
         with self.snapshot() as s:
-            now = s.execute(select(m.Counter.value).where(m.Counter.name == "revision")).scalar_one()
+            now = s.execute(Q_REVISION).scalar_one()
             return now, change_log.after(s, revision) if now > revision else []
