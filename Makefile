@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute iperf3 tcpdump python3-venv python3-dev nftables \
             gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl jq postgresql-client procps \
-            libdpdk-dev libxdp-dev libbpf-dev frr chromium
+            libdpdk-dev libxdp-dev libbpf-dev clang frr chromium
 VENV_STAMP := $(VENV)/.installed
 
 .PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean

@@ -119,7 +119,8 @@ class Instance:
         from nfv_gateways.native.dataplane import BACKENDS, NativeDataPlane
 
         fp = self.o.fastpath
-        for backend in BACKENDS if fp == "auto" else (fp,) if fp in BACKENDS else ():
+        best_first = getattr(self.role, "backends", BACKENDS)  # a role whose stage is best on another backend says so
+        for backend in best_first if fp == "auto" else (fp,) if fp in BACKENDS else ():
             try:
                 return NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if, self.mac[UL],
                                        self.mac[EXT], self.vtep_int)

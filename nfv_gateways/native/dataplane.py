@@ -3,7 +3,8 @@
 One library per packet-I/O backend this machine supports, built by native/Makefile:
 
     dpdk    DPDK ethdev over net_af_xdp vdevs (`pkg-config libdpdk`), the loop on a worker lcore
-    xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`)
+    xdp     AF_XDP sockets through libxdp (`pkg-config libxdp libbpf`), behind the XDP flow cache (_tj_xdp.o, clang):
+            a stage hands it the established flows it carries, and the kernel repeats the rewrite (include/tj_xdp.h)
     packet  AF_PACKET sockets, a mapped TPACKET_V2 receive ring and sendmmsg bursts (always)
 
 Every library also carries every role's stage (nat_stage.c, lb_stage.c): a role makes its table on the data
@@ -69,6 +70,12 @@ def link_mtu(ifname: str) -> int:
         return 1500
 
 
+def xdp_cache() -> str:
+    """The XDP flow cache's object for the xdp backend, or "" (TIANJI_XDP_CACHE=0: every frame to the loop)."""
+    obj = NATIVE / "_tj_xdp.o"
+    return str(obj) if os.environ.get("TIANJI_XDP_CACHE", "1") != "0" and obj.exists() else ""
+
+
 def eal_args(name: str, ul_if: str, ext_if: str) -> str:
     """EAL without hugepages or PCI, as measured on these machines; AF_XDP vdevs on the gateway's two interfaces."""
     cores = sorted(os.sched_getaffinity(0))
@@ -97,7 +104,7 @@ class NativeDataPlane:
         self.blinded: list[str] = []
         if backend == "packet":  # the AF_PACKET taps still hand every frame to the kernel: keep it out of the way
             self._blind_kernel(ul_if, ext_if)
-        arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else ""
+        arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else xdp_cache() if backend == "xdp" else ""
         if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
             err = self.lib.dp_error(self.h).decode()
             self.lib.dp_close(self.h)

@@ -99,7 +99,7 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
     return port == DP_UL ? from_underlay(dp, d, len, now, out, out_len) : from_external(dp, d, len, now, out, out_len);
 }
 
-const stage_t STAGE_LB = {lock, unlock, decide};
+const stage_t STAGE_LB = {.lock = lock, .unlock = unlock, .decide = decide};
 
 void dp_use_lb(dp_t *dp, lb_t *lb) {
     pthread_mutex_lock(&dp->cfg);

@@ -97,7 +97,7 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
     return act != 0 ? act : from_underlay(dp, d, len, out, out_len);
 }
 
-const stage_t STAGE_LINE = {no_lock, no_lock, decide};
+const stage_t STAGE_LINE = {.lock = no_lock, .unlock = no_lock, .decide = decide};
 
 void dp_use_line(dp_t *dp, uint32_t handoff_mtu) {
     pthread_mutex_lock(&dp->cfg);

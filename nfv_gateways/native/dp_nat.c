@@ -56,7 +56,7 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
     return port == DP_UL ? from_underlay(dp, d, len, now, out, out_len) : from_external(dp, d, len, now, out, out_len);
 }
 
-const stage_t STAGE_NAT = {lock, unlock, decide};
+const stage_t STAGE_NAT = {.lock = lock, .unlock = unlock, .decide = decide};
 
 void dp_use_nat(dp_t *dp, nat_t *nat) {
     pthread_mutex_lock(&dp->cfg);

@@ -2,7 +2,9 @@
  * both ways. Connections are keyed twice, as the reference keys them: from the VM (vni, VM address and port,
  * protocol, endpoint address and port) and from the service (via VNI, protocol, service address and port, source
  * and source port); a key is a 64-bit hash checked against the connection it finds. */
+#include <arpa/inet.h>
 #include <string.h>
+#include <time.h>
 
 #include "tj_ip4.h"
 #include "tj_loop.h"
@@ -10,7 +12,12 @@
 #define SERVICE_MTU 1500  /* the service network's (the reference's SERVICE_MTU) */
 #define TCP_SYN_FIN_RST 0x07
 
-typedef struct { tj_svc_conn_t c; double last; } svc_conn_t;
+/* a connection, and the flows of it that the XDP cache carries (bit d of `cached`: direction d, arriving on fport[d]
+ * with key fk[d]; direction 0 is to the service, 1 back to the VM) */
+typedef struct {
+    tj_svc_conn_t c; double last;
+    struct tj_flow_key fk[2]; uint8_t fport[2], cached, carried[2];
+} svc_conn_t;
 
 static void no_lock(dp_t *dp) { (void)dp; }
 
@@ -58,6 +65,57 @@ static int plain(const uint8_t *b, const ip4_t *ip, uint16_t *sp, uint16_t *dpor
         if (doff < 20 || doff > ip->total - ip->l4 || (b[ip->l4 + 13] & TCP_SYN_FIN_RST)) return 0;
     }
     return 1;
+}
+
+/* --- the XDP flow cache (include/tj_xdp.h) --- */
+static void flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, const ip4_t *ip, uint16_t sp, uint16_t dport) {
+    memset(k, 0, sizeof *k);
+    k->vtep = htonl(vtep); k->vni = vni; k->src = htonl(ip->src); k->dst = htonl(ip->dst);
+    k->sport = htons(sp); k->dport = htons(dport); k->proto = ip->proto;
+}
+
+/* the connection's packet that arrived on in_port with key k went out of out_port as the frame at o: the cache does
+ * the same to the rest of that direction (packets up to `mtu`) */
+static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj_flow_key *k, int out_port,
+                  const uint8_t *o, uint32_t mtu) {
+    if (!dp->be->flow_put || (s->cached & 1 << dir) || ++s->carried[dir] < dp->cache_after) return;
+    struct tj_flow_act a;
+    memset(&a, 0, sizeof a);
+    a.decap = in_port == DP_UL; a.encap = out_port == DP_UL; a.mtu = mtu;
+    a.expect_vtep = htonl(dp->vtep_ip);
+    memcpy(a.expect_mac, dp->mac[in_port], 6);
+    const uint8_t *e = o + (a.encap ? ENCAP : 0), *ip = e + 14;
+    if ((ip[0] & 0xf) != 5) return;  /* options: the program leaves those to us anyway */
+    if (a.encap) memcpy(a.outer, o, ENCAP);
+    memcpy(a.eth, e, 12);
+    memcpy(&a.src, ip + 12, 4); memcpy(&a.dst, ip + 16, 4);
+    memcpy(&a.sport, ip + 20, 2); memcpy(&a.dport, ip + 22, 2);
+    if (dp->be->flow_put(dp, in_port, k, &a, out_port) == 0) {
+        s->fk[dir] = *k; s->fport[dir] = (uint8_t)in_port; s->cached |= (uint8_t)(1 << dir);
+    }
+}
+
+/* the connection's flows read back from the cache (and dropped from it if `drop`): s->last brought up to date */
+static void cache_read(dp_t *dp, svc_conn_t *s, int drop) {
+    struct timespec mono, wall;
+    clock_gettime(CLOCK_MONOTONIC, &mono); clock_gettime(CLOCK_REALTIME, &wall);
+    for (int d = 0; d < 2; d++) {
+        uint64_t ns = 0;
+        if (!(s->cached & 1 << d) || dp->be->flow_take(dp, s->fport[d], &s->fk[d], drop, &ns) || !ns) continue;
+        double ago = ((double)mono.tv_sec * 1e9 + (double)mono.tv_nsec - (double)ns) * 1e-9;
+        double at = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9 - ago;
+        if (at > s->last) s->last = at;
+    }
+    if (drop) s->cached = 0;
+}
+
+static void uncache(dp_t *dp, uint32_t vni) {
+    map_t *m = dp->svc_in;
+    for (uint32_t i = 0; m && i < m->cap; i++) {
+        svc_conn_t *s = (svc_conn_t *)(uintptr_t)m->vals[i];
+        if (m->keys[i] && s->cached && (!vni || s->c.vni == vni || s->c.back_vni == vni || s->c.via_vni == vni))
+            cache_read(dp, s, 1);
+    }
 }
 
 /* a reply (the packet at pkt, ilen bytes) to the connection's VM: rewritten, encapsulated to its hypervisor; the
@@ -121,10 +179,13 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     uint16_t sp, dport;
     if (!ip4_parse(pkt, len - ENCAP - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
     if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    struct tj_flow_key k;
+    flow_key(&k, rd32(d + 26), vni, &ip, sp, dport);
     svc_conn_t *s = find_in(dp, vni, &ip, sp, dport);
-    if (s) return to_service(dp, s, pkt, &ip, now, out, out_len);
-    if ((s = find_out(dp, vni, &ip, sp, dport))) return to_vm(dp, s, pkt, &ip, now, out, out_len);
-    return ACT_PUNT;  /* a new connection, or nothing: the reference decides */
+    int dir = 0, port = s ? to_service(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
+    if (!s && (s = find_out(dp, vni, &ip, sp, dport))) { dir = 1; port = to_vm(dp, s, pkt, &ip, now, out, out_len); }
+    if (port >= 0) cache(dp, s, dir, DP_UL, &k, port, *out, dir ? s->c.mtu : s->c.via_vni ? s->c.mtu : SERVICE_MTU);
+    return port;  /* ACT_PUNT for a new connection, or nothing: the reference decides */
 }
 
 static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
@@ -135,8 +196,12 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     uint16_t sp, dport;
     if (!ip4_parse(pkt, len - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
     if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    struct tj_flow_key k;
+    flow_key(&k, 0, 0, &ip, sp, dport);
     svc_conn_t *s = find_out(dp, 0, &ip, sp, dport);
-    return s ? to_vm(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
+    int port = s ? to_vm(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
+    if (port >= 0) cache(dp, s, 1, DP_EXT, &k, port, *out, s->c.mtu);
+    return port;
 }
 
 static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
@@ -145,7 +210,7 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
     return act != 0 ? act : from_underlay(dp, d, len, now, out, out_len);
 }
 
-const stage_t STAGE_SVC = {no_lock, no_lock, decide};
+const stage_t STAGE_SVC = {.lock = no_lock, .unlock = no_lock, .decide = decide, .uncache = uncache};
 
 void dp_use_svc(dp_t *dp) {
     pthread_mutex_lock(&dp->cfg);
@@ -180,6 +245,7 @@ int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn) {
     pthread_mutex_lock(&dp->cfg);
     svc_conn_t *s = held(dp, conn);
     if (s) { map_del(dp->svc_in, conn_in(conn)); map_del(dp->svc_out, conn_out(conn)); }
+    if (s && s->cached) cache_read(dp, s, 1);
     pthread_mutex_unlock(&dp->cfg);
     free(s);
     return s ? 0 : -1;
@@ -188,6 +254,7 @@ int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn) {
 double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn) {
     pthread_mutex_lock(&dp->cfg);
     svc_conn_t *s = held(dp, conn);
+    if (s && s->cached) cache_read(dp, s, 0);
     double last = s ? s->last : -1.0;
     pthread_mutex_unlock(&dp->cfg);
     return last;

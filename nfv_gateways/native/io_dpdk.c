@@ -78,7 +78,8 @@ static int dk_start(dp_t *dp) {
 }
 static void dk_join(dp_t *dp) { (void)dp; rte_eal_mp_wait_lcore(); }
 
-static const backend_t DPDK = {dk_rx, dk_tx, dk_rx_done, dk_idle, dk_close, dk_start, dk_join};
+static const backend_t DPDK = {.rx = dk_rx, .tx = dk_tx, .rx_done = dk_rx_done, .idle = dk_idle, .close = dk_close,
+                                  .start = dk_start, .join = dk_join};
 
 /* args: the EAL argument vector, space separated (the Python side composes it; vdev 0 = UL, vdev 1 = EXT) */
 int io_dpdk_open(dp_t *dp, const char *eal_args) {

@@ -5,10 +5,15 @@
 
 #include "tj_loop.h"
 
+#define MEM_FLOWS 64
+
 typedef struct {
     uint8_t buf[2][DP_BURST][HEADROOM + DP_SLOT];
     uint32_t len[2][DP_BURST], n[2];
     ring_t out;
+    /* the flows a stage handed the XDP cache (tests read them, and run the program on them: dp_xdp_test) */
+    struct { uint8_t port; struct tj_flow_key k; struct tj_flow_act a; } flows[MEM_FLOWS];
+    uint32_t nflows;
 } mem_t;
 
 static int mem_rx(dp_t *dp, int port, uint8_t **data, uint32_t *len, uint32_t max) {
@@ -26,7 +31,32 @@ static int mem_tx(dp_t *dp, int port, uint8_t **data, const uint32_t *len, uint3
 static void mem_rx_done(dp_t *dp, int port, uint32_t n) { ((mem_t *)dp->bs)->n[port] -= n; }
 static void mem_idle(dp_t *dp) { (void)dp; }
 static void mem_close(dp_t *dp) { ring_free(&((mem_t *)dp->bs)->out); free(dp->bs); }
-static const backend_t MEM = {mem_rx, mem_tx, mem_rx_done, mem_idle, mem_close, NULL, NULL};
+
+static int mem_flow_find(const mem_t *s, int port, const struct tj_flow_key *k) {
+    for (uint32_t i = 0; i < s->nflows; i++)
+        if (s->flows[i].port == port && !memcmp(&s->flows[i].k, k, sizeof *k)) return (int)i;
+    return -1;
+}
+static int mem_flow_put(dp_t *dp, int port, const struct tj_flow_key *k, struct tj_flow_act *a, int out_port) {
+    mem_t *s = dp->bs;
+    int i = mem_flow_find(s, port, k);
+    if (i < 0 && s->nflows == MEM_FLOWS) return -1;
+    if (i < 0) i = (int)s->nflows++;
+    a->tx = out_port == port;
+    a->ifindex = (uint32_t)out_port + 1;  /* no interfaces: the port, one up */
+    s->flows[i].port = (uint8_t)port; s->flows[i].k = *k; s->flows[i].a = *a;
+    return 0;
+}
+static int mem_flow_take(dp_t *dp, int port, const struct tj_flow_key *k, int remove, uint64_t *last_ns) {
+    mem_t *s = dp->bs;
+    int i = mem_flow_find(s, port, k);
+    if (i < 0) return -1;
+    *last_ns = s->flows[i].a.last_ns;
+    if (remove) s->flows[i] = s->flows[--s->nflows];
+    return 0;
+}
+static const backend_t MEM = {.rx = mem_rx, .tx = mem_tx, .rx_done = mem_rx_done, .idle = mem_idle, .close = mem_close,
+                              .flow_put = mem_flow_put, .flow_take = mem_flow_take};
 
 int io_mem_open(dp_t *dp) {
     mem_t *s = calloc(1, sizeof(mem_t));
@@ -52,4 +82,13 @@ int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t
     int n = ring_take(r, bufs, lens, ports, max);
     pthread_mutex_unlock(&r->mu);
     return n;
+}
+
+int dp_mem_flow(dp_t *dp, uint32_t i, uint8_t *port, void *key, void *act) {
+    mem_t *s = dp->bs;
+    if (dp->be != &MEM || i >= s->nflows) return -1;
+    *port = s->flows[i].port;
+    memcpy(key, &s->flows[i].k, sizeof s->flows[i].k);
+    memcpy(act, &s->flows[i].a, sizeof s->flows[i].a);
+    return 0;
 }

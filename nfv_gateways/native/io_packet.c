@@ -107,7 +107,7 @@ static void pk_close(dp_t *dp) {
     }
     free(s);
 }
-static const backend_t PACKET = {pk_rx, pk_tx, pk_rx_done, pk_idle, pk_close, NULL, NULL};
+static const backend_t PACKET = {.rx = pk_rx, .tx = pk_tx, .rx_done = pk_rx_done, .idle = pk_idle, .close = pk_close};
 
 int io_packet_open(dp_t *dp, const char *ul, const char *ext) {
     pk_t *s = calloc(1, sizeof(pk_t));

@@ -1,7 +1,8 @@
 """A bulk TCP transfer through a service instance on each native fast path (bench/services.py's lab: the endpoint's
 VM on a kernel VXLAN stand-in, the service behind the instance), then new connections through the same instance.
 DPDK's af_xdp ports once shared one mbuf pool, and after a bulk transfer whose receiver ran on another core the
-uplink stopped receiving: the transfer's last segments and every later SYN were lost."""
+uplink stopped receiving: the transfer's last segments and every later SYN were lost. On `xdp` the bulk of each
+transfer is the XDP flow cache's, from its ninth packet each way."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def test_bulk_transfer_then_new_connections(fastpath: str) -> None:
             assert bits > 50e6, f"run {run} on {fastpath}: {bits / 1e6:.0f} Mbit/s"
             assert took < 15, f"run {run} on {fastpath} took {took:.1f} s (a 1.5 s transfer): frames were stuck"
         dp = lab.status()["dataplane"]
-        assert dp["svc_out"] > 10_000 and dp["svc_in"] > 100, dp  # the established connections stayed in C
+        if fastpath == "xdp":  # after their first packets in C, the XDP flow cache carried them (tj_xdp.bpf.c)
+            assert dp["xdp_carried"] > 10_000 and dp["svc_out"] >= 8 and dp["svc_in"] >= 8, dp
+        else:
+            assert dp["svc_out"] > 10_000 and dp["svc_in"] > 100, dp  # the established connections stayed in C
     finally:
         lab.down()

@@ -92,4 +92,12 @@ TJ_API uint64_t dp_get_listener(dp_t *dp, uint32_t vni, uint32_t vip, uint8_t is
 TJ_API int dp_mem_push(dp_t *dp, uint8_t port, const uint8_t *data, uint32_t len);
 TJ_API int dp_poll(dp_t *dp);
 TJ_API int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max);
+/* the XDP flow cache (tj_xdp.h) under test: the i-th flow a stage handed the memory backend (its port, key and
+ * action copied out; 0, or -1 past the last); how many packets a connection's direction carries in C before it is
+ * handed over (default 8); and (-1 in a library built without XDP) the cache's program from `obj` run once on a frame with that
+ * one flow in its map: the XDP action (XDP_PASS: to the loop), the frame as it left in out (*out_len: its room) */
+TJ_API int dp_mem_flow(dp_t *dp, uint32_t i, uint8_t *port, void *key, void *act);
+TJ_API void dp_set_cache_after(dp_t *dp, uint32_t n);
+TJ_API int dp_xdp_test(const char *obj, uint8_t port, const void *key, const void *act, const uint8_t *in,
+                       uint32_t len, uint8_t *out, uint32_t *out_len);
 #endif

@@ -14,6 +14,7 @@
 #include "tj_lb_table.h"
 #include "tj_map.h"
 #include "tj_nat_table.h"
+#include "tj_xdp.h"
 
 #define HEADROOM 128        /* every backend leaves at least this much before a received frame */
 #define ENCAP 50            /* outer Ethernet + IPv4 + UDP + VXLAN */
@@ -28,7 +29,7 @@
     X(rx_ul) X(rx_ext) X(tx_ul) X(tx_ext) X(fast_out) X(fast_in) X(punt) X(punt_full) X(drop_unknown_vtep)          \
     X(drop_unknown_vni) X(drop_not_ipv4) X(drop_malformed) X(ignored) X(tx_err) X(inject) X(inject_full) X(bursts)  \
     X(lb_to_member) X(lb_no_member) X(line_out) X(line_in) X(drop_no_route) X(drop_untagged) X(drop_unknown_vlan)  \
-    X(drop_not_in_vpc) X(svc_out) X(svc_in) X(busy_ns)
+    X(drop_not_in_vpc) X(svc_out) X(svc_in) X(busy_ns) X(xdp_carried)
 #define TJ_COUNTER_ENUM(name) C_##name,
 enum { TJ_DP_COUNTERS(TJ_COUNTER_ENUM) C_COUNT };
 
@@ -53,10 +54,15 @@ typedef struct {
     void (*close)(dp_t *);
     int (*start)(dp_t *);   /* runs dp_loop somewhere; NULL: on a thread of ours */
     void (*join)(dp_t *);   /* waits for that loop to end; NULL: joins our thread */
+    /* the XDP flow cache (tj_xdp.h), NULL where the backend has none: a flow arriving on `port` handed to it (0),
+     * read (and removed) with when it last carried one, and how many frames it carried */
+    int (*flow_put)(dp_t *, int port, const struct tj_flow_key *, struct tj_flow_act *, int out_port);
+    int (*flow_take)(dp_t *, int port, const struct tj_flow_key *, int remove, uint64_t *last_ns);
+    uint64_t (*flow_carried)(dp_t *);
 } backend_t;
 int io_packet_open(dp_t *dp, const char *ul, const char *ext);
 int io_mem_open(dp_t *dp);
-int io_xdp_open(dp_t *dp, const char *ul, const char *ext);   /* only in builds with TJ_XDP */
+int io_xdp_open(dp_t *dp, const char *ul, const char *ext, const char *cache);  /* only with TJ_XDP */
 int io_dpdk_open(dp_t *dp, const char *eal_args);            /* only in builds with TJ_DPDK */
 
 /* --- a translation stage: decides one frame under the lock it holds over the burst --- */
@@ -65,6 +71,8 @@ typedef struct {
     void (*unlock)(dp_t *);
     /* the output port (rewritten frame at *out, *out_len), ACT_PUNT or ACT_DROP */
     int (*decide)(dp_t *, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len);
+    /* under dp->cfg: the flows it handed the XDP cache that VPC `vni` (0: any config) may have changed, dropped */
+    void (*uncache)(dp_t *, uint32_t vni);
 } stage_t;
 extern const stage_t STAGE_NAT;
 extern const stage_t STAGE_LB;
@@ -122,6 +130,7 @@ struct dp {
     int evfd;                                   /* wakes the loop when Python injects */
     volatile int running;
     uint32_t nidle;                             /* empty polls in a row (adaptive polling) */
+    uint32_t cache_after;                       /* a direction's packets in C before the XDP cache takes it */
     pthread_t thread;
     uint64_t c[C_COUNT];
     char err[256];
