@@ -104,7 +104,9 @@ class NativeDataPlane:
         self.blinded: list[str] = []
         if backend == "packet":  # the AF_PACKET taps still hand every frame to the kernel: keep it out of the way
             self._blind_kernel(ul_if, ext_if)
-        arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else xdp_cache() if backend == "xdp" else ""
+        self.cache = xdp_cache() if backend == "xdp" else ""
+        self.ifaces = (ul_if, ext_if)
+        arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else self.cache
         if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
             err = self.lib.dp_error(self.h).decode()
             self.lib.dp_close(self.h)
@@ -153,6 +155,18 @@ class NativeDataPlane:
             cpu = cpus[-1]
         if self.lib.dp_start(self.h, cpu) != 0:
             raise FastPathUnavailable(f"{self.backend}: {self.lib.dp_error(self.h).decode()}")
+        if cpu >= 0 and self.cache:
+            self._steer_receive(cpu)
+
+    def _steer_receive(self, cpu: int) -> None:
+        """The ports' receive work (RPS) on the loop's core: the XDP flow cache, attached in generic mode, runs
+        there, as the kernel's own forwarding would run where a gateway host pins its NIC's interrupts; left
+        where it was (the transmitting core: a veth) the cache's work lands on the tenants' or the service's core."""
+        for ifname in self.ifaces:
+            try:
+                Path(f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus").write_text(f"{1 << cpu:x}\n")
+            except OSError as e:
+                log.warning("receive steering on %s: %s (the XDP cache runs where frames arrive)", ifname, e)
 
     def close(self) -> None:
         if self.h:
