@@ -10,6 +10,10 @@
 #include "tj_loop.h"
 
 #define SERVICE_MTU 1500  /* the service network's (the reference's SERVICE_MTU) */
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
 #define TCP_SYN_FIN_RST 0x07
 
 /* a connection, and the flows of it that the XDP cache carries (bit d of `cached`: direction d, arriving on fport[d]
@@ -17,7 +21,9 @@
 typedef struct {
     tj_svc_conn_t c; double last;
     struct tj_flow_key fk[2]; uint8_t fport[2], cached, carried[2];
+    uint8_t state;  /* TJ_SVC_ESTABLISHED | TJ_SVC_CLOSING, as C tracks it */
 } svc_conn_t;
+#define SVC_EVENTS 4096  /* state changes kept between two drains (the reference drains every 100 ms) */
 
 static void no_lock(dp_t *dp) { (void)dp; }
 
@@ -55,16 +61,29 @@ static svc_conn_t *find_out(const dp_t *dp, uint32_t via, const ip4_t *ip, uint1
            c->sport == dport ? s : NULL;
 }
 
-/* TCP or UDP, whole, not a fragment, TTL to spare, no SYN/FIN/RST: what C may carry; the ports into *sp, *dport */
-static int plain(const uint8_t *b, const ip4_t *ip, uint16_t *sp, uint16_t *dport) {
+/* TCP or UDP, whole, not a fragment, TTL to spare: what C may carry; the ports into *sp, *dport, TCP's flags into
+ * *flags (0 for UDP) */
+static int plain(const uint8_t *b, const ip4_t *ip, uint16_t *sp, uint16_t *dport, uint8_t *flags) {
     uint8_t icmp;
+    *flags = 0;
     if (ip->frag || (ip->proto != 6 && ip->proto != 17) || !ip4_ports(b, ip, sp, dport, &icmp) || b[8] <= 1)
         return 0;
     if (ip->proto == 6) {
         uint32_t doff = (uint32_t)(b[ip->l4 + 12] >> 4) * 4;
-        if (doff < 20 || doff > ip->total - ip->l4 || (b[ip->l4 + 13] & TCP_SYN_FIN_RST)) return 0;
+        if (doff < 20 || doff > ip->total - ip->l4) return 0;
+        *flags = b[ip->l4 + 13];
     }
     return 1;
+}
+
+/* the connection's TCP state from a packet's flags, as the reference's ServiceTable._track; a change is logged */
+static void track(dp_t *dp, svc_conn_t *s, uint8_t flags, int from_vm) {
+    uint8_t was = s->state;
+    if (flags & (TCP_FIN | TCP_RST)) s->state |= TJ_SVC_CLOSING;
+    else if (from_vm && (flags & TCP_ACK) && !(flags & TCP_SYN)) s->state |= TJ_SVC_ESTABLISHED;
+    if (s->state == was) return;
+    if (dp->svc_nev == SVC_EVENTS || !dp->svc_ev) { dp->svc_ev_lost = 1; return; }
+    dp->svc_ev[dp->svc_nev++] = (tj_svc_event_t){.conn = s->c, .state = s->state};
 }
 
 /* --- the XDP flow cache (include/tj_xdp.h) --- */
@@ -79,6 +98,7 @@ static void flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, const i
 static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj_flow_key *k, int out_port,
                   const uint8_t *o, uint32_t mtu) {
     if (!dp->be->flow_put || (s->cached & 1 << dir) || ++s->carried[dir] < dp->cache_after) return;
+    if (s->c.proto == 6 && !(s->state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
     struct tj_flow_act a;
     memset(&a, 0, sizeof a);
     a.decap = in_port == DP_UL; a.encap = out_port == DP_UL; a.mtu = mtu;
@@ -178,13 +198,16 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     ip4_t ip;
     uint16_t sp, dport;
     if (!ip4_parse(pkt, len - ENCAP - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
-    if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    uint8_t flags;
+    if (!plain(pkt, &ip, &sp, &dport, &flags)) return ACT_PUNT;
     struct tj_flow_key k;
     flow_key(&k, rd32(d + 26), vni, &ip, sp, dport);
     svc_conn_t *s = find_in(dp, vni, &ip, sp, dport);
     int dir = 0, port = s ? to_service(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
     if (!s && (s = find_out(dp, vni, &ip, sp, dport))) { dir = 1; port = to_vm(dp, s, pkt, &ip, now, out, out_len); }
-    if (port >= 0) cache(dp, s, dir, DP_UL, &k, port, *out, dir ? s->c.mtu : s->c.via_vni ? s->c.mtu : SERVICE_MTU);
+    if (port < 0) return port;
+    track(dp, s, flags, !dir);
+    if (!(flags & TCP_SYN_FIN_RST)) cache(dp, s, dir, DP_UL, &k, port, *out, dir || s->c.via_vni ? s->c.mtu : SERVICE_MTU);
     return port;  /* ACT_PUNT for a new connection, or nothing: the reference decides */
 }
 
@@ -195,12 +218,15 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     ip4_t ip;
     uint16_t sp, dport;
     if (!ip4_parse(pkt, len - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
-    if (!plain(pkt, &ip, &sp, &dport)) return ACT_PUNT;
+    uint8_t flags;
+    if (!plain(pkt, &ip, &sp, &dport, &flags)) return ACT_PUNT;
     struct tj_flow_key k;
     flow_key(&k, 0, 0, &ip, sp, dport);
     svc_conn_t *s = find_out(dp, 0, &ip, sp, dport);
     int port = s ? to_vm(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
-    if (port >= 0) cache(dp, s, 1, DP_EXT, &k, port, *out, s->c.mtu);
+    if (port < 0) return port;
+    track(dp, s, flags, 0);
+    if (!(flags & TCP_SYN_FIN_RST)) cache(dp, s, 1, DP_EXT, &k, port, *out, s->c.mtu);
     return port;
 }
 
@@ -215,6 +241,7 @@ const stage_t STAGE_SVC = {.lock = no_lock, .unlock = no_lock, .decide = decide,
 void dp_use_svc(dp_t *dp) {
     pthread_mutex_lock(&dp->cfg);
     dp->stage = &STAGE_SVC;
+    if (!dp->svc_ev) dp->svc_ev = calloc(SVC_EVENTS, sizeof *dp->svc_ev);  /* NULL: every change is "lost" */
     pthread_mutex_unlock(&dp->cfg);
 }
 
@@ -222,6 +249,7 @@ int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn) {
     svc_conn_t *s = calloc(1, sizeof *s);
     if (!s) return -1;
     s->c = *conn;
+    s->state = conn->state;
     uint64_t ki = conn_in(conn), ko = conn_out(conn), p;
     pthread_mutex_lock(&dp->cfg);
     int r = 0;
@@ -265,4 +293,26 @@ uint32_t dp_svc_count(dp_t *dp) {
     uint32_t n = dp->svc_in ? dp->svc_in->n : 0;
     pthread_mutex_unlock(&dp->cfg);
     return n;
+}
+
+int dp_svc_events(dp_t *dp, tj_svc_event_t *out, uint32_t max) {
+    pthread_mutex_lock(&dp->cfg);
+    int r = dp->svc_ev_lost ? -1 : (int)(dp->svc_nev < max ? dp->svc_nev : max);
+    if (r > 0) {
+        memcpy(out, dp->svc_ev, sizeof *out * (uint32_t)r);
+        memmove(dp->svc_ev, dp->svc_ev + r, sizeof *out * (dp->svc_nev - (uint32_t)r));
+        dp->svc_nev -= (uint32_t)r;
+    } else if (r < 0) {
+        dp->svc_ev_lost = 0; dp->svc_nev = 0;
+    }
+    pthread_mutex_unlock(&dp->cfg);
+    return r;
+}
+
+int dp_svc_state(dp_t *dp, const tj_svc_conn_t *conn) {
+    pthread_mutex_lock(&dp->cfg);
+    svc_conn_t *s = held(dp, conn);
+    int r = s ? s->state : -1;
+    pthread_mutex_unlock(&dp->cfg);
+    return r;
 }

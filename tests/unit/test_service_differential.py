@@ -166,8 +166,8 @@ def pair(tmp_path: Path):
 
 
 def test_an_established_connection_stays_in_c(pair: Pair) -> None:
-    """The SYN and the ACK that establishes are Python's (admission, state); then both ways go through C alone, to
-    the service and into the published load balancer's VNI; the FIN is Python's again (the connection's state)."""
+    """The SYN is Python's (admission); from the ACK that establishes on, both ways go through C alone, to the
+    service and into the published load balancer's VNI, the FIN too; C tells Python the state it tracked."""
     vm = VM[(1001, "10.0.1.5")]
 
     def from_vm(ep: str, flags: str) -> tuple[int, bytes]:
@@ -180,20 +180,22 @@ def test_an_established_connection_stays_in_c(pair: Pair) -> None:
                                                    / IP(src=VIP, dst=PROVIDER_PORT)
                                                    / TCP(sport=80, dport=40000, flags="A") / b"z")))
     for ep in (EP, "10.0.1.10"):
-        for flags in ("S", "A"):  # admitted, then established (Python's), then C's
+        for flags in ("S", "A"):  # admitted (Python's), then established (C's)
             n, r = pair.step(*from_vm(ep, flags))
             assert n == r and len(n) == 1
+    assert pair.dp.stats()["svc_out"] == 2 and all(c.established for c in pair.native.stage.inside.values())
     punts = pair.dp.stats()["punt"]
     for _ in range(5):
         for frame in (from_vm(EP, "PA"), back, from_vm("10.0.1.10", "A"), member):
             n, r = pair.step(*frame)
             assert n == r and len(n) == 1
     st_ = pair.dp.stats()
-    assert st_["punt"] == punts and st_["svc_out"] == 10 and st_["svc_in"] == 10
+    assert st_["punt"] == punts and st_["svc_out"] == 12 and st_["svc_in"] == 10
     out = Ether(pair.step(*from_vm(EP, "PA"))[0][0][1])
     assert (out[IP].src, out[IP].dst, out[TCP].sport) == (SRC1, SVC, 40000)
     n, r = pair.step(*from_vm(EP, "FA"))
-    assert n == r and pair.dp.stats()["punt"] == punts + 1
+    assert n == r and pair.dp.stats()["punt"] == punts
+    assert table_state(pair.native.stage) == table_state(pair.ref.stage)  # closing, in both
 
 
 def test_a_peered_vms_connection_stays_in_c_and_goes_back_in_its_vni(pair: Pair) -> None:

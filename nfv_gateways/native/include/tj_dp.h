@@ -81,6 +81,11 @@ TJ_API int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn);
 TJ_API int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn);
 TJ_API double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn);
 TJ_API uint32_t dp_svc_count(dp_t *dp);
+/* the state changes C made since the last call (up to max, oldest first); -1 when some were lost (more than C
+ * keeps between two calls): then every connection's state is to be read again, with dp_svc_state (its state, or
+ * -1 when C does not hold it) */
+TJ_API int dp_svc_events(dp_t *dp, tj_svc_event_t *out, uint32_t max);
+TJ_API int dp_svc_state(dp_t *dp, const tj_svc_conn_t *conn);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);

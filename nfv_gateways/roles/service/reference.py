@@ -117,7 +117,7 @@ class ServiceTable:
 
     # what a native stage mirrors (native.NativeServiceTable): a connection it may carry, one gone, its last packet
     def _carry(self, c: Conn) -> None:
-        """A new connection: the reference carries it itself."""
+        """A new connection (admitted now): the reference carries it itself."""
 
     def _forget(self, c: Conn) -> None:
         """A connection gone."""
@@ -152,8 +152,7 @@ class ServiceTable:
         if c is None and (c := self._admit(ep, buf, ip, ports, flags, now)) is None:
             return None
         c.last = now
-        if self._track(c, flags, from_vm=True):
-            self._carry(c)  # established: its packets may go without Python now
+        self._track(c, flags, from_vm=True)
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > SERVICE_MTU and _df(buf, ip):  # the VM learns the service network's MTU
@@ -236,7 +235,7 @@ class ServiceTable:
         return len(gone)
 
     def absorb(self) -> None:
-        """Nothing is decided in C for this role."""
+        """Nothing to take in: this table decides everything itself (NativeServiceTable takes C's state changes)."""
 
     # --- parts -------------------------------------------------------------------------------------------------
     def _admit(self, ep: EndpointPolicy, buf: bytearray, ip: Ip4, ports: tuple[int, int], flags: int,
@@ -263,8 +262,7 @@ class ServiceTable:
         self.inside[c.inside()] = c
         self.outside[c.outside()] = c
         self.counters["connections"] += 1
-        if c.proto != PROTO_TCP:
-            self._carry(c)
+        self._carry(c)  # a native stage carries the rest of it, its handshake and its end included (not PROXY v2)
         return c
 
     def _port(self, via: int, source: int, proto: int, svc: int, port: int, want: int, vm: int) -> int | None:
@@ -281,14 +279,12 @@ class ServiceTable:
         return None
 
     @staticmethod
-    def _track(c: Conn, flags: int, from_vm: bool) -> bool:
-        """A TCP connection's state from its flags; whether it became established now."""
+    def _track(c: Conn, flags: int, from_vm: bool) -> None:
+        """A TCP connection's state from its flags (native/dp_svc.c's track() is the same)."""
         if flags & (TCP_FIN | TCP_RST):
             c.closing = True
-        elif from_vm and flags & TCP_ACK and not flags & TCP_SYN and not c.established:
+        elif from_vm and flags & TCP_ACK and not flags & TCP_SYN:
             c.established = True
-            return not c.closing
-        return False
 
     @staticmethod
     def _timeout(c: Conn) -> float:
