@@ -105,7 +105,7 @@ class NativeDataPlane:
         if backend == "packet":  # the AF_PACKET taps still hand every frame to the kernel: keep it out of the way
             self._blind_kernel(ul_if, ext_if)
         self.cache = xdp_cache() if backend == "xdp" else ""
-        self.ifaces = (ul_if, ext_if)
+        self.ifaces, self.macs = (ul_if, ext_if), (ul_mac, ext_mac)
         arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else self.cache
         if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
             err = self.lib.dp_error(self.h).decode()
@@ -162,9 +162,13 @@ class NativeDataPlane:
         """The ports' receive work (RPS) on the loop's core: the XDP flow cache, attached in generic mode, runs
         there, as the kernel's own forwarding would run where a gateway host pins its NIC's interrupts; left
         where it was (the transmitting core: a veth) the cache's work lands on the tenants' or the service's core."""
-        for ifname in self.ifaces:
-            try:
-                Path(f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus").write_text(f"{1 << cpu:x}\n")
+        for ifname, mac in zip(self.ifaces, self.macs, strict=True):
+            sysfs = Path(f"/sys/class/net/{ifname}")
+            try:  # a sysfs mounted in another namespace (a Mininet host shares the root's) shows other interfaces
+                if bytes.fromhex(sysfs.joinpath("address").read_text().strip().replace(":", "")) != mac:
+                    log.info("receive steering on %s: this sysfs shows another namespace's interface", ifname)
+                    continue
+                sysfs.joinpath("queues/rx-0/rps_cpus").write_text(f"{1 << cpu:x}\n")
             except OSError as e:
                 log.warning("receive steering on %s: %s (the XDP cache runs where frames arrive)", ifname, e)
 
