@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class ServiceRole:
     name = "service"
     expiry_interval = 5.0
-    fastpath_label = "packet I/O and established connections in C, new ones decided in Python"
+    fastpath_label = "packet I/O and connections in C once Python admits them"
     backends = ("xdp", "dpdk", "packet")  # only xdp has the flow cache that carries established connections in XDP
 
     def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
