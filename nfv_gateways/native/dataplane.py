@@ -106,6 +106,9 @@ class NativeDataPlane:
             self._blind_kernel(ul_if, ext_if)
         self.cache = xdp_cache() if backend == "xdp" else ""
         self.ifaces, self.macs = (ul_if, ext_if), (ul_mac, ext_mac)
+        # a role whose stage hands flows to the XDP cache says so (the receive work is then the cache's, on the
+        # loop's core); for the others it is the AF_XDP copy, best left on the transmitting core, off the loop's
+        self.cache_in_use = False
         arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else self.cache
         if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
             err = self.lib.dp_error(self.h).decode()
@@ -155,7 +158,7 @@ class NativeDataPlane:
             cpu = cpus[-1]
         if self.lib.dp_start(self.h, cpu) != 0:
             raise FastPathUnavailable(f"{self.backend}: {self.lib.dp_error(self.h).decode()}")
-        if cpu >= 0 and self.cache:
+        if cpu >= 0 and self.cache and self.cache_in_use:
             self._steer_receive(cpu)
 
     def _steer_receive(self, cpu: int) -> None:

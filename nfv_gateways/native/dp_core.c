@@ -201,8 +201,10 @@ void dp_stop(dp_t *dp) {
 
 void dp_close(dp_t *dp) {
     dp_stop(dp);
+    pthread_mutex_lock(&dp->cfg);  /* a stage's calls from Python (dp_svc_del...) reach the backend's flow cache */
     if (dp->be) dp->be->close(dp);
     dp->be = NULL;
+    pthread_mutex_unlock(&dp->cfg);
 }
 
 int dp_punt(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t max, int timeout_ms) {

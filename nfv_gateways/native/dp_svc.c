@@ -117,6 +117,7 @@ static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj
 
 /* the connection's flows read back from the cache (and dropped from it if `drop`): s->last brought up to date */
 static void cache_read(dp_t *dp, svc_conn_t *s, int drop) {
+    if (!dp->be || !dp->be->flow_take) { s->cached = 0; return; }  /* closed: the cache went with the ports */
     struct timespec mono, wall;
     clock_gettime(CLOCK_MONOTONIC, &mono); clock_gettime(CLOCK_REALTIME, &wall);
     for (int d = 0; d < 2; d++) {

@@ -27,6 +27,7 @@ class NativeServiceTable(ServiceTable):
         self._events = (self.event_t * 256)()
         self.in_c: dict[Inside, Any] = {}  # what C holds, as it was handed over (deleted by the same record)
         dp.lib.dp_use_svc(dp.h)
+        dp.cache_in_use = True  # its established connections are the XDP flow cache's (xdp backend)
 
     def _carry(self, c: Conn) -> None:
         if c.pp is not None or c.inside() in self.in_c:
