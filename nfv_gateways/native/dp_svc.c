@@ -94,10 +94,11 @@ static void flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, const i
 }
 
 /* the connection's packet that arrived on in_port with key k went out of out_port as the frame at o: the cache does
- * the same to the rest of that direction (packets up to `mtu`) */
+ * the same to the rest of that direction (packets up to `mtu`), once C has carried enough of it (carry() calls this
+ * only where the backend has a cache that does not hold the direction yet) */
 static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj_flow_key *k, int out_port,
                   const uint8_t *o, uint32_t mtu) {
-    if (!dp->be->flow_put || (s->cached & 1 << dir) || ++s->carried[dir] < dp->cache_after) return;
+    if (++s->carried[dir] < dp->cache_after) return;
     if (s->c.proto == 6 && !(s->state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
     struct tj_flow_act a;
     memset(&a, 0, sizeof a);
@@ -191,6 +192,21 @@ static int to_service(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, do
     return DP_EXT;
 }
 
+/* a packet of connection s carried (direction dir: 0 to the service, 1 back to the VM): rewritten, its TCP state
+ * tracked, and its direction handed to the XDP cache when due, keyed as it arrived on in_port (outer vtep and vni) */
+static int carry(dp_t *dp, svc_conn_t *s, int dir, int in_port, uint32_t vtep, uint32_t vni, uint8_t *pkt,
+                 const ip4_t *ip, uint16_t sp, uint16_t dport, uint8_t flags, double now, uint8_t **out,
+                 uint32_t *out_len) {
+    struct tj_flow_key k;
+    int may_cache = dp->be->flow_put && !(s->cached & 1 << dir) && !(flags & TCP_SYN_FIN_RST);
+    if (may_cache) flow_key(&k, vtep, vni, ip, sp, dport);  /* the key is the packet before its rewrite */
+    int port = dir ? to_vm(dp, s, pkt, ip, now, out, out_len) : to_service(dp, s, pkt, ip, now, out, out_len);
+    if (port < 0) return port;
+    track(dp, s, flags, !dir);
+    if (may_cache) cache(dp, s, dir, in_port, &k, port, *out, dir || s->c.via_vni ? s->c.mtu : SERVICE_MTU);
+    return port;
+}
+
 static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
     uint32_t vni;
     int act = dp_vxlan_in(dp, d, len, &vni);
@@ -201,15 +217,11 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     if (!ip4_parse(pkt, len - ENCAP - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
     uint8_t flags;
     if (!plain(pkt, &ip, &sp, &dport, &flags)) return ACT_PUNT;
-    struct tj_flow_key k;
-    flow_key(&k, rd32(d + 26), vni, &ip, sp, dport);
     svc_conn_t *s = find_in(dp, vni, &ip, sp, dport);
-    int dir = 0, port = s ? to_service(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
-    if (!s && (s = find_out(dp, vni, &ip, sp, dport))) { dir = 1; port = to_vm(dp, s, pkt, &ip, now, out, out_len); }
-    if (port < 0) return port;
-    track(dp, s, flags, !dir);
-    if (!(flags & TCP_SYN_FIN_RST)) cache(dp, s, dir, DP_UL, &k, port, *out, dir || s->c.via_vni ? s->c.mtu : SERVICE_MTU);
-    return port;  /* ACT_PUNT for a new connection, or nothing: the reference decides */
+    int dir = 0;
+    if (!s && (s = find_out(dp, vni, &ip, sp, dport))) dir = 1;
+    if (!s) return ACT_PUNT;  /* a new connection, or nothing: the reference decides */
+    return carry(dp, s, dir, DP_UL, rd32(d + 26), vni, pkt, &ip, sp, dport, flags, now, out, out_len);
 }
 
 static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
@@ -221,14 +233,8 @@ static int from_external(dp_t *dp, uint8_t *d, uint32_t len, double now, uint8_t
     if (!ip4_parse(pkt, len - 14, &ip)) { dp->c[C_drop_malformed]++; return ACT_DROP; }
     uint8_t flags;
     if (!plain(pkt, &ip, &sp, &dport, &flags)) return ACT_PUNT;
-    struct tj_flow_key k;
-    flow_key(&k, 0, 0, &ip, sp, dport);
     svc_conn_t *s = find_out(dp, 0, &ip, sp, dport);
-    int port = s ? to_vm(dp, s, pkt, &ip, now, out, out_len) : ACT_PUNT;
-    if (port < 0) return port;
-    track(dp, s, flags, 0);
-    if (!(flags & TCP_SYN_FIN_RST)) cache(dp, s, 1, DP_EXT, &k, port, *out, s->c.mtu);
-    return port;
+    return s ? carry(dp, s, 1, DP_EXT, 0, 0, pkt, &ip, sp, dport, flags, now, out, out_len) : ACT_PUNT;
 }
 
 static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {

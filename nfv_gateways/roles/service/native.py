@@ -30,7 +30,7 @@ class NativeServiceTable(ServiceTable):
         dp.cache_in_use = True  # its established connections are the XDP flow cache's (xdp backend)
 
     def _carry(self, c: Conn) -> None:
-        if c.pp is not None or c.inside() in self.in_c:
+        if c.pp is not None:
             return
         e = c.ep
         rec = self.conn_t(e.vni, c.vm, e.ip, c.svc, e.source, e.via_vni, e.mtu, c.back, c.vm_port, c.port, c.sport,
