@@ -11,9 +11,11 @@ and `s` (the customer's side of the handoff: sends tagged frames, counts what ar
           tun_id=1001 -> push_vlan 100, the router's MAC, out ho0; dl_vlan=100 -> pop_vlan, dec_ttl, the VM's MAC,
           tun_id=1001, out vxlan0 (this kernel cannot tag: OVS pushes and pops itself, as tianji does)
 
-64-byte inner frames from the same generator (bench/native/blast.c, on the first core; the gateway's loop or
-OVS's threads get the other). Where the generator cannot offer what the gateway could carry, the loop's busy time
-(`busy_ns`: polls that moved frames) over the run gives its load and capacity (what it carried / its busy time).
+64-byte inner frames from the same generator (bench/native/blast.c, on the first core). The gateway gets the other
+core, whole: tianji's loop and its ports' receive work (RPS: the XDP flow cache runs there), and OVS's threads with its
+ports' receive work the same way (its AF_XDP ports in generic mode, as tianji's program; `ovs_mode="native"` leaves
+OVS's XDP in the veth's NAPI, on the generator's core). Where the generator cannot offer what the gateway could
+carry, the gateway core's load over the run (from /proc/stat) gives its capacity: what it carried / that share.
 `out`: VXLAN -> VLAN, counted at s by an nftables ingress rule that matches VLAN 100
 and the site's prefix; `in`: VLAN -> VXLAN, counted at c by one that matches VXLAN from g's VTEP.
 """
@@ -135,7 +137,32 @@ def tianji(workdir: Path, fastpath: str = "auto") -> subprocess.Popen:
     return proc
 
 
-def ovs(workdir: Path) -> None:
+def gateway_core() -> int:
+    """The gateway's core (the last one this process may use: the instance's loop takes it), the generator's is the
+    first."""
+    return max(os.sched_getaffinity(0))
+
+
+def cpu_times(core: int) -> tuple[int, int]:
+    """The core's (busy, total) jiffies so far: user, system, softirq... against idle and iowait."""
+    fields = next(line.split() for line in Path("/proc/stat").read_text().splitlines()
+                  if line.startswith(f"cpu{core} "))
+    ticks = [int(x) for x in fields[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def ovs_on_the_gateway_core(workdir: Path, mode: str) -> None:
+    """OVS as the instance runs: its threads and its ports' receive work (RPS; the AF_XDP programs in `mode`) on the
+    gateway core, the generator's left to it."""
+    core = gateway_core()
+    for pid in ovs_pids(workdir):
+        sh("taskset", "-a", "-p", f"{1 << core:x}", str(pid))
+    if mode == "generic":
+        for dev in ("ul0", "ho0"):
+            sh("ip", "netns", "exec", G, "sh", "-c", f"echo {1 << core:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
+
+
+def ovs(workdir: Path, mode: str = "generic") -> None:
     start_private_ovs(G, workdir)
     env = ovs_env(workdir)
 
@@ -144,14 +171,14 @@ def ovs(workdir: Path) -> None:
 
     vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
           f"other_config:hwaddr={mac_of(G, 'ul0')}", "--", "add-port", "br-phy", "ul0", "--",
-          "set", "interface", "ul0", "type=afxdp-nonpmd")
+          "set", "interface", "ul0", "type=afxdp-nonpmd", f"options:xdp-mode={mode}")
     sh("ip", "addr", "add", f"{G_VTEP}/24", "dev", "br-phy", ns=G)
     sh("ip", "link", "set", "br-phy", "up", ns=G)
     vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
           "protocols=OpenFlow10,OpenFlow13", "--",
           "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
           f"options:remote_ip={C_VTEP}", f"options:local_ip={G_VTEP}", "options:key=flow", "--",
-          "add-port", "br-int", "ho0", "--", "set", "interface", "ho0", "type=afxdp-nonpmd")
+          "add-port", "br-int", "ho0", "--", "set", "interface", "ho0", "type=afxdp-nonpmd", f"options:xdp-mode={mode}")
     flows = [f"in_port=vxlan0,tun_id={VNI},ip,nw_dst=192.168.20.0/24,actions=push_vlan:0x8100,"
              f"set_field:{4096 + VLAN}->vlan_vid,mod_dl_src:{G_HO_MAC},mod_dl_dst:{SITE_MAC},output:ho0",
              f"in_port=ho0,dl_vlan={VLAN},ip,nw_dst=10.0.0.0/16,actions=pop_vlan,dec_ttl,mod_dl_src:{ROUTER_MAC},"
@@ -159,6 +186,7 @@ def ovs(workdir: Path) -> None:
     sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", "br-int", ns=G, env=env)
     for f in flows:
         sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", "br-int", f, ns=G, env=env)
+    ovs_on_the_gateway_core(workdir, mode)
 
 
 def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
@@ -167,13 +195,9 @@ def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
     return int(out[0]), float(out[1])
 
 
-def busy_ns(kind: str, workdir: Path) -> int:
-    """The gateway loop's time in polls that moved frames (0 for OVS: saturated, its rate is its capacity)."""
-    return read_status(workdir / "gateway-lw.json")["dataplane"].get("busy_ns", 0) if kind == "tianji" else 0
-
-
-def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") -> dict:
-    """Packets/s that arrive, each way, through `kind` ('tianji' with `fastpath`, or 'ovs'), and the path used."""
+def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto", ovs_mode: str = "generic") -> dict:
+    """Packets/s that arrive, each way, through `kind` ('tianji' with `fastpath`, or 'ovs' with its AF_XDP ports in
+    `ovs_mode`), and the path used."""
     workdir = Path(tempfile.mkdtemp(prefix=f"tianji-line-wire-{kind}-"))
     proc = None
     try:
@@ -182,26 +206,29 @@ def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto") ->
             proc = tianji(workdir, fastpath)
             used = read_status(workdir / "gateway-lw.json")["fastpath"].split()[0]
         else:
-            ovs(workdir)
-            used = "ovs"
+            ovs(workdir, ovs_mode)
+            used = f"ovs {ovs_mode}"
         site_arp()
         result: dict = {"path": used}
         for direction, (ns, dev, counter) in (("out", (C, "ul0", S)), ("in", (S, "eth0", C))):
             path = frames(direction, flows, workdir / f"{direction}.bin")
             blast(ns, dev, 0.5, path)  # warm up: neighbours, OVS's tunnel ARP and megaflows
             time.sleep(1.0)
-            before, busy0 = count(counter), busy_ns(kind, workdir)
+            before, (busy0, total0) = count(counter), cpu_times(gateway_core())
             sent, elapsed = blast(ns, dev, seconds, path)
-            time.sleep(0.6)  # and a status write: the loop's busy time counts only while frames move
+            busy1, total1 = cpu_times(gateway_core())
+            time.sleep(0.6)
             carried = count(counter) - before
             result[direction] = carried / elapsed
             result[f"{direction}_offered"] = sent / elapsed
-            if kind == "tianji" and (busy := (busy_ns(kind, workdir) - busy0) / 1e9) > 0:
-                result[f"{direction}_busy"] = busy / elapsed  # the loop's load, 0-1
-                result[f"{direction}_capacity"] = carried / busy  # what it would carry at 100%
+            # the gateway core's load (the gateway, its ports' receive work, the far side's counting): at 100%, its
+            # rate is its capacity; below, what it carried over that share of the core is
+            load = (busy1 - busy0) / max(total1 - total0, 1)
+            result[f"{direction}_core"] = load
+            result[f"{direction}_capacity"] = carried / elapsed / max(load, 0.01)
         if kind == "tianji":
             result["stage"] = {k: v for k, v in read_status(workdir / "gateway-lw.json")["dataplane"].items()
-                               if k in ("line_out", "line_in", "punt")}
+                               if k in ("line_out", "line_in", "punt", "xdp_carried")}
         return result
     finally:
         if proc is not None and proc.poll() is None:

@@ -123,7 +123,7 @@ class Instance:
         for backend in best_first if fp == "auto" else (fp,) if fp in BACKENDS else ():
             try:
                 return NativeDataPlane(backend, self.o.name, self.o.underlay_if, self.o.external_if, self.mac[UL],
-                                       self.mac[EXT], self.vtep_int)
+                                       self.mac[EXT], self.vtep_int, getattr(self.role, "cache_lru", 0))
             except Exception as e:  # auto goes on to the next backend, and says why
                 if fp != "auto":
                     raise SystemExit(f"--fastpath {fp} does not work here: {e}") from e

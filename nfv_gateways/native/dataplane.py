@@ -90,7 +90,7 @@ class NativeDataPlane:
     """Both ports of a gateway instance in C. Python drains the punt ring, answers through `inject`."""
 
     def __init__(self, backend: str, name: str, ul_if: str, ext_if: str, ul_mac: bytes, ext_mac: bytes,
-                 vtep: int) -> None:
+                 vtep: int, cache_lru: int = 0) -> None:
         self.backend = backend
         self.lib = load("packet" if backend == "mem" else backend)  # "mem" (tests) is built into every library
         k = constants(self.lib)
@@ -110,6 +110,7 @@ class NativeDataPlane:
         # loop's core); for the others it is the AF_XDP copy, best left on the transmitting core, off the loop's
         self.cache_in_use = False
         arg = eal_args(name, ul_if, ext_if) if backend == "dpdk" else self.cache
+        self.lib.dp_set_cache_lru(self.h, cache_lru)  # a stateless stage's cache ages its flows out itself
         if self.lib.dp_open(self.h, backend.encode(), ul_if.encode(), ext_if.encode(), arg.encode()) != 0:
             err = self.lib.dp_error(self.h).decode()
             self.lib.dp_close(self.h)

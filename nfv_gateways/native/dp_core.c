@@ -348,6 +348,7 @@ const char *dp_counter_name(uint32_t i) { return i < C_COUNT ? counter_names[i] 
 
 int dp_poll(dp_t *dp) { return dp_poll_once(dp); }
 void dp_set_cache_after(dp_t *dp, uint32_t n) { dp->cache_after = n; }
+void dp_set_cache_lru(dp_t *dp, uint32_t entries) { dp->cache_lru = entries; }
 #ifndef TJ_XDP
 int dp_xdp_test(const char *obj, uint8_t port, const void *key, const void *act, const uint8_t *in, uint32_t len,
                 uint8_t *out, uint32_t *out_len) {

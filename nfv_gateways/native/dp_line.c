@@ -1,6 +1,7 @@
 /* The private line's stage of the packet loop (include/tj_line.h): VXLAN in a VPC's VNI <-> 802.1Q in its line's
  * VLAN. Every backend hands the loop the handoff's frames with their tag in the bytes (io_packet.c puts back what
  * the kernel moved into the ring's metadata), and the stage writes it into those it sends. */
+#include <arpa/inet.h>
 #include <string.h>
 
 #include "tj_ip4.h"
@@ -8,8 +9,41 @@
 
 #define TPID 0x8100
 #define TAGGED 18  /* Ethernet with an 802.1Q tag */
+#define LINE_MEMO 4096  /* flows lately handed to the XDP cache (a power of two) */
 
 static void no_lock(dp_t *dp) { (void)dp; }
+
+/* --- the XDP flow cache (include/tj_xdp.h). A line keeps no state per flow, so a flow is the cache's from the
+ * first packet C carries (TCP or UDP, no options, not a fragment). Frames of it already on their way to the loop
+ * would hand it over again: `memo` remembers the flows lately handed. Any change to what the line's decisions
+ * are made from takes them all back at once (an epoch bump), and the cache's LRU maps age them out. --- */
+static void cache(dp_t *dp, int in_port, uint32_t vtep, uint32_t kvni, const uint8_t *pkt, const ip4_t *ip,
+                  int out_port, const uint8_t *o, uint32_t mtu, uint8_t flags, uint16_t vlan) {
+    if (!dp->be->flow_put || !dp->line.memo || ip->ihl != 20 || ip->frag || (ip->proto != 6 && ip->proto != 17) ||
+        ip->total < (ip->proto == 6 ? 40u : 28u)) return;
+    struct tj_flow_key k;
+    memset(&k, 0, sizeof k);
+    k.vtep = htonl(vtep); k.vni = kvni; k.src = htonl(ip->src); k.dst = htonl(ip->dst); k.proto = ip->proto;
+    memcpy(&k.sport, pkt + 20, 2); memcpy(&k.dport, pkt + 22, 2);
+    struct tj_flow_key *m = &dp->line.memo[mix(((uint64_t)ip->src << 32 | ip->dst) ^ ((uint64_t)rd32(pkt + 20) << 16) ^
+                                               ((uint64_t)kvni << 8) ^ vtep) & (LINE_MEMO - 1)];
+    if (!memcmp(m, &k, sizeof k)) return;
+    struct tj_flow_act a;
+    memset(&a, 0, sizeof a);
+    a.flags = flags; a.encap = out_port == DP_UL; a.mtu = mtu; a.expect_vtep = htonl(dp->vtep_ip);
+    a.tci = htons(vlan);
+    memcpy(a.expect_mac, dp->mac[in_port], 6);
+    if (a.encap) memcpy(a.outer, o, ENCAP);
+    memcpy(a.eth, o + (a.encap ? ENCAP : 0), 12);
+    if (dp->be->flow_put(dp, in_port, &k, &a, out_port) == 0) *m = k;
+}
+
+/* under dp->cfg: what the cached flows were made from changed */
+static void uncache(dp_t *dp, uint32_t vni) {
+    (void)vni;  /* routes, neighbours and lines are per VLAN and VNI both ways: all go */
+    if (dp->line.memo) memset(dp->line.memo, 0, sizeof *dp->line.memo * LINE_MEMO);
+    if (dp->be && dp->be->flow_drop_all) dp->be->flow_drop_all(dp);
+}
 
 static uint32_t mask_of(uint32_t len) { return len ? 0xffffffffu << (32 - len) : 0; }
 static uint64_t route_key(uint32_t vni, uint32_t len, uint32_t net) {
@@ -57,6 +91,7 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint
     wr16(e + 12, TPID); wr16(e + 14, r->vlan); wr16(e + 16, 0x0800);
     *out = e; *out_len = ilen + TAGGED;
     dp->c[C_line_out]++;
+    cache(dp, DP_UL, rd32(d + 26), vni, inner, &ip, DP_EXT, e, dp->line.handoff_mtu, TJ_XDP_PUSH_TAG, r->vlan);
     return DP_EXT;
 }
 
@@ -87,6 +122,7 @@ static int from_handoff(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint3
     dp_encap_to(dp, e - ENCAP, e, len - TAGGED + 14, ep->mac, rmac, nh, ep->vtep, l->vni);
     *out = e - ENCAP; *out_len = ENCAP + len - TAGGED + 14;
     dp->c[C_line_in]++;
+    cache(dp, DP_EXT, 0, TJ_XDP_VLAN | vlan, pkt, &ip, DP_UL, *out, l->mtu, TJ_XDP_TTL, 0);
     return DP_UL;
 }
 
@@ -97,11 +133,13 @@ static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint
     return act != 0 ? act : from_underlay(dp, d, len, out, out_len);
 }
 
-const stage_t STAGE_LINE = {.lock = no_lock, .unlock = no_lock, .decide = decide};
+const stage_t STAGE_LINE = {.lock = no_lock, .unlock = no_lock, .decide = decide, .uncache = uncache};
 
 void dp_use_line(dp_t *dp, uint32_t handoff_mtu) {
     pthread_mutex_lock(&dp->cfg);
     dp->line.handoff_mtu = handoff_mtu; dp->stage = &STAGE_LINE;
+    if (!dp->line.memo) dp->line.memo = calloc(LINE_MEMO, sizeof *dp->line.memo);  /* none: the loop carries all */
+    uncache(dp, 0);
     pthread_mutex_unlock(&dp->cfg);
 }
 
@@ -127,6 +165,7 @@ int dp_set_line(dp_t *dp, const tj_line_t *line) {
     if (old) unindex_line(dp, old);
     for (uint32_t i = 0; i < l->nlocals; i++) map_put(dp->line.locals, ((uint64_t)l->vlan << 32 | l->locals[i]) + 1, 1);
     map_put(dp->line.lines, l->vlan | 1ULL << 32, (uint64_t)(uintptr_t)l);
+    uncache(dp, 0);
     pthread_mutex_unlock(&dp->cfg);
     free(old);
     return 0;
@@ -138,6 +177,7 @@ int dp_remove_line(dp_t *dp, uint16_t vlan) {
     if (old) {
         unindex_line(dp, old);
         map_del(dp->line.lines, (vlan & 0xfff) | 1ULL << 32);
+        uncache(dp, 0);
     }
     pthread_mutex_unlock(&dp->cfg);
     free(old);
@@ -177,14 +217,18 @@ int dp_set_line_routes(dp_t *dp, uint32_t vni, const tj_line_route_t *routes, ui
     } else {
         map_del(dp->line.vnis, vni | 1ULL << 32);
     }
+    uncache(dp, vni);
     pthread_mutex_unlock(&dp->cfg);
     if (old) { free(old->r); free(old); }
     return 0;
 }
 
 int dp_set_line_neigh(dp_t *dp, uint16_t vlan, uint32_t ip, const uint8_t *mac) {
+    uint64_t key = ((uint64_t)(vlan & 0xfff) << 32 | ip) + 1, old;
     pthread_mutex_lock(&dp->cfg);
-    int r = map_grow_put(&dp->line.neigh, ((uint64_t)(vlan & 0xfff) << 32 | ip) + 1, mac64(mac));
+    int known = dp->line.neigh && map_get(dp->line.neigh, key, &old);
+    int r = map_grow_put(&dp->line.neigh, key, mac64(mac));
+    if (known && old != mac64(mac)) uncache(dp, 0);  /* a new router's MAC: its flows' Ethernet headers change */
     pthread_mutex_unlock(&dp->cfg);
     return r;
 }

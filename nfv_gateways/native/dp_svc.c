@@ -102,7 +102,7 @@ static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj
     if (s->c.proto == 6 && !(s->state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
     struct tj_flow_act a;
     memset(&a, 0, sizeof a);
-    a.decap = in_port == DP_UL; a.encap = out_port == DP_UL; a.mtu = mtu;
+    a.flags = TJ_XDP_NAT | TJ_XDP_TTL | TJ_XDP_TRIM; a.encap = out_port == DP_UL; a.mtu = mtu;
     a.expect_vtep = htonl(dp->vtep_ip);
     memcpy(a.expect_mac, dp->mac[in_port], 6);
     const uint8_t *e = o + (a.encap ? ENCAP : 0), *ip = e + 14;

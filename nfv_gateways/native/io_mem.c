@@ -55,8 +55,10 @@ static int mem_flow_take(dp_t *dp, int port, const struct tj_flow_key *k, int re
     if (remove) s->flows[i] = s->flows[--s->nflows];
     return 0;
 }
+static void mem_flow_drop_all(dp_t *dp) { ((mem_t *)dp->bs)->nflows = 0; }
 static const backend_t MEM = {.rx = mem_rx, .tx = mem_tx, .rx_done = mem_rx_done, .idle = mem_idle, .close = mem_close,
-                              .flow_put = mem_flow_put, .flow_take = mem_flow_take};
+                              .flow_put = mem_flow_put, .flow_take = mem_flow_take,
+                              .flow_drop_all = mem_flow_drop_all};
 
 int io_mem_open(dp_t *dp) {
     mem_t *s = calloc(1, sizeof(mem_t));

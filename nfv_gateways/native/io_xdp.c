@@ -26,17 +26,25 @@ typedef struct {
     uint64_t txfree[XFRAMES - XRX]; uint32_t ntxfree;
     uint64_t rxaddr[DP_BURST]; uint32_t ifindex;
     struct bpf_object *obj;     /* the flow cache's program on this port, or NULL */
-    int flows_fd, carried_fd;
+    int flows_fd, carried_fd, epoch_fd;
     uint32_t mode;
 } xport_t;
-typedef struct { xport_t p[2]; } xs_t;
+typedef struct { xport_t p[2]; uint32_t epoch; } xs_t;
 
-/* the flow cache's program `prog` from `path` on the port, before its socket is made */
-static int cache_attach(xport_t *x, const char *path, const char *prog, const char *ifname, char *err) {
+/* the flow cache's program `prog` from `path` on the port, before its socket is made; `lru` entries of an LRU map
+ * for a stateless stage's flows (0: a hash, each entry taken back by its stage) */
+static int cache_attach(xport_t *x, const char *path, const char *prog, const char *ifname, uint32_t lru,
+                        char *err) {
     x->obj = bpf_object__open_file(path, NULL);
     if (libbpf_get_error(x->obj)) {
         x->obj = NULL;
         snprintf(err, 256, "open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct bpf_map *flows = bpf_object__find_map_by_name(x->obj, "flows");
+    if (lru && flows && (bpf_map__set_type(flows, BPF_MAP_TYPE_LRU_HASH) || bpf_map__set_map_flags(flows, 0) ||
+                         bpf_map__set_max_entries(flows, lru))) {
+        snprintf(err, 256, "%s: the flows map cannot be an LRU of %u", path, lru);
         return -1;
     }
     int r = bpf_object__load(x->obj);
@@ -44,6 +52,7 @@ static int cache_attach(xport_t *x, const char *path, const char *prog, const ch
     if (!p) { snprintf(err, 256, "load %s (%s): %s", path, prog, strerror(r ? -r : ENOENT)); return -1; }
     x->flows_fd = bpf_object__find_map_fd_by_name(x->obj, "flows");
     x->carried_fd = bpf_object__find_map_fd_by_name(x->obj, "carried");
+    x->epoch_fd = bpf_object__find_map_fd_by_name(x->obj, "epoch");
     const char *mode = getenv("TIANJI_XDP_MODE");
     x->mode = mode && !strcmp(mode, "drv") ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
     r = bpf_xdp_attach((int)x->ifindex, bpf_program__fd(p), x->mode, NULL);
@@ -51,14 +60,14 @@ static int cache_attach(xport_t *x, const char *path, const char *prog, const ch
     return 0;
 }
 
-static int xport_open(xport_t *x, const char *ifname, const char *cache, const char *prog, char *err) {
+static int xport_open(xport_t *x, const char *ifname, const char *cache, const char *prog, uint32_t lru, char *err) {
     x->ifindex = if_nametoindex(ifname);
     if (!x->ifindex) { snprintf(err, 256, "no interface %s", ifname); return -1; }
     /* an XDP program left attached by a killed instance would eat traffic silently */
     struct xdp_multiprog *mp = xdp_multiprog__get_from_ifindex((int)x->ifindex);
     if (!libxdp_get_error(mp) && mp) { xdp_multiprog__detach(mp); xdp_multiprog__close(mp); }
-    x->flows_fd = x->carried_fd = -1;
-    if (cache && *cache && cache_attach(x, cache, prog, ifname, err)) return -1;
+    x->flows_fd = x->carried_fd = x->epoch_fd = -1;
+    if (cache && *cache && cache_attach(x, cache, prog, ifname, lru, err)) return -1;
     x->area = mmap(NULL, (size_t)XFRAMES * XFSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (x->area == MAP_FAILED) { snprintf(err, 256, "mmap umem: %s", strerror(errno)); return -1; }
     struct xsk_umem_config uc = {.fill_size = XRX, .comp_size = XFRAMES - XRX, .frame_size = XFSIZE,
@@ -157,6 +166,7 @@ static int xs_flow_put(dp_t *dp, int port, const struct tj_flow_key *k, struct t
     if (s->p[port].flows_fd < 0) return -1;
     a->tx = out_port == port;
     a->ifindex = s->p[out_port].ifindex;
+    a->epoch = s->epoch;
     return bpf_map_update_elem(s->p[port].flows_fd, k, a, BPF_ANY) ? -1 : 0;
 }
 static int xs_flow_take(dp_t *dp, int port, const struct tj_flow_key *k, int remove, uint64_t *last_ns) {
@@ -166,6 +176,13 @@ static int xs_flow_take(dp_t *dp, int port, const struct tj_flow_key *k, int rem
     *last_ns = a.last_ns;
     if (remove) bpf_map_delete_elem(s->p[port].flows_fd, k);
     return 0;
+}
+static void xs_flow_drop_all(dp_t *dp) {
+    xs_t *s = dp->bs;
+    uint32_t zero = 0, next = s->epoch + 1;
+    for (int p = 0; p < 2; p++)
+        if (s->p[p].epoch_fd >= 0 && bpf_map_update_elem(s->p[p].epoch_fd, &zero, &next, BPF_ANY)) return;
+    s->epoch = next;  /* (a port that refused keeps the old epoch: the next bump tries again, nothing is carried wrong) */
 }
 static uint64_t xs_flow_carried(dp_t *dp) {
     xs_t *s = dp->bs;
@@ -178,14 +195,15 @@ static uint64_t xs_flow_carried(dp_t *dp) {
     return total;
 }
 static const backend_t XDP = {.rx = xs_rx, .tx = xs_tx, .rx_done = xs_rx_done, .idle = xs_idle, .close = xs_close,
-                              .flow_put = xs_flow_put, .flow_take = xs_flow_take, .flow_carried = xs_flow_carried};
+                              .flow_put = xs_flow_put, .flow_take = xs_flow_take, .flow_carried = xs_flow_carried,
+                              .flow_drop_all = xs_flow_drop_all};
 
 int io_xdp_open(dp_t *dp, const char *ul, const char *ext, const char *cache) {
     xs_t *s = calloc(1, sizeof(xs_t));
     if (!s) return -1;
     dp->bs = s; dp->be = &XDP;
-    if (xport_open(&s->p[0], ul, cache, "tj_xdp_ul", dp->err)) return -1;
-    if (xport_open(&s->p[1], ext, cache, "tj_xdp_ext", dp->err)) return -1;
+    if (xport_open(&s->p[0], ul, cache, "tj_xdp_ul", dp->cache_lru, dp->err)) return -1;
+    if (xport_open(&s->p[1], ext, cache, "tj_xdp_ext", dp->cache_lru, dp->err)) return -1;
     return 0;
 }
 

@@ -20,6 +20,13 @@ struct {
     __type(value, struct tj_flow_act);
 } flows SEC(".maps");
 
+struct {  /* what an entry's epoch must be (tj_flow_act.epoch) */
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u32);
+} epoch SEC(".maps");
+
 struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
     __uint(max_entries, 1);
@@ -53,6 +60,13 @@ static __always_inline __u32 csum_add(__u32 s, __u16 old, __u16 new_) { return s
 
 static __always_inline int to_loop(void) { return bpf_redirect_map(&xsks, 0, XDP_PASS); }
 
+/* the flow's entry, if it has one of the port's current epoch */
+static __always_inline struct tj_flow_act *entry(const struct tj_flow_key *k) {
+    __u32 zero = 0, *now = bpf_map_lookup_elem(&epoch, &zero);
+    struct tj_flow_act *a = bpf_map_lookup_elem(&flows, k);
+    return a && now && a->epoch == *now ? a : 0;
+}
+
 /* the inner IPv4 packet at ip (of a frame ending at end) that the cache may carry: its key filled; 0 if not */
 static __always_inline int inner_flow(struct iphdr *ip, void *end, struct tj_flow_key *k) {
     if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->ttl <= 1) return 0;
@@ -76,44 +90,51 @@ static __always_inline int inner_flow(struct iphdr *ip, void *end, struct tj_flo
     return 1;
 }
 
-/* the entry's rewrite of the inner packet: addresses, ports, TTL and both checksums */
+/* the entry's rewrite of the inner packet: addresses and ports (TJ_XDP_NAT), TTL (TJ_XDP_TTL), their checksums */
 static __always_inline int rewrite(struct iphdr *ip, void *end, const struct tj_flow_act *a) {
-    void *l4 = (void *)(ip + 1);
-    __u16 *ports = l4, *sum;
-    if (ip->protocol == IPPROTO_TCP) {
-        struct tcphdr *t = l4;
-        if ((void *)(t + 1) > end) return 0;
-        sum = &t->check;
-    } else {
-        struct udphdr *u = l4;
-        if ((void *)(u + 1) > end) return 0;
-        sum = &u->check;
+    if (a->flags & TJ_XDP_NAT) {
+        void *l4 = (void *)(ip + 1);
+        __u16 *ports = l4, *sum;
+        if (ip->protocol == IPPROTO_TCP) {
+            struct tcphdr *t = l4;
+            if ((void *)(t + 1) > end) return 0;
+            sum = &t->check;
+        } else {
+            struct udphdr *u = l4;
+            if ((void *)(u + 1) > end) return 0;
+            sum = &u->check;
+        }
+        if (ip->protocol == IPPROTO_TCP || *sum) {
+            __u32 s = (__u16)~*sum;
+            s = csum_add(s, (__u16)ip->saddr, (__u16)a->src);
+            s = csum_add(s, (__u16)(ip->saddr >> 16), (__u16)(a->src >> 16));
+            s = csum_add(s, (__u16)ip->daddr, (__u16)a->dst);
+            s = csum_add(s, (__u16)(ip->daddr >> 16), (__u16)(a->dst >> 16));
+            s = csum_add(s, ports[0], a->sport);
+            s = csum_add(s, ports[1], a->dport);
+            __u16 c = ~fold(s);
+            *sum = (ip->protocol == IPPROTO_UDP && c == 0) ? 0xffff : c;
+        }
+        ports[0] = a->sport; ports[1] = a->dport;
+        ip->saddr = a->src; ip->daddr = a->dst;
     }
-    if (ip->protocol == IPPROTO_TCP || *sum) {
-        __u32 s = (__u16)~*sum;
-        s = csum_add(s, (__u16)ip->saddr, (__u16)a->src);
-        s = csum_add(s, (__u16)(ip->saddr >> 16), (__u16)(a->src >> 16));
-        s = csum_add(s, (__u16)ip->daddr, (__u16)a->dst);
-        s = csum_add(s, (__u16)(ip->daddr >> 16), (__u16)(a->dst >> 16));
-        s = csum_add(s, ports[0], a->sport);
-        s = csum_add(s, ports[1], a->dport);
-        __u16 c = ~fold(s);
-        *sum = (ip->protocol == IPPROTO_UDP && c == 0) ? 0xffff : c;
+    if (a->flags & TJ_XDP_TTL) ip->ttl--;
+    if (a->flags & (TJ_XDP_NAT | TJ_XDP_TTL)) {
+        ip->check = 0;
+        ip->check = ~ip_sum((const __u16 *)ip);
     }
-    ports[0] = a->sport; ports[1] = a->dport;
-    ip->saddr = a->src; ip->daddr = a->dst;
-    ip->ttl--;
-    ip->check = 0;
-    ip->check = ~ip_sum((const __u16 *)ip);
     return 1;
 }
 
-/* after the rewrite: the frame trimmed to its packet, decapsulated or encapsulated, sent */
-static __always_inline int forward(struct xdp_md *ctx, struct tj_flow_act *a, __u32 frame_len) {
+/* after the rewrite: the frame (`hdr` bytes before its IPv4 packet of `total`) trimmed to its packet (TJ_XDP_TRIM),
+ * decapsulated or untagged, encapsulated or tagged, sent */
+static __always_inline int forward(struct xdp_md *ctx, struct tj_flow_act *a, __u32 hdr, __u32 total) {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-    int extra = (int)(end - data) - (int)frame_len;
-    if (extra > 0 && bpf_xdp_adjust_tail(ctx, -extra)) return XDP_DROP;
-    int head = (a->decap ? TJ_XDP_ENCAP : 0) - (a->encap ? TJ_XDP_ENCAP : 0);  /* VXLAN to VXLAN: in place */
+    int extra = (int)(end - data) - (int)(hdr + total);
+    if (a->flags & TJ_XDP_TRIM && extra > 0 && bpf_xdp_adjust_tail(ctx, -extra)) return XDP_DROP;
+    int tag = a->flags & TJ_XDP_PUSH_TAG ? TJ_XDP_TAG : 0;
+    /* what goes before the new Ethernet header: off with the old one (and its tag, or VXLAN), on with ours */
+    int head = (int)hdr - 14 - (a->encap ? TJ_XDP_ENCAP : 0) - tag;
     if (head && bpf_xdp_adjust_head(ctx, head)) return XDP_DROP;
     data = (void *)(long)ctx->data; end = (void *)(long)ctx->data_end;
     __u8 *e = data;
@@ -129,8 +150,12 @@ static __always_inline int forward(struct xdp_md *ctx, struct tj_flow_act *a, __
         u->len = bpf_htons(inner + TJ_XDP_ENCAP - 34);
         e += TJ_XDP_ENCAP;
     }
-    if ((void *)(e + 14) > end) return XDP_DROP;
+    if ((void *)(e + 14 + TJ_XDP_TAG) > end) return XDP_DROP;
     __builtin_memcpy(e, a->eth, 12);
+    if (tag) {  /* the packet's own EtherType (IPv4) follows, where it was */
+        *(__u16 *)(e + 12) = bpf_htons(ETH_P_8021Q);
+        *(__u16 *)(e + 14) = a->tci;
+    }
     a->last_ns = bpf_ktime_get_ns();
     __u32 zero = 0;
     __u64 *n = bpf_map_lookup_elem(&carried, &zero);
@@ -158,27 +183,36 @@ int tj_xdp_ul(struct xdp_md *ctx) {
     if (!(vx[0] & 0x08) || ie->h_proto != bpf_htons(ETH_P_IP) || ip_sum((const __u16 *)o) != 0xffff) return to_loop();
     struct tj_flow_key k = {.vtep = o->saddr, .vni = (__u32)vx[4] << 16 | (__u32)vx[5] << 8 | vx[6]};
     if (!inner_flow(ip, end, &k)) return to_loop();
-    struct tj_flow_act *a = bpf_map_lookup_elem(&flows, &k);
+    struct tj_flow_act *a = entry(&k);
     if (!a || o->daddr != a->expect_vtep || !same_mac(eth->h_dest, a->expect_mac)) return to_loop();
     __u16 total = bpf_ntohs(ip->tot_len);
     if (total > a->mtu || !rewrite(ip, end, a)) return to_loop();
-    return forward(ctx, a, TJ_XDP_ENCAP + 14 + total);
+    return forward(ctx, a, TJ_XDP_ENCAP + 14, total);
 }
 
-/* a port without VXLAN (the external side) */
+/* a port without VXLAN (the external side; a private line's handoff, its frames tagged) */
 SEC("xdp")
 int tj_xdp_ext(struct xdp_md *ctx) {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
     struct ethhdr *eth = data;
-    struct iphdr *ip = (void *)(eth + 1);
-    if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP)) return to_loop();
+    if ((void *)(eth + 1) > end) return to_loop();
     struct tj_flow_key k = {};
+    __u32 hdr = 14;
+    if (eth->h_proto == bpf_htons(ETH_P_8021Q)) {
+        __u16 *tag = (void *)(eth + 1);
+        if ((void *)(tag + 2) > end || tag[1] != bpf_htons(ETH_P_IP)) return to_loop();
+        k.vni = TJ_XDP_VLAN | (bpf_ntohs(tag[0]) & 0xfff);
+        hdr += TJ_XDP_TAG;
+    } else if (eth->h_proto != bpf_htons(ETH_P_IP)) {
+        return to_loop();
+    }
+    struct iphdr *ip = data + hdr;
     if (!inner_flow(ip, end, &k)) return to_loop();
-    struct tj_flow_act *a = bpf_map_lookup_elem(&flows, &k);
+    struct tj_flow_act *a = entry(&k);
     if (!a || !same_mac(eth->h_dest, a->expect_mac)) return to_loop();
     __u16 total = bpf_ntohs(ip->tot_len);
     if (total > a->mtu || !rewrite(ip, end, a)) return to_loop();
-    return forward(ctx, a, 14 + total);
+    return forward(ctx, a, hdr, total);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

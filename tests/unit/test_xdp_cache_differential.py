@@ -17,7 +17,6 @@ import struct
 import time
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP
@@ -25,7 +24,6 @@ from scapy.layers.l2 import Ether
 
 from nfv_gateways.core.instance import EXT, UL
 from nfv_gateways.native.api import NATIVE
-from nfv_gateways.native.dataplane import load
 from tests.unit.test_service_differential import (
     EP,
     EXT_MAC,
@@ -45,15 +43,9 @@ from tests.unit.test_service_differential import (
 )
 
 XDP_PASS, XDP_TX, XDP_REDIRECT = 2, 3, 4
+TJ_XDP_VLAN = 1 << 24  # include/tj_xdp.h
 OBJ = str(NATIVE / "_tj_xdp.o")
 Flow = tuple[int, bytes, bytes]  # the port it arrives on, its key, its action (include/tj_xdp.h)
-
-
-@pytest.fixture(scope="module")
-def xdp() -> ctypes.CDLL:
-    lib = load("xdp")  # CI builds it (clang, libxdp): its absence is a failure here, not a skip
-    assert Path(OBJ).exists(), "native/_tj_xdp.o is not built: make -C nfv_gateways/native _gw_xdp.so"
-    return lib
 
 
 def held(p: Pair) -> list[Flow]:
@@ -67,14 +59,17 @@ def held(p: Pair) -> list[Flow]:
 
 
 def key_of(port: int, frame: bytes) -> bytes | None:
-    """The frame's key as the program reads it (VXLAN's outer source and VNI on the underlay port), if it has one
-    and is a packet the cache carries (not a TCP SYN, FIN or RST: those change the connection's state, C's)."""
-    ip = 64 if port == UL else 14
-    if len(frame) < ip + 28 or frame[ip + 9] not in (6, 17):
+    """The frame's key as the program reads it (VXLAN's outer source and VNI on the underlay port, the VLAN of a
+    tagged frame on the other), if it is a packet the cache carries: not a TCP SYN, FIN or RST (those change the
+    connection's state, C's), nor one whose TTL runs out."""
+    tagged = port != UL and frame[12:14] == b"\x81\x00"
+    ip = 64 if port == UL else 18 if tagged else 14
+    if len(frame) < ip + 28 or frame[ip + 9] not in (6, 17) or frame[ip + 8] <= 1:
         return None
     if frame[ip + 9] == 6 and (len(frame) < ip + 40 or frame[ip + 33] & 0x07):
         return None
-    vtep, vni = (frame[26:30], int.from_bytes(frame[46:49], "big")) if port == UL else (bytes(4), 0)
+    vtep, vni = (frame[26:30], int.from_bytes(frame[46:49], "big")) if port == UL else \
+        (bytes(4), TJ_XDP_VLAN | int.from_bytes(frame[14:16], "big") & 0xfff if tagged else 0)
     return vtep + struct.pack("=I", vni) + frame[ip + 12:ip + 20] + frame[ip + 20:ip + 24] + bytes([frame[ip + 9]]) \
         + bytes(3)
 

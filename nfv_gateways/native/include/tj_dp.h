@@ -30,7 +30,11 @@ typedef struct { uint32_t id, ip; } tj_lb_member_t;
 /* a data plane with no stage yet: every frame is punted until a role hands it one (dp_use_nat, dp_use_lb) */
 TJ_API dp_t *dp_create(const uint8_t *ul_mac, const uint8_t *ext_mac, uint32_t vtep_ip);
 TJ_API const char *dp_error(dp_t *dp);
-/* backend: "packet", "mem", "xdp" or "dpdk"; for dpdk, `arg` is the EAL argument string */
+/* before dp_open, for a stage that keeps no state per flow (the line): the XDP cache's maps (xdp backend) are LRUs of
+ * `entries` each, the kernel ageing flows out (default 0: hashes whose entries the stage takes back itself) */
+TJ_API void dp_set_cache_lru(dp_t *dp, uint32_t entries);
+/* backend: "packet", "mem", "xdp" or "dpdk"; for dpdk, `arg` is the EAL argument string; for xdp, the flow cache's
+ * object file (empty: none) */
 TJ_API int dp_open(dp_t *dp, const char *backend, const char *ul, const char *ext, const char *arg);
 /* start the loop, on core `cpu` alone if cpu >= 0 (a DPDK worker lcore has the core EAL gave it) */
 TJ_API int dp_start(dp_t *dp, int cpu);

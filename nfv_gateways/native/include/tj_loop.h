@@ -59,6 +59,7 @@ typedef struct {
     int (*flow_put)(dp_t *, int port, const struct tj_flow_key *, struct tj_flow_act *, int out_port);
     int (*flow_take)(dp_t *, int port, const struct tj_flow_key *, int remove, uint64_t *last_ns);
     uint64_t (*flow_carried)(dp_t *);
+    void (*flow_drop_all)(dp_t *);  /* every flow of both ports at once (a stateless stage's config changed) */
 } backend_t;
 int io_packet_open(dp_t *dp, const char *ul, const char *ext);
 int io_mem_open(dp_t *dp);
@@ -105,6 +106,7 @@ typedef struct {
     map_t *vnis;             /* vni | 1 << 32 -> line_vni_t * */
     map_t *routes;           /* (vni << 38 | len << 32 | net) + 1 -> tj_line_route_t * (in its line_vni_t) */
     map_t *neigh;            /* (vlan << 32 | IP) + 1 -> MAC */
+    struct tj_flow_key *memo; /* the flows lately handed the XDP cache, by hash (dp_line.c) */
 } line_maps_t;
 
 /* a VPC's forwarding (dp_set_vpc): its endpoints, which `endpoints` points into */
@@ -133,6 +135,7 @@ struct dp {
     volatile int running;
     uint32_t nidle;                             /* empty polls in a row (adaptive polling) */
     uint32_t cache_after;                       /* a direction's packets in C before the XDP cache takes it */
+    uint32_t cache_lru;                         /* > 0: the cache's maps are LRUs of that many (a stateless stage) */
     pthread_t thread;
     uint64_t c[C_COUNT];
     char err[256];

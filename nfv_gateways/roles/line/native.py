@@ -24,6 +24,7 @@ class NativeLineTable(LineTable):
         self.line_t, self.route_t = structure("tj_line_t"), structure("tj_line_route_t")
         self.max_sessions = len(self.line_t().locals)
         dp.lib.dp_use_line(dp.h, handoff_mtu)
+        dp.cache_in_use = True  # its flows are the XDP flow cache's after their first packet (xdp backend)
 
     def set_line(self, line: Line) -> None:
         old = self.lines.get(line.id)

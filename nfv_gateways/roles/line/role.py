@@ -73,6 +73,8 @@ class LineStage:
 class LineRole:
     name = "private-line"
     expiry_interval = 5.0
+    backends = ("xdp", "dpdk", "packet")  # xdp's flow cache carries a flow in the kernel after its first packet
+    cache_lru = 65536  # flows per port in that cache: an LRU, as a line keeps no state to take them back by
     owns_external = True  # the handoff: tagged frames, the sessions' control traffic
 
     def __init__(self, o: GatewayOptions, counters: Counter[str]) -> None:
