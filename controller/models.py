@@ -101,6 +101,14 @@ class FreedVni(Base):
     freed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
+class FreedEip(Base):
+    """An EIP's address after its release: handed out again last (servers may hold its old connections)."""
+
+    __tablename__ = "freed_eips"
+    address: Mapped[str] = mapped_column(String(15), primary_key=True)
+    freed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
 class AuditEntry(Base):
     """Every write through the API that committed: who, what, when, and the revision it made (written in the
     write's own transaction, so there is no write without its entry and no entry without its write)."""

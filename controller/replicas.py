@@ -39,9 +39,9 @@ ADMIN_HASH = "admin_token_sha256"
 SHARED = "settings"
 # what must be the same on every replica: they compile the same configs, allocate from the same ranges and judge the
 # same silences (the rest, such as rate limits or TLS files, is each process's own)
-SHARED_SETTINGS = ("vni_range", "vni_quarantine_s", "host_down_after", "gateway_down_after", "private_line_asn",
-                   "private_line_reserved_vlans", "underlay_mtu", "eip_pool", "service_network", "service_source_pool",
-                   "underlay_cidrs", "vpc_public_cidrs", "quotas")
+SHARED_SETTINGS = ("vni_range", "vni_quarantine_s", "eip_quarantine_s", "host_down_after", "gateway_down_after",
+                   "private_line_asn", "private_line_reserved_vlans", "underlay_mtu", "eip_pool", "service_network",
+                   "service_source_pool", "underlay_cidrs", "vpc_public_cidrs", "quotas")
 
 
 def hold_sqlite(settings: Settings) -> IO | None:

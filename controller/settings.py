@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     # a freed VNI is handed out again only after this long (an agent may still hold the old VPC's flows), and
     # only once the allocator has gone round the whole range (allocation moves forward, wrapping)
     vni_quarantine_s: float = Field(3600.0, ge=0)
+    # a released EIP is handed out again within this long only when no other address is free: servers hold its
+    # last tenant's connections in TIME_WAIT (up to 2 MSL, 240 s), and the next tenant's from the same ports
+    # would be refused (PAWS drops their SYNs)
+    eip_quarantine_s: float = Field(240.0, ge=0)
     host_down_after: float = Field(15.0, gt=0)  # seconds of heartbeat silence before a host is marked down
     # gateways beat every 0.1 s; their EIPs move when silent this long. 2 s by default, a margin for a loaded
     # controller (beats queue behind writes); lower it where the controller has room (0.5 s on the emulated

@@ -181,7 +181,7 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
 # tables no config is compiled from: their rows stamp nothing
 # (removed_hosts is compiled from, and written only by the stamp itself)
 UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.HostToken, m.Quota, m.FreedVni,
-                                         m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost,
+                                         m.FreedEip, m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost,
                                          m.IdempotencyKey, m.TraceRequest})
 # columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
 UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),

@@ -40,6 +40,19 @@ def test_eip_allocation_association_and_exhaustion(controller: Controller) -> No
     assert a.post("/v1/eips", {})["address"] == "203.0.113.1"  # released addresses return to the pool
 
 
+def test_a_released_eip_is_handed_out_again_last(controller: Controller) -> None:
+    """Servers may hold a released address's old connections in TIME_WAIT (a new tenant's SYNs from the same ports
+    would be refused): while other addresses are free, it rests; when none is, the least recently released comes
+    back first."""
+    a, *_ = setup(controller)
+    eips = {e["address"]: e for e in (a.post("/v1/eips", {}) for _ in range(4))}
+    for address in ("203.0.113.2", "203.0.113.1"):
+        a.delete(f"/v1/eips/{eips[address]['id']}")
+    got = [a.post("/v1/eips", {})["address"] for _ in range(4)]
+    assert got == ["203.0.113.5", "203.0.113.6", "203.0.113.2", "203.0.113.1"]
+    expect(409, a.post, "/v1/eips", {})
+
+
 def test_nat_gateway_and_rules(controller: Controller) -> None:
     a, vpc, sn, port = setup(controller)
     e1, e2, e3 = (a.post("/v1/eips", {}) for _ in range(3))

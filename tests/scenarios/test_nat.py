@@ -295,7 +295,8 @@ def many_flows(cluster, tenants, internet) -> None:
                        text=True).stdout.strip(), \
         [line for line in (Path(cluster.state.dir) / "controller.log").read_text(errors="replace").splitlines()
          if "marked down" in line][-4:]
-    assert ok == 1000, f"TCP: {no_connect} connections not established, {no_answer} without an answer: {context}"
+    assert ok == 1000, f"TCP: {no_connect} connections not established, {no_answer} without an answer " \
+        f"({r.stderr.strip()[-300:]}): {context}"
     assert retried <= 5, f"TCP: {retried} of 1,000 connections needed a second try ({r.stderr.strip()[-300:]}): " \
         f"{context}"
     assert all(cluster.gateway_status(g)["nat"].get("port_exhausted", 0) == 0 for g in ("gw1", "gw2"))
