@@ -12,10 +12,14 @@ and `s` (the customer's side of the handoff: sends tagged frames, counts what ar
           tun_id=1001, out vxlan0 (this kernel cannot tag: OVS pushes and pops itself, as tianji does)
 
 64-byte inner frames from the same generator (bench/native/blast.c, on the first core). The gateway gets the other
-core, whole: tianji's loop and its ports' receive work (RPS: the XDP flow cache runs there), and OVS's threads with its
-ports' receive work the same way (its AF_XDP ports in generic mode, as tianji's program; `ovs_mode="native"` leaves
-OVS's XDP in the veth's NAPI, on the generator's core). Where the generator cannot offer what the gateway could
-carry, the gateway core's load over the run (from /proc/stat) gives its capacity: what it carried / that share.
+core, whole (`napi`, the default): its threads (tianji's loop, OVS's), and its veth ends' receive work, in NAPI
+threads of their own there (GRO on gives a veth a NAPI; `threaded` moves it to a kthread, pinned), as a NIC's
+receive runs on the gateway host's cores. So a native XDP program (OVS's AF_XDP ports, DPDK's, ours in driver mode)
+and tianji's XDP flow cache in generic mode (the ports' RPS on the loop's core) run on the gateway's core, not in
+the generator's context, where a veth runs its peer's receive by default (`napi=False`: the sender then pays the
+gateway's XDP and AF_XDP copies, and neither side's cost is measured alone). Where the generator cannot offer what
+the gateway could carry, the gateway core's load over the run (/proc/stat) gives its capacity: what it carried over
+that share of the core.
 `out`: VXLAN -> VLAN, counted at s by an nftables ingress rule that matches VLAN 100
 and the site's prefix; `in`: VLAN -> VXLAN, counted at c by one that matches VXLAN from g's VTEP.
 """
@@ -143,26 +147,45 @@ def gateway_core() -> int:
     return max(os.sched_getaffinity(0))
 
 
-def cpu_times(core: int) -> tuple[int, int]:
-    """The core's (busy, total) jiffies so far: user, system, softirq... against idle and iowait."""
+def cpu_times(core: int) -> tuple[int, int, int]:
+    """The core's (busy, user, total) jiffies so far: busy is user, system, softirq... against idle and iowait."""
     fields = next(line.split() for line in Path("/proc/stat").read_text().splitlines()
                   if line.startswith(f"cpu{core} "))
     ticks = [int(x) for x in fields[1:9]]
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+    return sum(ticks) - ticks[3] - ticks[4], ticks[0] + ticks[1], sum(ticks)
 
 
-def ovs_on_the_gateway_core(workdir: Path, mode: str) -> None:
-    """OVS as the instance runs: its threads and its ports' receive work (RPS; the AF_XDP programs in `mode`) on the
-    gateway core, the generator's left to it."""
+def napi_on_the_gateway_core() -> None:
+    """The gateway's veth ends receive in a NAPI thread of their own on the gateway core (GRO on gives a veth NAPI):
+    a native XDP program there (OVS's, DPDK's, ours in driver mode) runs on the gateway's core, not in the
+    generator's context."""
     core = gateway_core()
+    before = set(napi_threads())
+    for dev in ("ul0", "ho0"):
+        sh("ip", "netns", "exec", G, "ethtool", "-K", dev, "gro", "on", check=False)
+        sh("ip", "netns", "exec", G, "sh", "-c", f"echo 1 > /sys/class/net/{dev}/threaded")
+    for pid in set(napi_threads()) - before:
+        sh("taskset", "-p", f"{1 << core:x}", str(pid))
+
+
+def napi_threads() -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "comm").read_text().startswith("napi/"):
+                pids.append(int(p.name))
+        except OSError:  # gone meanwhile
+            continue
+    return pids
+
+
+def ovs_on_the_gateway_core(workdir: Path) -> None:
+    """OVS's threads on the gateway core, as the instance's loop is (the generator's core left to it)."""
     for pid in ovs_pids(workdir):
-        sh("taskset", "-a", "-p", f"{1 << core:x}", str(pid))
-    if mode == "generic":
-        for dev in ("ul0", "ho0"):
-            sh("ip", "netns", "exec", G, "sh", "-c", f"echo {1 << core:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
+        sh("taskset", "-a", "-p", f"{1 << gateway_core():x}", str(pid))
 
 
-def ovs(workdir: Path, mode: str = "generic") -> None:
+def ovs(workdir: Path, mode: str = "native") -> None:
     start_private_ovs(G, workdir)
     env = ovs_env(workdir)
 
@@ -186,7 +209,7 @@ def ovs(workdir: Path, mode: str = "generic") -> None:
     sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", "br-int", ns=G, env=env)
     for f in flows:
         sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", "br-int", f, ns=G, env=env)
-    ovs_on_the_gateway_core(workdir, mode)
+    ovs_on_the_gateway_core(workdir)
 
 
 def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
@@ -195,9 +218,11 @@ def blast(ns: str, dev: str, seconds: float, path: Path) -> tuple[int, float]:
     return int(out[0]), float(out[1])
 
 
-def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto", ovs_mode: str = "generic") -> dict:
+def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto", ovs_mode: str = "native",
+        napi: bool = True) -> dict:
     """Packets/s that arrive, each way, through `kind` ('tianji' with `fastpath`, or 'ovs' with its AF_XDP ports in
-    `ovs_mode`), and the path used."""
+    `ovs_mode`), and the path used; `napi`: the gateway's receive work on its own core (else in the generator's
+    context, as a veth does by default)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"tianji-line-wire-{kind}-"))
     proc = None
     try:
@@ -208,15 +233,19 @@ def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto", ov
         else:
             ovs(workdir, ovs_mode)
             used = f"ovs {ovs_mode}"
+        if napi:
+            for ns, dev in ((C, "ul0"), (S, "eth0")):  # the far ends take redirected XDP frames too
+                sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "on", check=False)
+            napi_on_the_gateway_core()
         site_arp()
         result: dict = {"path": used}
         for direction, (ns, dev, counter) in (("out", (C, "ul0", S)), ("in", (S, "eth0", C))):
             path = frames(direction, flows, workdir / f"{direction}.bin")
             blast(ns, dev, 0.5, path)  # warm up: neighbours, OVS's tunnel ARP and megaflows
             time.sleep(1.0)
-            before, (busy0, total0) = count(counter), cpu_times(gateway_core())
+            before, (busy0, user0, total0) = count(counter), cpu_times(gateway_core())
             sent, elapsed = blast(ns, dev, seconds, path)
-            busy1, total1 = cpu_times(gateway_core())
+            busy1, user1, total1 = cpu_times(gateway_core())
             time.sleep(0.6)
             carried = count(counter) - before
             result[direction] = carried / elapsed
@@ -225,6 +254,7 @@ def run(kind: str, seconds: float, flows: int = 1000, fastpath: str = "auto", ov
             # rate is its capacity; below, what it carried over that share of the core is
             load = (busy1 - busy0) / max(total1 - total0, 1)
             result[f"{direction}_core"] = load
+            result[f"{direction}_core_user"] = (user1 - user0) / max(total1 - total0, 1)  # of which in user space
             result[f"{direction}_capacity"] = carried / elapsed / max(load, 0.01)
         if kind == "tianji":
             result["stage"] = {k: v for k, v in read_status(workdir / "gateway-lw.json")["dataplane"].items()

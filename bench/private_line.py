@@ -111,9 +111,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--wire", type=float, default=0, help="seconds per measurement: packets/s, not BGP")
     ap.add_argument("--wire-reps", type=int, default=3)
+    ap.add_argument("--sender-napi", action="store_true",
+                    help="also measure OVS and tianji with their receive work in the generator's context")
     args = ap.parse_args()
     if args.wire:
-        return wire(args.wire, args.wire_reps, args.json)
+        return wire(args.wire, args.wire_reps, args.json, args.sender_napi)
     if (STATE / NAME / "state.json").exists():
         Cluster(State.load(STATE / NAME)).down()
     c = Cluster.up("small", name=NAME, state_dir=STATE, progress=lambda m: print(f"> {m}", flush=True))
@@ -132,35 +134,44 @@ def main() -> None:
         c.down()
 
 
-def busy_of(r: dict) -> str:
-    return " ".join(f"{d}: loop busy {r[d + '_busy']:.0%}" for d in ("out", "in") if f"{d}_busy" in r)
+WIRE = {  # what is measured, in each run, interleaved: the machine's drift hits all alike
+    "ovs": {"kind": "ovs"},                                 # AF_XDP ports in native mode, its best here
+    "tianji": {"kind": "tianji"},                           # what `auto` picks: xdp, with the flow cache
+    "tianji dpdk": {"kind": "tianji", "fastpath": "dpdk"},  # every frame through the loop
+}
+SENDER_NAPI = {  # the same two with the gateway's receive work in the generator's context (a veth's default)
+    "ovs, receive on the sender": {"kind": "ovs", "napi": False},
+    "tianji, receive on the sender": {"kind": "tianji", "napi": False},
+}
 
 
-def wire(seconds: float, reps: int, out: Path | None) -> None:
+def wire(seconds: float, reps: int, out: Path | None, sender_napi: bool) -> None:
     from bench.line_wire import run
 
-    rows: dict[str, list[dict]] = {"ovs": [], "tianji": []}
-    for rep in range(reps):  # interleaved: the machine's drift hits both alike
-        for kind in rows:
-            rows[kind].append(run(kind, seconds))
-            r = rows[kind][-1]
-            print(f"run {rep + 1} {kind} ({r['path']}): VXLAN -> VLAN {r['out'] / 1e3:.0f}k pps (offered "
-                  f"{r['out_offered'] / 1e3:.0f}k), VLAN -> VXLAN {r['in'] / 1e3:.0f}k pps (offered "
-                  f"{r['in_offered'] / 1e3:.0f}k) {r.get('stage', '')} {busy_of(r)}", flush=True)
-    med = {k: {d: statistics.median(x[d] for x in v) for d in ("out", "in")} for k, v in rows.items()}
-    print("\n| 64-byte frames, median of runs | VXLAN -> VLAN | VLAN -> VXLAN |\n|---|---|---|")
+    what = WIRE | (SENDER_NAPI if sender_napi else {})
+    rows: dict[str, list[dict]] = {k: [] for k in what}
+    for rep in range(reps):
+        for name, how in what.items():
+            r = run(how["kind"], seconds, fastpath=how.get("fastpath", "auto"), napi=how.get("napi", True))
+            rows[name].append(r)
+            ways = (("out", "VXLAN -> VLAN"), ("in", "VLAN -> VXLAN"))
+            print(f"run {rep + 1} {name} ({r['path']}): " + ", ".join(
+                f"{label} {r[d] / 1e3:.0f}k pps (offered {r[d + '_offered'] / 1e3:.0f}k, gateway core "
+                f"{r[d + '_core']:.0%}, {r[d + '_core_user']:.0%} in user space)" for d, label in ways)
+                  + f" {r.get('stage', '')}", flush=True)
+    med = {k: {m: statistics.median(x[m] for x in v) for m in ("out", "in", "out_core", "in_core", "out_capacity",
+                                                                 "in_capacity")} for k, v in rows.items()}
+    print("\n| 64-byte frames, medians | VXLAN -> VLAN carried | gateway core | VLAN -> VXLAN carried | gateway core |")
+    print("|---|---|---|---|---|")
     for k in rows:
-        print(f"| {k} ({rows[k][0]['path']}) | {med[k]['out'] / 1e3:.0f}k pps | {med[k]['in'] / 1e3:.0f}k pps |")
-    print(f"| ratio | x{med['tianji']['out'] / max(med['ovs']['out'], 1):.2f} | "
-          f"x{med['tianji']['in'] / max(med['ovs']['in'], 1):.2f} |")
-    t = rows["tianji"]
-    if all(f"{d}_capacity" in x for x in t for d in ("out", "in")):  # OVS dropped what it could not carry
-        cap = {d: statistics.median(x[f"{d}_capacity"] for x in t) for d in ("out", "in")}
-        busy = {d: statistics.median(x[f"{d}_busy"] for x in t) for d in ("out", "in")}
-        print(f"| tianji's loop busy | {busy['out']:.0%} | {busy['in']:.0%} |")
-        print(f"| tianji's capacity (carried / busy time) | {cap['out'] / 1e3:.0f}k pps | {cap['in'] / 1e3:.0f}k pps |")
-        print(f"| capacity against OVS's saturated rate | x{cap['out'] / max(med['ovs']['out'], 1):.2f} | "
-              f"x{cap['in'] / max(med['ovs']['in'], 1):.2f} |")
+        print(f"| {k} ({rows[k][0]['path']}) | {med[k]['out'] / 1e3:.0f}k pps | {med[k]['out_core']:.0%} | "
+              f"{med[k]['in'] / 1e3:.0f}k pps | {med[k]['in_core']:.0%} |")
+    pairs = [("tianji", "ovs")] + ([("tianji, receive on the sender", "ovs, receive on the sender")] if sender_napi
+                                   else [])
+    for mine, base in pairs:
+        for m, label in (("", "carried"), ("_capacity", "per second of the gateway core")):
+            x = {d: med[mine][d + m] / max(med[base][d + m], 1) for d in ("out", "in")}
+            print(f"| {mine} against {base}, {label} | x{x['out']:.2f} | | x{x['in']:.2f} | |")
     print("goal: at least x2 both ways")
     if out:
         out.write_text(json.dumps(rows, indent=1))
