@@ -19,6 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from controller.change_log import ChangeLogEntry  # noqa: F401 - every table is in `models`
+from controller.freed_models import FreedEip, FreedVni  # noqa: F401 - likewise
 from controller.idempotency_models import IdempotencyKey  # noqa: F401 - likewise
 from controller.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
     PrivateLine,
@@ -91,22 +92,6 @@ class Quota(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
     resource: Mapped[str] = mapped_column(String(32), primary_key=True)
     limit: Mapped[int] = mapped_column(Integer)
-
-
-class FreedVni(Base):
-    """A VNI whose VPC was deleted: not handed out again for a while (an agent may still hold its flows)."""
-
-    __tablename__ = "freed_vnis"
-    vni: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    freed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-
-
-class FreedEip(Base):
-    """An EIP's address after its release: handed out again last (servers may hold its old connections)."""
-
-    __tablename__ = "freed_eips"
-    address: Mapped[str] = mapped_column(String(15), primary_key=True)
-    freed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 class AuditEntry(Base):
