@@ -1,5 +1,6 @@
 /* The packet loop and the API Python calls (include/tj_dp.h): bursts in, the stage decides, bursts out. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -348,6 +349,22 @@ const char *dp_counter_name(uint32_t i) { return i < C_COUNT ? counter_names[i] 
 
 int dp_poll(dp_t *dp) { return dp_poll_once(dp); }
 void dp_set_cache_after(dp_t *dp, uint32_t n) { dp->cache_after = n; }
+
+void dp_flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
+                 uint16_t dport, uint8_t proto) {
+    memset(k, 0, sizeof *k);
+    k->vtep = htonl(vtep); k->vni = vni; k->src = htonl(src); k->dst = htonl(dst);
+    k->sport = htons(sport); k->dport = htons(dport); k->proto = proto;
+}
+
+void dp_flow_act(const dp_t *dp, struct tj_flow_act *a, int in_port, int out_port, const uint8_t *o, uint32_t mtu,
+                 uint8_t flags) {
+    memset(a, 0, sizeof *a);
+    a->flags = flags; a->encap = out_port == DP_UL; a->mtu = mtu; a->expect_vtep = htonl(dp->vtep_ip);
+    memcpy(a->expect_mac, dp->mac[in_port], 6);
+    if (a->encap) memcpy(a->outer, o, ENCAP);
+    memcpy(a->eth, o + (a->encap ? ENCAP : 0), 12);
+}
 void dp_set_cache_lru(dp_t *dp, uint32_t entries) { dp->cache_lru = entries; }
 #ifndef TJ_XDP
 int dp_xdp_test(const char *obj, uint8_t port, const void *key, const void *act, const uint8_t *in, uint32_t len,

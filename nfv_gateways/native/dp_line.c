@@ -22,19 +22,13 @@ static void cache(dp_t *dp, int in_port, uint32_t vtep, uint32_t kvni, const uin
     if (!dp->be->flow_put || !dp->line.memo || ip->ihl != 20 || ip->frag || (ip->proto != 6 && ip->proto != 17) ||
         ip->total < (ip->proto == 6 ? 40u : 28u)) return;
     struct tj_flow_key k;
-    memset(&k, 0, sizeof k);
-    k.vtep = htonl(vtep); k.vni = kvni; k.src = htonl(ip->src); k.dst = htonl(ip->dst); k.proto = ip->proto;
-    memcpy(&k.sport, pkt + 20, 2); memcpy(&k.dport, pkt + 22, 2);
+    dp_flow_key(&k, vtep, kvni, ip->src, ip->dst, rd16(pkt + 20), rd16(pkt + 22), ip->proto);
     struct tj_flow_key *m = &dp->line.memo[mix(((uint64_t)ip->src << 32 | ip->dst) ^ ((uint64_t)rd32(pkt + 20) << 16) ^
                                                ((uint64_t)kvni << 8) ^ vtep) & (LINE_MEMO - 1)];
     if (!memcmp(m, &k, sizeof k)) return;
     struct tj_flow_act a;
-    memset(&a, 0, sizeof a);
-    a.flags = flags; a.encap = out_port == DP_UL; a.mtu = mtu; a.expect_vtep = htonl(dp->vtep_ip);
+    dp_flow_act(dp, &a, in_port, out_port, o, mtu, flags);
     a.tci = htons(vlan);
-    memcpy(a.expect_mac, dp->mac[in_port], 6);
-    if (a.encap) memcpy(a.outer, o, ENCAP);
-    memcpy(a.eth, o + (a.encap ? ENCAP : 0), 12);
     if (dp->be->flow_put(dp, in_port, &k, &a, out_port) == 0) *m = k;
 }
 

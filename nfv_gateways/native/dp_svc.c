@@ -2,7 +2,6 @@
  * both ways. Connections are keyed twice, as the reference keys them: from the VM (vni, VM address and port,
  * protocol, endpoint address and port) and from the service (via VNI, protocol, service address and port, source
  * and source port); a key is a 64-bit hash checked against the connection it finds. */
-#include <arpa/inet.h>
 #include <string.h>
 #include <time.h>
 
@@ -87,12 +86,6 @@ static void track(dp_t *dp, svc_conn_t *s, uint8_t flags, int from_vm) {
 }
 
 /* --- the XDP flow cache (include/tj_xdp.h) --- */
-static void flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, const ip4_t *ip, uint16_t sp, uint16_t dport) {
-    memset(k, 0, sizeof *k);
-    k->vtep = htonl(vtep); k->vni = vni; k->src = htonl(ip->src); k->dst = htonl(ip->dst);
-    k->sport = htons(sp); k->dport = htons(dport); k->proto = ip->proto;
-}
-
 /* the connection's packet that arrived on in_port with key k went out of out_port as the frame at o: the cache does
  * the same to the rest of that direction (packets up to `mtu`), once C has carried enough of it (carry() calls this
  * only where the backend has a cache that does not hold the direction yet) */
@@ -100,15 +93,10 @@ static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj
                   const uint8_t *o, uint32_t mtu) {
     if (++s->carried[dir] < dp->cache_after) return;
     if (s->c.proto == 6 && !(s->state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
-    struct tj_flow_act a;
-    memset(&a, 0, sizeof a);
-    a.flags = TJ_XDP_NAT | TJ_XDP_TTL | TJ_XDP_TRIM; a.encap = out_port == DP_UL; a.mtu = mtu;
-    a.expect_vtep = htonl(dp->vtep_ip);
-    memcpy(a.expect_mac, dp->mac[in_port], 6);
-    const uint8_t *e = o + (a.encap ? ENCAP : 0), *ip = e + 14;
+    const uint8_t *ip = o + (out_port == DP_UL ? ENCAP : 0) + 14;
     if ((ip[0] & 0xf) != 5) return;  /* options: the program leaves those to us anyway */
-    if (a.encap) memcpy(a.outer, o, ENCAP);
-    memcpy(a.eth, e, 12);
+    struct tj_flow_act a;
+    dp_flow_act(dp, &a, in_port, out_port, o, mtu, TJ_XDP_NAT | TJ_XDP_TTL | TJ_XDP_TRIM);
     memcpy(&a.src, ip + 12, 4); memcpy(&a.dst, ip + 16, 4);
     memcpy(&a.sport, ip + 20, 2); memcpy(&a.dport, ip + 22, 2);
     if (dp->be->flow_put(dp, in_port, k, &a, out_port) == 0) {
@@ -199,7 +187,7 @@ static int carry(dp_t *dp, svc_conn_t *s, int dir, int in_port, uint32_t vtep, u
                  uint32_t *out_len) {
     struct tj_flow_key k;
     int may_cache = dp->be->flow_put && !(s->cached & 1 << dir) && !(flags & TCP_SYN_FIN_RST);
-    if (may_cache) flow_key(&k, vtep, vni, ip, sp, dport);  /* the key is the packet before its rewrite */
+    if (may_cache) dp_flow_key(&k, vtep, vni, ip->src, ip->dst, sp, dport, ip->proto);  /* before its rewrite */
     int port = dir ? to_vm(dp, s, pkt, ip, now, out, out_len) : to_service(dp, s, pkt, ip, now, out, out_len);
     if (port < 0) return port;
     track(dp, s, flags, !dir);

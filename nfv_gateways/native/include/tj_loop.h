@@ -154,6 +154,14 @@ void dp_encap_to(dp_t *dp, uint8_t *o, uint8_t *e, uint32_t elen, const uint8_t 
 static inline uint32_t dp_flow_entropy(const uint8_t *ip) {
     return mix(rd32(ip + 12) ^ rd32(ip + 16) ^ (uint64_t)ip[9] << 32);
 }
+/* the XDP flow cache's key for a flow as it arrived (host order in): the outer VTEP and VNI (0 and TJ_XDP_VLAN | VLAN
+ * for a tagged frame), the inner 5-tuple */
+void dp_flow_key(struct tj_flow_key *k, uint32_t vtep, uint32_t vni, uint32_t src, uint32_t dst, uint16_t sport,
+                 uint16_t dport, uint8_t proto);
+/* the cache's action for a packet that arrived on in_port and left out_port as the frame at o: its new headers, the
+ * MTU above which a packet is the loop's, and `flags` (TJ_XDP_NAT ...: a stage with NAT adds the new 5-tuple) */
+void dp_flow_act(const dp_t *dp, struct tj_flow_act *a, int in_port, int out_port, const uint8_t *o, uint32_t mtu,
+                 uint8_t flags);
 void *dp_loop(void *arg);
 int dp_poll_once(dp_t *dp);
 void dp_wait(dp_t *dp, int fd0, int fd1);
