@@ -83,7 +83,8 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
     beats.note(name, every)  # a connection just made: heard from now
     claim: int | None = None
     unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
-    asked = False
+    asked = True  # questions put before this stream subscribed (a reconnect, or a question racing the connect)
+    told: set[str] = set()  # each question once per stream (a wake may come after the first look already sent it)
     try:
         while True:
             if not proven:
@@ -104,7 +105,7 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
                 after = d.revision
             if asked:  # after the delta, which a trace question must never hold up (api/traces.py)
-                for q in await watch_thread(lambda: traces.pending(state.db, name)):
+                for q in await _questions(state.db, name, told):
                     yield f"event: trace\ndata: {json.dumps(q)}\n\n"
             vpcs = set(sub.vpcs)
             while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
@@ -126,6 +127,13 @@ async def _events(request: Request, name: str, after: int, form: str, keepalive:
                 unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
     finally:
         _closed(state, sub, key)
+
+
+async def _questions(db: Any, name: str, told: set[str]) -> list[dict]:
+    """The live trace questions for `name` this stream has not sent yet (api/traces.py)."""
+    new = [q for q in await watch_thread(lambda: traces.pending(db, name)) if q["id"] not in told]
+    told.update(q["id"] for q in new)
+    return new
 
 
 def _closed(state: Any, sub: Subscription, key: Any) -> None:

@@ -225,3 +225,34 @@ def test_live_asks_the_source_hosts_switch_through_its_stream(net: dict, control
         stop.set()
     r = net["t"].http.post("/v1/reachability", json=body)
     assert r.status_code == 403 and r.json()["field"] == "live"
+
+
+def test_a_question_put_before_the_agent_connected_reaches_it_once(net: dict, controller: Controller) -> None:
+    """A live trace asked while hv1's agent is between connections (it reconnects, or the question races its
+    connect) still goes out, when the stream opens; a wake after that does not send it a second time."""
+    import threading
+    import time
+
+    token = controller.host_token("hv1")
+    body = {"source_port_id": net["w1"]["id"], "destination": {"ip": net["w2"]["ip"]}, "protocol": "tcp",
+            "port": 22, "live": True}
+    answer: dict = {}
+    asker = threading.Thread(target=lambda: answer.update(controller.admin.post("/v1/reachability", body)))
+    asker.start()
+    time.sleep(1.0)  # the question is in the table; no stream is open for hv1
+    heard: list[str] = []
+    with controller.raw(token) as c, c.stream("GET", "/v1/hosts/hv1/config/stream",
+                                              params={"form": "objects", "keepalive": 0.3}) as r:
+        event, t0 = "", time.monotonic()
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:") and event == "trace":
+                q = json.loads(line[5:])
+                heard.append(q["id"])
+                c.put(f"/v1/hosts/hv1/traces/{q['id']}", json={"output": "Datapath actions: drop\n", "ofports": {}})
+            if time.monotonic() - t0 > 3.0:  # a few keep-alives and the answer's own wake after the answer
+                break
+    asker.join(10)
+    assert len(heard) == 1, heard
+    assert answer["live"]["switch"] == "dropped" and answer["live"]["agrees"] is False, answer["live"]
