@@ -220,15 +220,20 @@ async def _liveness(app: FastAPI) -> None:
     """On the leader (controller.replicas): marks silent hosts down, checking every quarter of the shortest
     silence allowed (at least every 2 s). A check that comes late (this process was stalled: beats that arrived
     meanwhile may not be written yet) marks nobody down: a stalled controller must not fail over gateways that
-    kept beating. Followers only write the beats they received."""
+    kept beating; the round after it judges (its tick let the queued beats in). Followers only write the beats
+    they received."""
     s: Settings = app.state.settings
     bc: Broadcaster = app.state.broadcaster
     tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
     every = beat_every(s.host_down_after)
     streams_noted = streams_judged = 0.0
+    skipped = False
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(tick)
+        # the wake itself late: the loop stalled, and beats may be queued behind the stall (the work of this round
+        # below is not lateness); judged anyway after one skipped round, or a loaded process never judges at all
+        late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4) and not skipped
         if t0 - streams_noted >= every / 2:  # the open streams' beats: what their hosts last acknowledged
             app.state.open_streams.note_beats(app.state.beats, every)
             streams_noted = t0
@@ -236,7 +241,7 @@ async def _liveness(app: FastAPI) -> None:
             streams_judged = t0
             await _ask_held_down_for_reports(app)
         app.state.collector.tick(bc.recent[-1] if bc.recent else None)
-        late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4)
+        skipped = late
         if late or not app.state.leadership.leading() or app.state.stopping:
             # the beats are written even late (a worker stalled at every tick under load kept its hosts' beats
             # to itself, and the leader marked them down); only the judging waits a round for the beats that
