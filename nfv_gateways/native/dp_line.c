@@ -10,26 +10,29 @@
 #define TPID 0x8100
 #define TAGGED 18  /* Ethernet with an 802.1Q tag */
 #define LINE_MEMO 4096  /* flows lately handed to the XDP cache (a power of two) */
+/* frames of a flow still reaching C this long after it was handed over: the cache's LRU aged it out (or the put
+ * was lost), so it is handed over again; the frames queued for the loop before it was handed are far younger */
+#define MEMO_FRESH_S 0.1
 
 static void no_lock(dp_t *dp) { (void)dp; }
 
 /* --- the XDP flow cache (include/tj_xdp.h). A line keeps no state per flow, so a flow is the cache's from the
  * first packet C carries (TCP or UDP, no options, not a fragment). Frames of it already on their way to the loop
- * would hand it over again: `memo` remembers the flows lately handed. Any change to what the line's decisions
+ * would hand it over again: `memo` remembers the flows handed in the last MEMO_FRESH_S. Any change to what the line's decisions
  * are made from takes them all back at once (an epoch bump), and the cache's LRU maps age them out. --- */
-static void cache(dp_t *dp, int in_port, uint32_t vtep, uint32_t kvni, const uint8_t *pkt, const ip4_t *ip,
-                  int out_port, const uint8_t *o, uint32_t mtu, uint8_t flags, uint16_t vlan) {
+static void cache(dp_t *dp, double now, int in_port, uint32_t vtep, uint32_t kvni, const uint8_t *pkt,
+                  const ip4_t *ip, int out_port, const uint8_t *o, uint32_t mtu, uint8_t flags, uint16_t vlan) {
     if (!dp->be->flow_put || !dp->line.memo || ip->ihl != 20 || ip->frag || (ip->proto != 6 && ip->proto != 17) ||
         ip->total < (ip->proto == 6 ? 40u : 28u)) return;
     struct tj_flow_key k;
     dp_flow_key(&k, vtep, kvni, ip->src, ip->dst, rd16(pkt + 20), rd16(pkt + 22), ip->proto);
-    struct tj_flow_key *m = &dp->line.memo[mix(((uint64_t)ip->src << 32 | ip->dst) ^ ((uint64_t)rd32(pkt + 20) << 16) ^
+    line_memo_t *m = &dp->line.memo[mix(((uint64_t)ip->src << 32 | ip->dst) ^ ((uint64_t)rd32(pkt + 20) << 16) ^
                                                ((uint64_t)kvni << 8) ^ vtep) & (LINE_MEMO - 1)];
-    if (!memcmp(m, &k, sizeof k)) return;
+    if (!memcmp(&m->k, &k, sizeof k) && now - m->at < MEMO_FRESH_S) return;
     struct tj_flow_act a;
     dp_flow_act(dp, &a, in_port, out_port, o, mtu, flags);
     a.tci = htons(vlan);
-    if (dp->be->flow_put(dp, in_port, &k, &a, out_port) == 0) *m = k;
+    if (dp->be->flow_put(dp, in_port, &k, &a, out_port) == 0) { m->k = k; m->at = now; }
 }
 
 /* under dp->cfg: what the cached flows were made from changed */
@@ -67,7 +70,7 @@ static const tj_line_route_t *lookup(const dp_t *dp, uint32_t vni, uint32_t dst)
 }
 
 /* a VPC's packet (VXLAN) to the line its route names, tagged with the line's VLAN */
-static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint32_t *out_len) {
+static int from_underlay(dp_t *dp, double now, uint8_t *d, uint32_t len, uint8_t **out, uint32_t *out_len) {
     uint32_t vni;
     int act = dp_vxlan_in(dp, d, len, &vni);
     if (act != 0) return act;
@@ -85,12 +88,12 @@ static int from_underlay(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint
     wr16(e + 12, TPID); wr16(e + 14, r->vlan); wr16(e + 16, 0x0800);
     *out = e; *out_len = ilen + TAGGED;
     dp->c[C_line_out]++;
-    cache(dp, DP_UL, rd32(d + 26), vni, inner, &ip, DP_EXT, e, dp->line.handoff_mtu, TJ_XDP_PUSH_TAG, r->vlan);
+    cache(dp, now, DP_UL, rd32(d + 26), vni, inner, &ip, DP_EXT, e, dp->line.handoff_mtu, TJ_XDP_PUSH_TAG, r->vlan);
     return DP_EXT;
 }
 
 /* a frame from the handoff: into its line's VPC, encapsulated to the endpoint's hypervisor */
-static int from_handoff(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint32_t *out_len) {
+static int from_handoff(dp_t *dp, double now, uint8_t *d, uint32_t len, uint8_t **out, uint32_t *out_len) {
     if (len < 14) { dp->c[C_drop_malformed]++; return ACT_DROP; }
     if (len < TAGGED || rd16(d + 12) != TPID) { dp->c[C_drop_untagged]++; return ACT_DROP; }
     uint32_t vlan = rd16(d + 14) & 0xfff;
@@ -116,15 +119,14 @@ static int from_handoff(dp_t *dp, uint8_t *d, uint32_t len, uint8_t **out, uint3
     dp_encap_to(dp, e - ENCAP, e, len - TAGGED + 14, ep->mac, rmac, nh, ep->vtep, l->vni);
     *out = e - ENCAP; *out_len = ENCAP + len - TAGGED + 14;
     dp->c[C_line_in]++;
-    cache(dp, DP_EXT, 0, TJ_XDP_VLAN | vlan, pkt, &ip, DP_UL, *out, l->mtu, TJ_XDP_TTL, 0);
+    cache(dp, now, DP_EXT, 0, TJ_XDP_VLAN | vlan, pkt, &ip, DP_UL, *out, l->mtu, TJ_XDP_TTL, 0);
     return DP_UL;
 }
 
 static int decide(dp_t *dp, int port, uint8_t *d, uint32_t len, double now, uint8_t **out, uint32_t *out_len) {
-    (void)now;
-    if (port == DP_EXT) return from_handoff(dp, d, len, out, out_len);
+    if (port == DP_EXT) return from_handoff(dp, now, d, len, out, out_len);
     int act = dp_ipv4_for_us(dp, port, d, len);
-    return act != 0 ? act : from_underlay(dp, d, len, out, out_len);
+    return act != 0 ? act : from_underlay(dp, now, d, len, out, out_len);
 }
 
 const stage_t STAGE_LINE = {.lock = no_lock, .unlock = no_lock, .decide = decide, .uncache = uncache};

@@ -86,6 +86,13 @@ int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, uint32_t
     return n;
 }
 
+int dp_mem_flow_forget(dp_t *dp, uint32_t i) {
+    mem_t *s = dp->bs;
+    if (dp->be != &MEM || i >= s->nflows) return -1;
+    s->flows[i] = s->flows[--s->nflows];
+    return 0;
+}
+
 int dp_mem_flow(dp_t *dp, uint32_t i, uint8_t *port, void *key, void *act) {
     mem_t *s = dp->bs;
     if (dp->be != &MEM || i >= s->nflows) return -1;

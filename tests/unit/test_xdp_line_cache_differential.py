@@ -147,3 +147,22 @@ def test_a_flow_is_the_caches_from_its_first_packet_until_the_line_changes(xdp: 
         p.close()
 
 
+def test_a_flow_the_kernel_aged_out_is_handed_over_again(tmp_path: Path) -> None:
+    """The cache's maps are LRUs: the kernel may drop a flow C still remembers handing over. Its frames then reach
+    C again, and C hands it over again once the memo's window (frames queued before the hand-over) has passed."""
+    import time
+
+    p = Pair(tmp_path)
+    try:
+        warm(p)
+        p.step(*to_site())
+        p.step(*to_site())  # queued for the loop before the hand-over: not handed twice
+        assert len(held(p)) == 1
+        assert p.dp.lib.dp_mem_flow_forget(p.dp.h, 0) == 0  # the kernel's LRU ages it out
+        p.step(*to_site())
+        assert held(p) == []  # within the window: a frame queued before the hand-over, as far as C knows
+        time.sleep(0.15)
+        p.step(*to_site())
+        assert len(held(p)) == 1 and held(p)[0][0] == UL
+    finally:
+        p.close()

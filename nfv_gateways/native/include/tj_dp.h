@@ -106,6 +106,8 @@ TJ_API int dp_mem_pop(dp_t *dp, uint8_t *bufs, uint32_t *lens, uint8_t *ports, u
  * handed over (default 8); and (-1 in a library built without XDP) the cache's program from `obj` run once on a frame with that
  * one flow in its map: the XDP action (XDP_PASS: to the loop), the frame as it left in out (*out_len: its room) */
 TJ_API int dp_mem_flow(dp_t *dp, uint32_t i, uint8_t *port, void *key, void *act);
+/* the i-th flow gone from the memory backend's map, as an LRU map ages one out (0, or -1 past the last) */
+TJ_API int dp_mem_flow_forget(dp_t *dp, uint32_t i);
 TJ_API void dp_set_cache_after(dp_t *dp, uint32_t n);
 TJ_API int dp_xdp_test(const char *obj, uint8_t port, const void *key, const void *act, const uint8_t *in,
                        uint32_t len, uint8_t *out, uint32_t *out_len);

@@ -99,6 +99,7 @@ typedef struct {
 
 /* the private line's lookups (dp_line.c) */
 typedef struct { uint64_t lens; uint32_t n; tj_line_route_t *r; } line_vni_t;  /* lens: bit L set, a /L route */
+typedef struct { struct tj_flow_key k; double at; } line_memo_t;  /* a flow handed the XDP cache, and when */
 typedef struct {
     uint32_t handoff_mtu;
     map_t *lines;            /* vlan | 1 << 32 -> tj_line_t * */
@@ -106,7 +107,7 @@ typedef struct {
     map_t *vnis;             /* vni | 1 << 32 -> line_vni_t * */
     map_t *routes;           /* (vni << 38 | len << 32 | net) + 1 -> tj_line_route_t * (in its line_vni_t) */
     map_t *neigh;            /* (vlan << 32 | IP) + 1 -> MAC */
-    struct tj_flow_key *memo; /* the flows lately handed the XDP cache, by hash (dp_line.c) */
+    line_memo_t *memo;       /* the flows lately handed the XDP cache, by hash (dp_line.c) */
 } line_maps_t;
 
 /* a VPC's forwarding (dp_set_vpc): its endpoints, which `endpoints` points into */
