@@ -100,6 +100,12 @@ class SimHost:
             return
         self.api.watch(f"{path}/delta", HostConfigDelta, params, self.take, lambda e: None, self.silent)
 
+    def go_silent(self) -> None:
+        """The agent dies: its connections close (its kernel would go on acknowledging a stream it no longer
+        reads, and the controller rightly counts that as a live host: controller/open_streams.py)."""
+        self.silent.set()
+        self.api.close()
+
     def resume(self) -> None:
         self.silent.clear()
         threading.Thread(target=self.follow, daemon=True).start()
@@ -148,7 +154,7 @@ def watchers_main(url: str, sims: list[tuple[str, str, str]], mode: str, conn) -
         elif cmd == "silent":
             name, on = arg
             if name in by_name:  # another process's otherwise
-                (by_name[name].silent.set if on else by_name[name].resume)()
+                (by_name[name].go_silent if on else by_name[name].resume)()
             conn.send(True)
         elif cmd == "reconnected":  # how many streams were heard from after this moment (monotonic)
             conn.send(sum(h.api.heard > arg for h in hosts))

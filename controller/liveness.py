@@ -76,10 +76,13 @@ class Beats:
             return {h: t for h, (t, _) in self._pending.items()}
 
     def flush(self, db: Database) -> int:
-        """Writes every pending beat that is due in one transaction (never moving a `last_seen` back); how many."""
+        """Writes every pending beat that is due in one transaction (never moving a `last_seen` back); how many.
+        A beat nothing newer followed for `every` is due too: its host may have gone silent, and the leader (maybe
+        another process) must judge it from its last beat, not from the one written before it."""
+        at = now()
         with self._lock:
-            due = {h: t for h, (t, every) in self._pending.items()
-                   if every <= 0 or h not in self._written or (t - self._written[h]).total_seconds() >= every}
+            due = {h: t for h, (t, every) in self._pending.items() if every <= 0 or h not in self._written
+                   or (t - self._written[h]).total_seconds() >= every or (at - t).total_seconds() >= every}
             for h in due:
                 del self._pending[h]
         if not due:

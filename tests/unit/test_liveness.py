@@ -129,3 +129,22 @@ def test_a_beat_never_waits_for_a_host_row_a_writer_holds(pg_database: Database)
     assert [h for h, t in last_seen(pg_database).items() if t < fresh] == ["hv1"]
     assert beats.flush(pg_database) == 1 and beats.pending() == 0
     assert all(t > fresh for t in last_seen(pg_database).values())
+
+
+
+def test_a_hosts_last_beat_is_written_once_nothing_newer_came_for_an_interval(database: Database) -> None:
+    """A stream's beat within the interval is held back; if it stays the host's last (the host went silent), it is
+    written once it is an interval old, so that a leader in another process judges the host from it (it marked
+    a host down 13 s after its last beat, with 15 s allowed, judging from the beat written before)."""
+    import time
+
+    (h,) = hosts(database, 1, seen_ago=30)
+    beats = Beats()
+    beats.note(h, every=0.5, at=m.now() - timedelta(seconds=0.2))
+    assert beats.flush(database) == 1  # never written before
+    last = m.now()
+    beats.note(h, every=0.5, at=last)
+    assert beats.flush(database) == 0  # fresh, and within the interval of the one written: held
+    time.sleep(0.6)  # nothing newer came
+    assert beats.flush(database) == 1
+    assert abs((last_seen(database)[h] - last).total_seconds()) < 1e-3
