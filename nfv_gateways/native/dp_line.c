@@ -18,8 +18,9 @@ static void no_lock(dp_t *dp) { (void)dp; }
 
 /* --- the XDP flow cache (include/tj_xdp.h). A line keeps no state per flow, so a flow is the cache's from the
  * first packet C carries (TCP or UDP, no options, not a fragment). Frames of it already on their way to the loop
- * would hand it over again: `memo` remembers the flows handed in the last MEMO_FRESH_S. Any change to what the line's decisions
- * are made from takes them all back at once (an epoch bump), and the cache's LRU maps age them out. --- */
+ * would hand it over again: `memo` remembers the flows handed in the last MEMO_FRESH_S. Any change to what the
+ * line's decisions are made from takes them all back at once (an epoch bump), and the cache's LRU maps age them
+ * out. --- */
 static void cache(dp_t *dp, double now, int in_port, uint32_t vtep, uint32_t kvni, const uint8_t *pkt,
                   const ip4_t *ip, int out_port, const uint8_t *o, uint32_t mtu, uint8_t flags, uint16_t vlan) {
     if (!dp->be->flow_put || !dp->line.memo || ip->ihl != 20 || ip->frag || (ip->proto != 6 && ip->proto != 17) ||
@@ -27,7 +28,7 @@ static void cache(dp_t *dp, double now, int in_port, uint32_t vtep, uint32_t kvn
     struct tj_flow_key k;
     dp_flow_key(&k, vtep, kvni, ip->src, ip->dst, rd16(pkt + 20), rd16(pkt + 22), ip->proto);
     line_memo_t *m = &dp->line.memo[mix(((uint64_t)ip->src << 32 | ip->dst) ^ ((uint64_t)rd32(pkt + 20) << 16) ^
-                                               ((uint64_t)kvni << 8) ^ vtep) & (LINE_MEMO - 1)];
+                                        ((uint64_t)kvni << 8) ^ vtep) & (LINE_MEMO - 1)];
     if (!memcmp(&m->k, &k, sizeof k) && now - m->at < MEMO_FRESH_S) return;
     struct tj_flow_act a;
     dp_flow_act(dp, &a, in_port, out_port, o, mtu, flags);
