@@ -27,7 +27,7 @@ class Step:
     table: str
     does: str
     object: dict[str, Any] | None = None  # what the step's flow comes from: {"kind": ..., "id": ...}
-    tenant_id: str | None = field(default=None, repr=False)  # whose object it is (the API hides another's)
+    tenant_id: str | None = field(default=None, repr=False)  # whose configuration decided (the API hides another's)
 
     @property
     def dropped(self) -> bool:
@@ -53,6 +53,15 @@ class Names:
     def tenant(self, vpc_id: str) -> str | None:
         return next((v.tenant_id for v in self.vpcs.values() if v.id == vpc_id), None)
 
+    def whose(self, pkt: dict) -> str | None:
+        """The tenant whose configuration the switch applies to `pkt`: its VPC's (metadata), else its VNI's (from a
+        tunnel), else its port's (from a VM)."""
+        vpc = self.vpc(pkt) or self.vpcs.get(pkt.get("tunnel_id", -1))
+        if vpc is not None:
+            return vpc.tenant_id
+        port = self.ports.get(self.m.where(pkt.get("in_port")) or "")
+        return self.tenant(port.vpc_id) if port is not None else None
+
 
 def explain(m: ModelHost) -> list[Step]:
     """The steps of the last packet `m`'s switch took."""
@@ -63,6 +72,8 @@ def explain(m: ModelHost) -> list[Step]:
             continue
         step = _step(names, hit)
         if step is not None:
+            if step.tenant_id is None:  # every step is some tenant's: a step no builder attributed is its packet's
+                step.tenant_id = names.whose(hit.pkt)
             out.append(step)
     return out
 
@@ -127,8 +138,9 @@ def _routing(n: Names, hit: Hit, kind: str, obj: int) -> Step:
         if _drop(hit):
             return Step("routing", f"route {r.destination} of VPC {v.id} is a {target}: dropped", ref, v.tenant_id)
         via = ""
-        if r.target_type == "peering":
-            via = f" into VPC {r.peer_vpc_id}"
+        if r.target_type == "peering":  # the peer's VPC is named only to its own tenant (within one tenant)
+            via = f" into VPC {r.peer_vpc_id}" if n.tenant(r.peer_vpc_id or "") == v.tenant_id else \
+                " into the peer tenant's VPC"
         return Step("routing", f"route {r.destination} -> {target}{via}", ref, v.tenant_id)
     if kind == "port":
         return Step("routing", f"the source's own EIP: to the NAT instance homing it ({hit.pkt.get('ipv4_src')})")

@@ -40,6 +40,9 @@ class DbCluster:
         c = compile_gateway_sections(self.s, name)
         return None if c is None else c.config()
 
+    def vni_tenant(self, vni: int) -> str | None:
+        return self.s.execute(select(m.Vpc.tenant_id).where(m.Vpc.vni == vni)).scalar_one_or_none()
+
 
 @dataclass
 class Question:
@@ -71,7 +74,8 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
     reply = None
     if forward.end == "delivered" and forward.port_id is not None and forward.packet is not None:
         reply = _reply(walk, forward, q)
-    reachable, reason = _verdict(forward, reply, dst_port, src.id)
+    legs = {"forward": _leg(forward, p), "reply": None if reply is None else _leg(reply, p)}
+    reachable, reason = _verdict(forward, reply, dst_port, src.id, legs)
     live = None
     if ask_switch is not None and forward.sent is not None:
         live = compare(forward, ask_switch(src.host, {"port_id": src.id, "packet": forward.sent}), src.host)
@@ -80,24 +84,30 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
         "source": {"port_id": src.id, "ip": src.ip, "vpc_id": src.vpc_id, "host": src.host},
         "destination": {"ip": dst_ip, "port_id": dst_port, "eip": q.eip},
         "protocol": q.protocol, "port": q.port,
-        "forward": _leg(forward, p), "reply": None if reply is None else _leg(reply, p),
-    })
+        **legs,
+    }, p)
 
 
+PEER = "decided by the peer tenant's configuration"
+PEER_HOST = "(the peer tenant's host)"
+HIDDEN = "(another tenant's object)"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 NAMED = (m.Port, m.SecurityGroup, m.Vpc, m.Subnet, m.NatGateway, m.LoadBalancer, m.PrivateLine)
 
 
-def _named(s: Session, answer: dict[str, Any]) -> dict[str, Any]:
-    """The words say objects by their names (the ids stay in each step's `object`). Only steps the caller may
-    see are left with ids by now (_step hid the rest)."""
+def _named(s: Session, answer: dict[str, Any], p: Principal) -> dict[str, Any]:
+    """The words say objects by their names (the ids stay in each step's `object`). Only words the caller may
+    see are left by now (_leg hid the rest); an id of another tenant's object that is still there is not named
+    but hidden, so that a slip in the words cannot name a peer's object."""
     steps = [x for leg in ("forward", "reply") if answer[leg] for h in answer[leg]["hops"] for x in h["steps"]]
-    ids = {i for x in steps for i in UUID.findall(x["does"])} | set(UUID.findall(answer["reason"]))
+    texts = [x["does"] for x in steps] + [answer[leg]["reason"] for leg in ("forward", "reply") if answer[leg]]
+    ids = {i for text in texts + [answer["reason"]] for i in UUID.findall(text)}
     names: dict[str, str] = {}
     for model in NAMED:
         if ids - names.keys():
-            names |= dict(s.execute(select(model.id, model.name).where(model.id.in_(sorted(ids - names.keys()))))
-                          .tuples().all())
+            rows = s.execute(select(model.id, model.name, model.tenant_id)
+                             .where(model.id.in_(sorted(ids - names.keys())))).tuples().all()
+            names |= {i: name if p.sees_all or owner == p.tenant_id else HIDDEN for i, name, owner in rows}
 
     def say(text: str) -> str:
         return UUID.sub(lambda mt: names.get(mt.group(0)) or mt.group(0), text)
@@ -111,16 +121,19 @@ def _named(s: Session, answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _verdict(forward: Leg, reply: Leg | None, dst_port: str | None, src_id: str) -> tuple[bool, str]:
+def _verdict(forward: Leg, reply: Leg | None, dst_port: str | None, src_id: str, said: dict[str, Any]) \
+        -> tuple[bool, str]:
+    """Said from the legs' words as the caller sees them (`said`: the rendered legs)."""
+    there = said["forward"]["reason"]
     if forward.end == "dropped":
-        return False, forward.reason
+        return False, there
     if forward.end == "delivered" and dst_port is not None and forward.port_id != dst_port:
-        return False, f"{forward.reason}, not to port {dst_port}"
+        return False, f"{there}, not to port {dst_port}"
     if reply is None:
-        return True, forward.reason
+        return True, there
     if reply.end != "delivered" or reply.port_id != src_id:
-        return False, f"the request arrives ({forward.reason}) but the reply does not return: {reply.reason}"
-    return True, f"{forward.reason}; the reply returns"
+        return False, f"the request arrives ({there}) but the reply does not return: {said['reply']['reason']}"
+    return True, f"{there}; the reply returns"
 
 
 def _destination(s: Session, q: Question, p: Principal) -> tuple[str, str | None]:
@@ -151,17 +164,25 @@ def _reply(walk: Walk, forward: Leg, q: Question) -> Leg:
     return walk.send(host, port, pkt["ipv4_src"], q.protocol, q.port or 0, EPHEMERAL_PORT)
 
 
+def _sees(p: Principal, tenant_id: str | None) -> bool:
+    """Whether the caller may read what `tenant_id`'s configuration says (None: nobody's, the cluster's)."""
+    return tenant_id is None or p.sees_all or tenant_id == p.tenant_id
+
+
 def _leg(leg: Leg, p: Principal) -> dict[str, Any]:
-    return {"end": leg.end, "reason": leg.reason, "delivered_to": leg.port_id,
-            "hops": [_hop(h, p) for h in leg.hops]}
+    mine = _sees(p, leg.tenant_id)
+    return {"end": leg.end, "reason": leg.reason if mine else f"{PEER}: {leg.end}",
+            "delivered_to": leg.port_id if mine else None, "hops": [_hop(h, p) for h in leg.hops]}
 
 
 def _hop(h: Hop, p: Principal) -> dict[str, Any]:
-    return {"host": h.host, "kind": h.kind, "role": h.role, "vni": h.vni, "steps": [_step(x, p) for x in h.steps]}
+    steps = [_step(x, p) for x in h.steps]
+    if not _sees(p, h.tenant_id):  # where the peer's VMs run and its VNI are the peer's
+        return {"host": PEER_HOST, "kind": h.kind, "role": h.role, "vni": None, "steps": steps}
+    return {"host": h.host, "kind": h.kind, "role": h.role, "vni": h.vni, "steps": steps}
 
 
 def _step(x: Step, p: Principal) -> dict[str, Any]:
-    if x.tenant_id is not None and not p.sees_all and x.tenant_id != p.tenant_id:
-        verdict = "dropped" if x.dropped else "passed"
-        return {"table": x.table, "does": f"decided by the peer tenant's configuration: {verdict}", "object": None}
+    if not _sees(p, x.tenant_id):
+        return {"table": x.table, "does": f"{PEER}: {'dropped' if x.dropped else 'passed'}", "object": None}
     return {"table": x.table, "does": x.does, "object": x.object}

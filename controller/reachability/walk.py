@@ -28,6 +28,7 @@ class Cluster(Protocol):
     def host_config(self, host: str) -> HostConfig | None: ...
     def host_at(self, vtep_ip: str) -> tuple[str, str, str | None] | None: ...  # (name, kind, role)
     def gateway_config(self, name: str) -> GatewayConfig | None: ...
+    def vni_tenant(self, vni: int) -> str | None: ...  # whose VPC has this VNI
 
 
 @dataclass
@@ -37,15 +38,18 @@ class Hop:
     role: str | None = None  # a gateway's
     vni: int | None = None  # the VNI it arrived in over VXLAN (None: from a local VM)
     steps: list[Step] = field(default_factory=list)
+    tenant_id: str | None = None  # whose VPC the packet is in here (the API hides another tenant's hop)
 
 
 @dataclass
 class Leg:
-    """One direction's walk: where it ended (`end`: delivered, left, answered, dropped) and why."""
+    """One direction's walk: where it ended (`end`: delivered, left, answered, dropped) and why (`reason`, in the
+    words of `tenant_id`'s configuration: the API hides another tenant's)."""
 
     hops: list[Hop]
     end: str
     reason: str
+    tenant_id: str | None = None
     port_id: str | None = None  # delivered to this port
     packet: dict | None = None  # as delivered
     first: tuple[str, ...] | None = None  # where the first switch sends it (reachability/live.py compares it)
@@ -72,6 +76,7 @@ class Walk:
         if m is None or port.id not in m.ofports:
             return Leg([], "dropped", f"port {port.id} is not on host {host}'s switch")
         vpc = next(v for v in m.cfg.vpcs if v.id == port.vpc_id)
+        tenant = vpc.tenant_id
         subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
         on_link = ipaddress.IPv4Address(dst_ip) in ipaddress.IPv4Network(subnet.cidr)
         target = dst_ip if on_link else subnet.gateway_ip
@@ -80,9 +85,10 @@ class Walk:
             why = (f"no port in subnet {subnet.cidr} has address {dst_ip}" if on_link
                    else f"the subnet gateway {target} did not answer")
             reason = f"ARP for {target} is not answered: {why}"
-            return Leg([Hop(host, "hypervisor", steps=explain(m))], "dropped", reason, first=("dropped",),
-                       sent=arp_request(port.mac, port.ip, target))
-        hop = Hop(host, "hypervisor", steps=[Step("arp_responder", f"ARP for {target} answered by the switch: {mac}")])
+            return Leg([Hop(host, "hypervisor", steps=explain(m), tenant_id=tenant)], "dropped", reason, tenant,
+                       first=("dropped",), sent=arp_request(port.mac, port.ip, target))
+        arp = Step("arp_responder", f"ARP for {target} answered by the switch: {mac}", tenant_id=tenant)
+        hop = Hop(host, "hypervisor", steps=[arp], tenant_id=tenant)
         pkt = packet(port.mac, mac, port.ip, dst_ip, proto, sport, dport)
         leg = self.follow(host, m.from_port(port.id, pkt), hop, [])
         leg.sent = pkt
@@ -101,35 +107,43 @@ class Walk:
             hop.steps += explain(m)
             hops.append(hop)
             if not outs:
-                return Leg(hops, "dropped", hop.steps[-1].does if hop.steps else "dropped")
+                last = hop.steps[-1] if hop.steps else Step("", "dropped", tenant_id=hop.tenant_id)
+                return Leg(hops, "dropped", last.does, last.tenant_id)
             where, pkt = outs[0]
             if where == CONTROLLER:
-                return Leg(hops, "answered", f"answered by the agent on {host} (the VPC's DHCP or DNS)")
+                return Leg(hops, "answered", f"answered by the agent on {host} (the VPC's DHCP or DNS)", hop.tenant_id)
             if where != TUNNEL_OFPORT:
                 pid = m.where(where)
-                return Leg(hops, "delivered", f"delivered to port {pid} on {host}", pid, pkt)
+                owner = next((v.tenant_id for p in m.cfg.ports if p.id == pid for v in m.cfg.vpcs
+                              if v.id == p.vpc_id), hop.tenant_id)
+                return Leg(hops, "delivered", f"delivered to port {pid} on {host}", owner, pid, pkt)
+            vni_tenant = self.cluster.vni_tenant(pkt["tunnel_id"])
             nxt = self.cluster.host_at(pkt["tun_ipv4_dst"])
             if nxt is None:
-                return Leg(hops, "dropped", f"tunnelled to {pkt['tun_ipv4_dst']}, which is no registered host")
+                return Leg(hops, "dropped", f"tunnelled to {pkt['tun_ipv4_dst']}, which is no registered host",
+                           vni_tenant)
             name, kind, role = nxt
             if kind != "hypervisor":
                 return self.gateway(name, role, pkt, hops)
             m2 = self.model(name)
             if m2 is None:
-                return Leg(hops, "dropped", f"host {name} has no config")
+                return Leg(hops, "dropped", f"host {name} has no config", vni_tenant)
             outs = m2.from_tunnel(pkt, m.cfg.vtep_ip or "")
-            host, hop = name, Hop(name, "hypervisor", vni=pkt["tunnel_id"])
+            host, hop = name, Hop(name, "hypervisor", vni=pkt["tunnel_id"], tenant_id=vni_tenant)
         return Leg(hops, "dropped", f"more than {MAX_HOPS} hops: a loop")
 
     def gateway(self, name: str, role: str | None, pkt: dict, hops: list[Hop]) -> Leg:
         cfg = self.cluster.gateway_config(name)
         role = role or "nat"
-        hop = Hop(name, "gateway", role, pkt["tunnel_id"])
+        tenant = self.cluster.vni_tenant(pkt["tunnel_id"])
+        hop = Hop(name, "gateway", role, pkt["tunnel_id"], tenant_id=tenant)
         hops.append(hop)
         if cfg is None:
-            return Leg(hops, "dropped", f"gateway instance {name} has no config")
+            return Leg(hops, "dropped", f"gateway instance {name} has no config", tenant)
         hop.steps, end, reason = gateway_steps(cfg, role, pkt)
-        return Leg(hops, end, reason, packet=pkt)
+        for x in hop.steps:  # the instance applies the configuration of the VPC of the VNI it took in
+            x.tenant_id = x.tenant_id or tenant
+        return Leg(hops, end, reason, tenant, packet=pkt)
 
 
 def _first(m: ModelHost | None, outs: list) -> tuple[str, ...]:

@@ -3,7 +3,10 @@ it names, tenant isolation of its answers, and its errors."""
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import json
+import re
 from typing import Any
 
 import pytest
@@ -115,7 +118,7 @@ def test_peering_across_tenants_hides_the_peers_rules(net: dict) -> None:
     a = ask(t, w1, "tcp", 80, ip=x1["ip"])
     assert a["verdict"] == "reachable", a
     route = [s for s in steps(a) if s["table"] == "routing"][0]
-    assert route["object"]["target_type"] == "peering" and "into VPC" in route["does"]
+    assert route["object"]["target_type"] == "peering" and "into the peer tenant's VPC" in route["does"]
     assert og["id"] not in str(a) and "from-prod" not in str(a), "a tenant sees no rule of the peer's"
     assert any("peer tenant" in s["does"] for s in steps(a))
     full = ask(net["admin"], w1, "tcp", 80, ip=x1["ip"])
@@ -256,3 +259,96 @@ def test_a_question_put_before_the_agent_connected_reaches_it_once(net: dict, co
     asker.join(10)
     assert len(heard) == 1, heard
     assert answer["live"]["switch"] == "dropped" and answer["live"]["agrees"] is False, answer["live"]
+
+
+def _peer_world(controller: Controller, asker: Any, asker_vpc: dict, name: str) -> tuple[dict, dict, str]:
+    """A peer tenant with a VPC of `name`, 10.40.0.0/16, whose port (on hv2, at 10.40.1.10) takes tcp/80 only, peered
+    with the asker's VPC; returns (its port, its objects' names and ids, the peering id)."""
+    peer, orch = controller.tenant(f"t-{name}"), controller.orchestrator()
+    vpc = peer.post("/v1/vpcs", {"name": name, "cidr": "10.40.0.0/16"})
+    sub = peer.post("/v1/subnets", {"vpc_id": vpc["id"], "name": f"{name}-net", "cidr": "10.40.1.0/24"})
+    sg = peer.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": f"{name}-web", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 80, "port_range_max": 80,
+         "remote_cidr": "0.0.0.0/0"}]})
+    port = orch.post("/v1/ports", {"subnet_id": sub["id"], "name": f"{name}-vm", "host": "hv2", "ip": "10.40.1.10",
+                                   "mac": "02:00:00:40:01:0a"})
+    peer.patch(f"/v1/ports/{port['id']}", {"security_group_ids": [sg["id"]]})
+    pc = asker.post("/v1/peerings", {"requester_vpc_id": asker_vpc["id"], "accepter_vpc_id": vpc["id"]})
+    peer.post(f"/v1/peerings/{pc['id']}/accept")
+    secrets = [name, f"{name}-net", f"{name}-web", f"{name}-vm", f"t-{name}", peer.tenant_id, vpc["id"], sub["id"],
+               sg["id"], port["id"], vpc["default_security_group_id"], f"VNI {vpc['vni']}", f'"vni": {vpc["vni"]}']
+    return port, {"vpc": vpc, "peer": peer, "secrets": secrets}, pc["id"]
+
+
+def _drop_peer(asker: Any, world: dict, peering: str, port: dict, controller: Controller) -> None:
+    asker.delete(f"/v1/peerings/{peering}")
+    controller.orchestrator().delete(f"/v1/ports/{port['id']}")
+
+
+QUESTIONS = [("tcp", 22), ("tcp", 80), ("icmp", None), ("udp", 53)]
+
+
+def test_the_peer_tenants_part_of_an_answer_names_nothing_of_the_peer(net: dict, controller: Controller) -> None:
+    """The same questions against two peers whose objects have other names and ids: the answers are byte-identical
+    once the asker's own peering id is set aside, and name nothing of either peer (reasons, legs, hops, steps)."""
+    t, w1 = net["t"], net["w1"]
+    answers = []
+    for name in ("staging", "qa-blue"):
+        port, world, pc = _peer_world(controller, t, net["vpc"], name)
+        got = {}
+        for proto, dport in QUESTIONS:
+            a = ask(t, w1, proto, dport, ip="10.40.1.10")
+            text = json.dumps(a)
+            for secret in world["secrets"]:
+                assert secret not in text, (secret, a)
+            got[(proto, dport)] = text.replace(pc, "PEERING")
+        answers.append(got)
+        whole = ask(net["admin"], w1, "tcp", 22, ip="10.40.1.10")
+        assert f"{name}-vm" in whole["reason"] or port["id"] in json.dumps(whole), "the admin sees the peer's objects"
+        _drop_peer(t, world, pc, port, controller)
+    assert answers[0] == answers[1]
+    a = json.loads(answers[0][("tcp", 22)])
+    assert a["verdict"] == "unreachable"
+    assert a["reason"] == "decided by the peer tenant's configuration: dropped", a["reason"]
+    assert a["forward"]["reason"] == a["reason"] and a["forward"]["delivered_to"] is None
+    assert [h["host"] for h in a["forward"]["hops"]] == ["hv1", "(the peer tenant's host)"]
+    assert a["forward"]["hops"][1]["vni"] is None
+    b = json.loads(answers[0][("tcp", 80)])
+    assert b["verdict"] == "reachable", b
+    assert b["reason"] == "decided by the peer tenant's configuration: delivered; the reply returns"
+    assert b["reply"]["delivered_to"] == w1["id"]  # the asker's own port, named
+
+
+def test_a_foreign_address_answers_as_a_missing_one_without_a_peering(net: dict, controller: Controller) -> None:
+    """A tenant that has no peering learns nothing from an address: another tenant's port's answers as an
+    address nobody has, whether the asker's CIDR differs from the other's or overlaps it, routed or NATed."""
+    t2, x1 = net["t2"], net["x1"]  # x1: 10.5.1.x, in t2's VPC, on hv1
+    t = net["t"]
+    lone = t.post("/v1/vpcs", {"name": "lone", "cidr": "10.5.0.0/16"})  # the same CIDR as t2's
+    sub = t.post("/v1/subnets", {"vpc_id": lone["id"], "name": "lone", "cidr": "10.5.1.0/24"})
+    me = controller.orchestrator().post("/v1/ports", {"subnet_id": sub["id"], "name": "me", "host": "hv1",
+                                                      "ip": "10.5.1.200"})
+    missing = str(ipaddress.IPv4Address(x1["ip"]) + 100)
+    for src in (net["w1"], me):
+        for proto, dport in QUESTIONS:
+            there, nobody = (ask(t, src, proto, dport, ip=ip) for ip in (x1["ip"], missing))
+            a, b = (re.sub(re.escape(ip) + r"(?!\d)", "X", json.dumps(x)) for x, ip in ((there, x1["ip"]),
+                                                                                           (nobody, missing)))
+            assert a == b, "\n".join(difflib.unified_diff(a.split(", "), b.split(", "), lineterm=""))
+            assert x1["id"] not in json.dumps(there) and net["other"]["id"] not in json.dumps(there)
+    assert t2.get(f"/v1/ports/{x1['id']}")["ip"] == x1["ip"]
+
+
+def test_tianji_trace_from_the_peers_side_names_nothing_of_the_peer(net: dict, controller: Controller) -> None:
+    from typer.testing import CliRunner
+
+    from tianjictl.main import _register_components, app
+
+    _register_components()
+    port, world, _pc = _peer_world(controller, net["t"], net["vpc"], "staging")
+    r = CliRunner().invoke(app, ["--url", controller.url, "--token", net["t"].token, "trace", "w1", "10.40.1.10",
+                                 "--port", "22"], env={"COLUMNS": "200"})
+    assert r.exit_code == 8 and r.output.startswith("UNREACHABLE"), r.output
+    assert "decided by the peer tenant's configuration: dropped" in r.output, r.output
+    for secret in world["secrets"]:
+        assert secret not in r.output, (secret, r.output)

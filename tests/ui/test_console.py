@@ -179,3 +179,50 @@ def test_swagger_ui_and_redoc_load_with_no_outside_request(page, world: dict) ->
     page.goto(f"{world['c'].url}/redoc")
     page.wait_for_selector("text=Tianji controller", timeout=15000)
     local_only(page, world)
+
+
+def test_the_analyzer_names_nothing_of_a_peer_tenant(browser, tmp_path: Path) -> None:
+    """Asked from a tenant's port to its peer tenant's port, the console's answer (verdict, reason, hops) names
+    nothing of the peer: its VPC, subnet, groups, port, host, VNI."""
+    with served("sqlite", tmp_path, host_down_after=3600) as c:
+        adm, orch = c.admin, c.orchestrator()
+        for i, h in enumerate(("hv1", "hv2")):
+            adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+        me, peer = c.tenant("initech"), c.tenant("umbrella")
+        ops = me.post("/v1/vpcs", {"name": "ops", "cidr": "10.60.0.0/16"})
+        mine = orch.post("/v1/ports", {"subnet_id": me.post("/v1/subnets", {"vpc_id": ops["id"], "name": "ops-net",
+                                                                            "cidr": "10.60.1.0/24"})["id"],
+                                       "name": "ops-1", "host": "hv1"})
+        lab = peer.post("/v1/vpcs", {"name": "secret-lab", "cidr": "10.61.0.0/16"})
+        lsub = peer.post("/v1/subnets", {"vpc_id": lab["id"], "name": "vault-net", "cidr": "10.61.1.0/24"})
+        vg = peer.post("/v1/security-groups", {"vpc_id": lab["id"], "name": "vault-only", "rules": []})
+        vault = orch.post("/v1/ports", {"subnet_id": lsub["id"], "name": "vault-7", "host": "hv2"})
+        peer.patch(f"/v1/ports/{vault['id']}", {"security_group_ids": [vg["id"]]})
+        pc = me.post("/v1/peerings", {"requester_vpc_id": ops["id"], "accepter_vpc_id": lab["id"]})
+        peer.post(f"/v1/peerings/{pc['id']}/accept")
+        ctx = browser.new_context(viewport={"width": 1500, "height": 950})
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{c.url}/ui/")
+            page.fill("#token", me.token)
+            page.click("#login-form button[type=submit]")
+            page.wait_for_selector("#topology-svg")
+            page.click(f"g.port[data-port-id='{mine['id']}']")
+            page.wait_for_selector("#reachability:not([hidden])")
+            page.fill("#reach-dest", vault["ip"])
+            page.fill("#reach-port", "22")
+            page.click("#reach-form button[type=submit]")
+            page.wait_for_selector("#verdict")
+            assert page.text_content("#verdict") == "UNREACHABLE"
+            assert page.text_content("#reason") == "decided by the peer tenant's configuration: dropped"
+            shown = page.text_content("#reach-result")
+            page.screenshot(path=str(ARTIFACTS / "reachability-peer.png"), full_page=True)
+            for secret in ("secret-lab", "vault", "umbrella", "hv2", lab["id"], lsub["id"], vg["id"], vault["id"],
+                           lab["default_security_group_id"], f"VNI {lab['vni']}", peer.tenant_id):
+                assert secret not in shown, (secret, shown)
+            assert "hv1" in shown and "ops-1" in shown  # the asker's own side, in full
+            assert errors == []
+        finally:
+            ctx.close()
