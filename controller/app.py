@@ -56,6 +56,7 @@ log = logging.getLogger("tianji.controller")
 def create_app(settings: Settings | None = None, *, announce_token: bool = True) -> FastAPI:
     settings = settings or Settings.from_env()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_database_files(settings)
     db = Database(settings.url, settings.sqlite_synchronous)
     db.migrate()
     private_database_files(settings)
@@ -169,12 +170,16 @@ def _ops_routes(app: FastAPI, db: Database, head: str) -> None:
 
 
 def private_database_files(settings: Settings) -> None:
-    """The SQLite database holds every tenant's network and the credentials' hashes: readable by its owner only."""
-    if settings.database_url is None:
-        db = settings.state_dir / "tianji.db"
-        for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-            if f.exists():
-                f.chmod(0o600)
+    """The SQLite database holds every tenant's network, the credentials' hashes and private lines' keys: readable
+    by its owner only, wherever it is. Made 0600 before SQLite opens it (its -wal and -shm files take the main
+    file's mode), and set again for files an older version made."""
+    if (db := settings.sqlite_path) is None:
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+    for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        if f.exists():
+            f.chmod(0o600)
 
 
 def app_from_env() -> FastAPI:

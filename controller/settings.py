@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 VNI_LIMIT = 16_777_215  # 24 bits
 
@@ -30,7 +31,9 @@ class SettingsError(SystemExit):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TIANJI_", extra="ignore", validate_assignment=True)
+    # a variable set to "" is unset (TIANJI_DATABASE_URL= is the SQLite default, never a path named "")
+    model_config = SettingsConfigDict(env_prefix="TIANJI_", extra="ignore", validate_assignment=True,
+                                      env_ignore_empty=True)
 
     state_dir: Path = Field(default_factory=default_state_dir)
     database_url: str | None = None
@@ -188,7 +191,7 @@ class Settings(BaseSettings):
         """The environment (TIANJI_*), then the overrides that are not None. A bad value: SettingsError naming
         the variable."""
         try:
-            return cls(**{k: v for k, v in overrides.items() if v is not None})
+            return cls(**{k: v for k, v in overrides.items() if v is not None and v != ""})
         except ValidationError as e:
             lines = [f"  TIANJI_{'_'.join(str(x) for x in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
             raise SettingsError("tianji: invalid settings:\n" + "\n".join(lines)) from None
@@ -196,3 +199,10 @@ class Settings(BaseSettings):
     @property
     def url(self) -> str:
         return self.database_url or f"sqlite:///{self.state_dir / 'tianji.db'}"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database's file (None on PostgreSQL, or in memory)."""
+        url = make_url(self.url)
+        return Path(url.database) if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+            else None
