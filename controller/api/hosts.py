@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -95,6 +96,8 @@ def _register(s: Session, body: HostRegister, role: str | None, p: Principal) ->
                                                 m.Host.name != body.name)).scalar_one_or_none()
     if clash:
         raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
+    if h is None or h.vtep_ip != body.vtep_ip:
+        not_public(s, body.vtep_ip)
     if h is None:
         h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up", last_seen=now())
         s.add(h)
@@ -102,6 +105,14 @@ def _register(s: Session, body: HostRegister, role: str | None, p: Principal) ->
         h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
     s.flush()
     return host_out(s, h)
+
+
+def not_public(s: Session, vtep: str) -> None:
+    """A host's VTEP is never a public address: EIP pools and the underlay are apart (api/nat.py's pools)."""
+    ip = ipaddress.IPv4Address(vtep)
+    for cidr in s.execute(select(m.EipPool.cidr)).scalars():
+        if ip in ipaddress.IPv4Network(cidr):
+            raise conflict("vtep_ip", f"VTEP {vtep} is in the EIP pool {cidr}: public addresses are tenants' EIPs")
 
 
 @router.get("/hosts", response_model=list[HostOut])
@@ -142,6 +153,7 @@ def update_host(name: str, body: HostUpdate, request: Request, _: Principal = De
                                                         m.Host.name != name)).scalar_one_or_none()
             if clash:
                 raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
+            not_public(s, body.vtep_ip)
             h.vtep_ip = body.vtep_ip
         if body.role is not None and body.role != h.role:
             if h.kind != "gateway":

@@ -57,7 +57,7 @@ class World:
         self.peering = a.post("/v1/peerings", {"requester_vpc_id": self.vpc["id"], "accepter_vpc_id": self.vpc2["id"]})
         self.route = a.post(f"/v1/vpcs/{self.vpc['id']}/routes", {"destination": "10.1.5.0/24",
                                                                    "target": f"peering:{self.peering['id']}"})
-        a.post("/v1/eip-pools", {"cidr": "198.51.100.0/24"})
+        self.eip_pool = a.post("/v1/eip-pools", {"cidr": "198.51.100.0/24"})
         self.eips = [a.post("/v1/eips", {"tenant_id": tid}) for _ in range(4)]
         self.natgw = a.post("/v1/nat-gateways", {"vpc_id": self.vpc["id"], "eip_ids": [self.eips[0]["id"]]})
         self.snat = a.post(f"/v1/nat-gateways/{self.natgw['id']}/snat-rules",
@@ -88,7 +88,7 @@ class World:
             "gw_id": self.natgw["id"], "lb_id": self.lb["id"], "listener_id": self.listener["id"],
             "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"],
             "line_id": self.line["id"], "service_id": self.service["id"], "endpoint_id": self.endpoint["id"],
-            "trace_id": "no-such-trace"}  # answering a trace nobody asked is a 404; its input is still fuzzed
+            "trace_id": "no-such-trace", "eip_pool_id": self.eip_pool["id"]}  # answering a trace nobody asked is a 404; its input is still fuzzed
 
     def baseline(self, method: str, path: str, seq: int) -> dict[str, Any] | None:
         """A valid body for the operation (None: it takes none). Names are fresh each time, so a request that is

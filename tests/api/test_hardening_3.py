@@ -7,11 +7,12 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Controller
+from tests.conftest import Controller, backends, served
 
 
 @pytest.mark.parametrize("where", ["empty", "path"])
@@ -41,3 +42,44 @@ def test_an_empty_setting_is_unset(tmp_path: Path) -> None:
         assert Settings(state_dir=tmp_path).database_url is None
     finally:
         del os.environ["TIANJI_DATABASE_URL"]
+
+
+@pytest.fixture(params=backends())
+def ops(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Controller]:
+    with served(request.param, tmp_path, service_network="100.100.0.0/16",
+                service_source_pool="100.100.0.240/28", underlay_cidrs=["172.31.0.0/16"]) as c:
+        yield c
+
+
+def test_eip_pools_stay_apart_from_everything_else_and_can_be_deleted(ops: Controller) -> None:
+    adm = ops.raw(ops.admin_token)
+    assert adm.post("/v1/hosts", json={"name": "hv1", "vtep_ip": "192.0.2.11"}).status_code == 200
+    for cidr, named in (("100.100.0.240/28", "source pool 100.100.0.240/28"),
+                        ("100.100.5.0/24", "service network 100.100.0.0/16"),
+                        ("172.31.5.0/24", "underlay network 172.31.0.0/16"),
+                        ("192.0.2.0/24", "host hv1's VTEP 192.0.2.11")):
+        r = adm.post("/v1/eip-pools", json={"cidr": cidr})
+        assert r.status_code == 409 and named in r.json()["detail"] and r.json()["field"] == "cidr", r.text
+    assert adm.get("/v1/eip-pools").json() == []
+    pool = adm.post("/v1/eip-pools", json={"cidr": "198.51.100.0/24"}).json()
+    r = adm.post("/v1/eip-pools", json={"cidr": "198.51.100.128/25"})
+    assert r.status_code == 409 and "EIP pool 198.51.100.0/24" in r.json()["detail"]
+    # whichever comes first: a VTEP or a service in a pool is refused too
+    r = adm.post("/v1/hosts", json={"name": "hv2", "vtep_ip": "198.51.100.7"})
+    assert r.status_code == 409 and r.json()["field"] == "vtep_ip" and "198.51.100.0/24" in r.json()["detail"]
+    r = adm.patch("/v1/hosts/hv1", json={"vtep_ip": "198.51.100.8"})
+    assert r.status_code == 409 and r.json()["field"] == "vtep_ip"
+    assert adm.get("/v1/hosts/hv1").json()["vtep_ip"] == "192.0.2.11"
+    svc = adm.post("/v1/services", json={"name": "store", "addresses": ["100.100.1.1"],
+                                         "ports": [{"protocol": "tcp", "port": 80}]})
+    assert svc.status_code == 201, svc.text
+    # a pool is deleted once none of its addresses is a tenant's
+    t = ops.tenant()
+    eip = t.post("/v1/eips", {})
+    r = adm.delete(f"/v1/eip-pools/{pool['id']}")
+    assert r.status_code == 409 and "1 allocated" in r.json()["detail"] and r.json()["field"] == "eip_pool_id"
+    t.delete(f"/v1/eips/{eip['id']}")
+    assert adm.delete(f"/v1/eip-pools/{pool['id']}").status_code == 204
+    assert adm.get("/v1/eip-pools").json() == []
+    assert adm.delete(f"/v1/eip-pools/{pool['id']}").status_code == 404
+    assert t.http.post("/v1/eips", json={}).status_code == 409  # no public addresses left
