@@ -66,9 +66,7 @@ class ServiceCreate(Req):
     @field_validator("allowed_tenants")
     @classmethod
     def _allowed(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and len(set(v)) != len(v):
-            raise ValueError("a tenant is listed twice")
-        return v
+        return _once(v)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ServiceCreate:
@@ -84,8 +82,19 @@ class ServiceCreate(Req):
         return self
 
 
+def _once(v: list[str] | None) -> list[str] | None:
+    if v is not None and len(set(v)) != len(v):
+        raise ValueError("a tenant is listed twice")
+    return v
+
+
 class ServiceUpdate(Req):
     allowed_tenants: list[ID] | None = Field(None, max_length=MAX_ALLOWED)
+
+    @field_validator("allowed_tenants")
+    @classmethod
+    def _allowed(cls, v: list[str] | None) -> list[str] | None:
+        return _once(v)
 
 
 class ServiceOut(BaseModel):

@@ -27,6 +27,7 @@ from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid
 from controller.service_models import may_use
 from controller.settings import Settings
+from controller.table_base import new_id
 
 router = APIRouter(tags=["services"], route_class=WriteRoute)
 
@@ -91,7 +92,11 @@ def _check_addresses(s: Session, settings: Settings, addresses: list[str]) -> No
                                   "(TIANJI_SERVICE_SOURCE_POOL)")
 
 
-def _check_tenants(s: Session, ids: list[str] | None) -> None:
+def _check_tenants(s: Session, ids: list[str] | None, p: Principal) -> None:
+    """The operator's lists are checked; a tenant's are taken as given (an id of no tenant never matches), so that
+    the answer does not tell it which tenant ids exist."""
+    if not p.is_admin:
+        return
     for i, t in enumerate(ids or []):
         if s.get(m.Tenant, t) is None:
             raise invalid(f"allowed_tenants.{i}", f"no tenant {t}")
@@ -123,7 +128,7 @@ def create_service(body: ServiceCreate, request: Request, p: Principal = Depends
             svc = m.Service(name=body.name, tenant_id=None, addresses=body.addresses,
                             ports=[x.model_dump() for x in body.ports], proxy_protocol=body.proxy_protocol,
                             allowed_tenants=body.allowed_tenants)
-        _check_tenants(s, body.allowed_tenants)
+        _check_tenants(s, body.allowed_tenants, p)
         if s.execute(select(m.Service.id).where(m.Service.name == svc.name)).first():
             raise conflict("name", f"a service named {svc.name!r} exists: the name is the endpoints' DNS name, "
                                    "pick another")
@@ -174,7 +179,7 @@ def update_service(service_id: str, body: ServiceUpdate, request: Request,
                                                            .where(m.Service.id == service_id)).scalar()]) as t:
         s = t.session
         svc = _owned_service(s, service_id, p)
-        _check_tenants(s, body.allowed_tenants)
+        _check_tenants(s, body.allowed_tenants, p)
         if body.allowed_tenants is None and svc.tenant_id is not None:
             raise invalid("allowed_tenants", "a published load balancer names the tenants it is shared with")
         svc.allowed_tenants = [x for x in body.allowed_tenants if x != svc.tenant_id] \
@@ -215,11 +220,12 @@ def _endpoint_port(t, body: EndpointCreate, svc: m.Service, p: Principal, settin
                         p, bulk=False, quota=settings.quotas)[0]
 
 
-def _provider_port(t, lb: m.LoadBalancer, vpc: m.Vpc, settings: Settings):
+def _provider_port(t, lb: m.LoadBalancer, endpoint_id: str, settings: Settings):
     """A published load balancer's side of an endpoint: a port in the provider's VIP subnet, its connections'
-    source there (the provider tells consumers apart by it, or by the PROXY header), on the provider's quota."""
+    source there (the provider tells consumers apart by it, or by the PROXY header), on the provider's quota.
+    Named by the endpoint's id (the PROXY header's too), never by anything of the consumer's."""
     owner = Principal(kind="tenant", tenant_id=lb.tenant_id)
-    return insert_ports(t, [PortCreate(subnet_id=lb.subnet_id, name=f"consumer-{_label(vpc.name)}"[:64])], owner,
+    return insert_ports(t, [PortCreate(subnet_id=lb.subnet_id, name=f"consumer-{endpoint_id}")], owner,
                         bulk=False, quota=settings.quotas)[0]
 
 
@@ -267,10 +273,11 @@ def create_endpoint(body: EndpointCreate, request: Request, p: Principal = Depen
                                              "per service and VPC")
             quotas.check(s, settings.quotas, vpc.tenant_id, "service_endpoints")
             port = _endpoint_port(t, body, svc, p, settings)
-            provider = _provider_port(t, lb, vpc, settings) if svc.load_balancer_id else None
+            ep_id = new_id()
+            provider = _provider_port(t, lb, ep_id, settings) if svc.load_balancer_id else None
             t.flush_deferred()  # the endpoint's port rows, which the endpoint refers to
-            ep = m.ServiceEndpoint(tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id, service_id=svc.id,
-                                   port_id=port.id, address=port.ip,
+            ep = m.ServiceEndpoint(id=ep_id, tenant_id=vpc.tenant_id, vpc_id=vpc.id, subnet_id=subnet.id,
+                                   service_id=svc.id, port_id=port.id, address=port.ip,
                                    dns_name=f"{svc.name}.{_label(vpc.name)}.internal",
                                    source_address=None if provider else _source_address(s, settings),
                                    provider_port_id=provider.id if provider else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from controller import models as m
 from controller import quotas
@@ -78,10 +78,12 @@ def delete_tenant(tenant_id: str, request: Request, _: Principal = Depends(requi
         tenant = t.session.get(m.Tenant, tenant_id)
         if tenant is None:
             raise not_found("tenant", tenant_id)
-        held = {k: n for k, n in quotas.usage(t.session, tenant_id).items() if n}
+        # its tokens go with it (revoked): they are its credentials, not its resources
+        held = {k: n for k, n in quotas.usage(t.session, tenant_id).items() if n and k != "tokens"}
         if held:
             what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in held.items())
             raise conflict(None, f"tenant {tenant.name} still has {what}; delete them first")
+        t.session.execute(delete(m.TenantToken).where(m.TenantToken.tenant_id == tenant_id))
         t.session.delete(tenant)
         revoke_everywhere(t.session)
     forget_credentials(request.app.state)

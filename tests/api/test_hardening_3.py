@@ -83,3 +83,43 @@ def test_eip_pools_stay_apart_from_everything_else_and_can_be_deleted(ops: Contr
     assert adm.get("/v1/eip-pools").json() == []
     assert adm.delete(f"/v1/eip-pools/{pool['id']}").status_code == 404
     assert t.http.post("/v1/eips", json={}).status_code == 409  # no public addresses left
+
+
+def test_deleting_an_empty_tenant_revokes_its_tokens(ops: Controller) -> None:
+    t = ops.tenant()
+    t.post(f"/v1/tenants/{t.tenant_id}/tokens", {"name": "ci"})
+    adm = ops.raw(ops.admin_token)
+    assert adm.delete(f"/v1/tenants/{t.tenant_id}").status_code == 204
+    assert t.http.get("/v1/vpcs").status_code == 401  # its tokens went with it
+    assert adm.get(f"/v1/tenants/{t.tenant_id}").status_code == 404
+    busy = ops.tenant()
+    busy.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
+    r = adm.delete(f"/v1/tenants/{busy.tenant_id}")
+    assert r.status_code == 409 and "1 vpcs" in r.json()["detail"] and "token" not in r.json()["detail"]
+
+
+def test_a_published_load_balancer_learns_nothing_of_its_consumers_and_lists_are_checked_alike(
+        ops: Controller) -> None:
+    prov = ops.tenant()
+    pvpc = prov.post("/v1/vpcs", {"name": "prov", "cidr": "10.9.0.0/16"})
+    psn = prov.post("/v1/subnets", {"vpc_id": pvpc["id"], "name": "s", "cidr": "10.9.1.0/24"})
+    lb = prov.post("/v1/load-balancers", {"name": "api", "vpc_id": pvpc["id"], "subnet_id": psn["id"]})
+    prov.post(f"/v1/load-balancers/{lb['id']}/listeners", {"protocol": "tcp", "port": 443})
+    cons = ops.tenant()
+    cvpc = cons.post("/v1/vpcs", {"name": "very-secret-project", "cidr": "10.0.0.0/16"})
+    csn = cons.post("/v1/subnets", {"vpc_id": cvpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    # a tenant's list: an id of no tenant and an existing tenant's id get the same answer
+    raw = ops.raw(prov.token)
+    svc = prov.post("/v1/services", {"name": "api", "load_balancer_id": lb["id"], "allowed_tenants": []})
+    nobody = "00000000-0000-4000-8000-000000000000"
+    for ids in ([nobody], [cons.tenant_id]):
+        r = raw.patch(f"/v1/services/{svc['id']}", json={"allowed_tenants": ids})
+        assert r.status_code == 200 and r.json()["allowed_tenants"] == ids, r.text
+    r = raw.patch(f"/v1/services/{svc['id']}", json={"allowed_tenants": [cons.tenant_id, cons.tenant_id]})
+    assert r.status_code == 422 and r.json()["field"] == "allowed_tenants", r.text
+    assert prov.get(f"/v1/services/{svc['id']}")["allowed_tenants"] == [cons.tenant_id]
+    ep = cons.post("/v1/service-endpoints", {"vpc_id": cvpc["id"], "subnet_id": csn["id"],
+                                             "service_id": svc["id"]})
+    theirs = [p for p in prov.get("/v1/ports") if p["name"].startswith("consumer-")]
+    assert [p["name"] for p in theirs] == [f"consumer-{ep['id']}"]
+    assert "very-secret-project" not in str(prov.get("/v1/ports"))
