@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 
 from controller import errors, openapi
 from controller.api import (
+    eip_pools,
     gateways,
     host_stream,
     hosts,
@@ -105,8 +106,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
     # the agents' and gateways' routes first: routes are matched in turn (about 3 µs each in FastAPI 0.165), and a
     # thousand hosts' reports and streams are most of the requests
-    for r in (hosts, host_stream, gateways, tenants, vpcs, subnets, ports, peerings, security_groups, nat, lb,
-              lb_health, private_lines, services, reachability, traces):
+    for r in (hosts, host_stream, gateways, tenants, vpcs, subnets, ports, peerings, security_groups, nat, eip_pools,
+              lb, lb_health, private_lines, services, reachability, traces):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)

@@ -29,16 +29,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, delete, event, insert, select, text, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
 
-from controller import audit, change_log, failpoints, stamps
+from controller import audit, change_log, stamps
 from controller import models as m
-from controller.errors import ApiError
-from controller.idempotency_models import CLAIM, Claim, IdempotencyKey, table_of
+from controller.idempotent_writes import CLAIM, note_created_resource, take
 from controller.stamps import CHANGES, STAMPED, ChangeSet, rows_affect
-from controller.table_base import now
 
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -126,33 +123,6 @@ def _check_flush(s: Session, _ctx: UOWTransaction, _instances: object) -> None:
 def _note_created_tenants(s: Session, _ctx: UOWTransaction) -> None:
     if LOCKED_TENANTS in s.info:
         s.info.setdefault(CREATED_TENANTS, set()).update(o.id for o in s.new if isinstance(o, m.Tenant))
-
-
-def _note_created_resource(s: Session, _ctx: UOWTransaction) -> None:
-    """A keyed create's row (what its key will say it made, if the process dies before keeping its answer)."""
-    claim = CLAIM.get()
-    if claim is not None and claim.created is None and LOCKED_TENANTS in s.info:
-        table = table_of(claim.collection)
-        claim.created = next((o.id for o in s.new if o.__table__.name == table), None)
-
-
-def _take(s: Session, txn: WriteTxn, claim: Claim) -> None:
-    """The request's Idempotency-Key, inserted in the transaction of the write it makes: the key and what it
-    created commit together or not at all (controller/idempotency.py)."""
-    if claim.created is None:
-        table = table_of(claim.collection)
-        rows = [r for stmt, params in txn.deferred if stmt.table.name == table
-                for r in (params if isinstance(params, list) else [params])]
-        claim.created = rows[0].get("id") if rows else None
-    resource = f"{claim.collection.rstrip('/')}/{claim.created}" if claim.created else None
-    try:
-        s.execute(insert(IdempotencyKey.__table__).values(
-            credential=claim.credential, key=claim.key, request=claim.digest, created_at=now(), resource=resource))
-    except IntegrityError:
-        claim.lost = True
-        raise ApiError(409, "a request with this Idempotency-Key ran at the same time and made its change; retry "
-                            "with the same key to get its answer", "Idempotency-Key") from None
-    failpoints.point("idempotency.before-commit")
 
 
 class WriteTxn:
@@ -276,7 +246,7 @@ class Database:
         event.listen(self.sessions, "before_flush", stamps.collect)
         event.listen(self.sessions, "do_orm_execute", stamps.guard)
         event.listen(self.sessions, "after_flush", _note_created_tenants)
-        event.listen(self.sessions, "after_flush", _note_created_resource)
+        event.listen(self.sessions, "after_flush", note_created_resource)
         self.listeners: list[Callable[[ChangeSet], None]] = []
         # SQLite has one writer: this process's writers queue here and the next one starts the moment the lock is
         # free, where SQLite's busy handler would have them sleep and retry in steps of up to 100 ms (measured: a
@@ -348,7 +318,7 @@ class Database:
             yield txn
             s.flush()
             if claim is not None:
-                _take(s, txn, claim)
+                take(s, txn.deferred, claim)
             log_entry = audit.entry()
             if self.is_postgres:
                 txn.changes.revision = self._finish(s, txn, bump=late, log_entry=log_entry)

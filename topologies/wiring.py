@@ -20,6 +20,13 @@ def underlay_mtu(topology: dict) -> int:
     return int(topology.get("underlay_mtu", 1500))
 
 
+def quiet_handoff(node: object, segment_end: str) -> None:
+    """The handoff carries the lines' tagged frames only: no kernel's own IPv6 (router solicitations, DAD) from
+    either end of a link to it, set before the links come up."""
+    node.cmd("sysctl", "-q", "-w", "net.ipv6.conf.ho0.disable_ipv6=1")  # type: ignore[attr-defined]
+    subprocess.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{segment_end}.disable_ipv6=1"], capture_output=True)
+
+
 def _handoff_end(st: State, node: str) -> str:
     """A node's link to the handoff, by its end on the segment: removed by name at teardown (a BGP socket left
     retransmitting its FIN keeps a deleted namespace, and its end of the veth, alive for minutes)."""
@@ -115,6 +122,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 if n in lines:
                     net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
+                    quiet_handoff(node, _handoff_end(st, n))
                 elif n in svcs:  # its external side is the service network
                     net.addLink(node, seg["sv"], intfName1="ext0", intfName2=f"{st.name}{n}s"[:15])
                 else:
@@ -130,6 +138,7 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 info["underlay_ip"] = addr
             elif role == "onprem":  # the site's router's trunk to the handoff (topologies/site.py tags it)
                 net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
+                quiet_handoff(node, _handoff_end(st, n))
             elif role == "external":
                 net.addLink(node, seg["ex"], intfName1="eth0", intfName2=f"{st.name}{n}x"[:15])
                 node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")

@@ -71,7 +71,7 @@ class EdgeSpeaker(FrrNamespace):
         ns = "tje-" + hashlib.blake2b(f"{instance}|{spec.local}".encode(), digest_size=5).hexdigest()
         super().__init__(ns, ns.replace("tje-", "te"), spec.local, spec.peer, mac, workdir,
                          {"bfdd": bfdd_conf(spec.peer, spec.local_ip), "bgpd": bgpd_conf(spec, ns)},
-                         f"edge routing: {spec.local} -> {spec.peer} (AS {spec.peer_asn})")
+                         f"edge routing: {spec.local} -> {spec.peer} (AS {spec.peer_asn})", instance)
         self.spec = spec
         self.announced: set[str] = set()
 

@@ -49,12 +49,16 @@ class FrrNamespace:
     (daemon -> its config; zebra's is made here), speaking to `peer`."""
 
     def __init__(self, ns: str, tap: str, local: str, peer: str, mac: str, workdir: Path, confs: dict[str, str],
-                 label: str) -> None:
+                 label: str, owner: str) -> None:
         self.ns, self.tap, self.local, self.peer, self.mac = ns, tap[:15], local, peer, mac
         self.confs, self.label = confs, label
         self.dir = workdir / ns
         self.fd: int | None = None
         self.procs: list[subprocess.Popen] = []
+        self.owner = owner
+        self.lifeline: int | None = None
+        self.reaper: subprocess.Popen | None = None
+        self.neighbor: dict = {}  # bgpd's last word on the peer (show bgp neighbors json)
 
     @property
     def local_ip(self) -> str:
@@ -66,6 +70,10 @@ class FrrNamespace:
     def start(self) -> None:
         self.stop()
         netns.create(self.ns)
+        # the speaker's kernel says nothing of its own on the wire (no IPv6 router solicitations, no DAD): only
+        # what its daemons speak leaves through the instance
+        subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=True, capture_output=True)
         fd = os.open("/dev/net/tun", os.O_RDWR)
         fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", self.tap.encode(), IFF_TAP | IFF_NO_PI))
         self.fd = fd
@@ -82,7 +90,9 @@ class FrrNamespace:
         for p in (self.dir, run, *self.dir.iterdir()):
             shutil.chown(p, "frr", "frr")
         os.chmod(self.dir, 0o700)  # an MD5 key may be in bgpd.conf
-        for d in DAEMONS:  # children of the instance, in its process group: they end with it, however it ends
+        (self.dir / "owner").write_text(self.owner)
+        self._lifeline()
+        for d in DAEMONS:  # they end with the instance, however it ends: the reaper (_lifeline) sees to it
             self.procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", self.ns, str(FRR / d), "-N", self.ns, "-f", str(self.dir / f"{d}.conf"),
                  "-i", str(self.dir / f"{d}.pid"), "--log", f"file:{self.dir / d}.log"],
@@ -91,8 +101,20 @@ class FrrNamespace:
                 wait_for_path(run / "zserv.api")
         log.info("%s in namespace %s", self.label, self.ns)
 
+    def _lifeline(self) -> None:
+        """A reaper for the namespace, in a session of its own, that waits on a pipe only this process holds open:
+        when the instance ends (stop(), a crash, kill -9, the OOM killer), the pipe closes and the reaper kills
+        every process left in the namespace and removes it. FRR's daemons drop privileges, which clears a
+        parent-death signal, and a signal to the instance alone does not reach its children: hence a watcher."""
+        r, w = os.pipe()  # not inheritable (PEP 446): the daemons and other children never hold the write end
+        self.reaper = subprocess.Popen(["sh", "-c", REAPER, "tianji-frr-reaper", self.ns], stdin=r,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        os.close(r)
+        self.lifeline = w
+
     def stop(self) -> None:
-        """Its daemons (by their pid files), its tap and its namespace: nothing of it stays behind."""
+        """Its daemons (bgpd first: it tells the peer with a NOTIFICATION), then anything left in its namespace,
+        its tap and the namespace: nothing of it stays behind."""
         for p in reversed(self.procs):
             p.terminate()
         for p in self.procs:
@@ -102,18 +124,16 @@ class FrrNamespace:
                 p.kill()
                 p.wait()
         self.procs = []
-        for d in DAEMONS:  # a previous instance's, killed alone before it could stop them: its own daemons only
-            try:
-                pid = int((self.dir / f"{d}.pid").read_text().split()[0])
-                if self.ns.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
+        if self.lifeline is not None:  # the reaper's turn, waited for: it must not outlive into a new start
+            os.close(self.lifeline)
+            self.lifeline = None
+            if self.reaper is not None:
+                self.reaper.wait(10)
+                self.reaper = None
+        reap(self.dir)
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.ns in netns.listnetns():
-            netns.remove(self.ns)
 
     def write(self, frame: bytes) -> None:
         if self.fd is not None:
@@ -140,6 +160,7 @@ class FrrNamespace:
             bfd = self.vtysh("show bfd peers json")
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             return st | {"last_error": f"FRR did not answer: {e}"}, None
+        self.neighbor = nb
         af = nb.get("addressFamilyInfo", {}).get("ipv4Unicast", {})
         st.update(bgp_state=nb.get("bgpState", "Idle"), received=af.get("acceptedPrefixCounter", 0),
                   accepted=af.get("acceptedPrefixCounter", 0), advertised=af.get("sentPrefixCounter", 0))
@@ -160,6 +181,53 @@ class FrrNamespace:
                       for r in routes)
 
 
+# kill -9 what is left in the namespace (by `ip netns pids`: whatever runs there, under any pid file), then remove it
+REAPER = ('cat >/dev/null; for p in $(ip netns pids "$1" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; '
+          'ip netns del "$1" 2>/dev/null; exit 0')
+
+
+def reap(ns_dir: Path) -> None:
+    """What a speaker whose working directory is `ns_dir` left: its daemons (their pid files, checked to be FRR's
+    for that namespace), anything else in its namespace, and the namespace."""
+    ns = ns_dir.name
+    for d in DAEMONS:
+        try:
+            pid = int((ns_dir / f"{d}.pid").read_text().split()[0])
+            if ns.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+    if ns in netns.listnetns():
+        for pid in netns_pids(ns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        netns.remove(ns)
+
+
+def netns_pids(ns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10).stdout
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+def reap_left_by(workdir: Path, owner: str) -> list[str]:
+    """At an instance's start: the speakers an earlier run of the same instance (`owner`) left behind, killed
+    with it before its reapers could run (or with them): reaped. Returns their namespaces."""
+    left = []
+    for d in sorted(workdir.glob("*/owner")) if workdir.is_dir() else []:
+        try:
+            if d.read_text().strip() != owner:
+                continue
+        except OSError:
+            continue
+        reap(d.parent)
+        left.append(d.parent.name)
+    if left:
+        log.warning("reaped what an earlier run of %s left: %s", owner, ", ".join(left))
+    return left
+
+
 def wait_for_path(path: Path, timeout: float = 10) -> None:
     """Until `path` exists (a daemon's socket); RuntimeError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -169,4 +237,4 @@ def wait_for_path(path: Path, timeout: float = 10) -> None:
         time.sleep(0.02)
 
 
-__all__ = ["BFD_MS", "BFD_MULT", "FrrNamespace", "bfdd_conf", "frr_available", "wait_for_path"]
+__all__ = ["BFD_MS", "BFD_MULT", "FrrNamespace", "bfdd_conf", "frr_available", "reap_left_by", "wait_for_path"]

@@ -88,7 +88,8 @@ class World:
             "gw_id": self.natgw["id"], "lb_id": self.lb["id"], "listener_id": self.listener["id"],
             "pool_id": self.pool["id"], "member_id": self.member["id"], "token_id": self.token["id"],
             "line_id": self.line["id"], "service_id": self.service["id"], "endpoint_id": self.endpoint["id"],
-            "trace_id": "no-such-trace", "eip_pool_id": self.eip_pool["id"]}  # answering a trace nobody asked is a 404; its input is still fuzzed
+            # answering a trace nobody asked is a 404; its input is still fuzzed
+            "trace_id": "no-such-trace", "eip_pool_id": self.eip_pool["id"]}
 
     def baseline(self, method: str, path: str, seq: int) -> dict[str, Any] | None:
         """A valid body for the operation (None: it takes none). Names are fresh each time, so a request that is

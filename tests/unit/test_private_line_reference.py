@@ -101,7 +101,7 @@ def test_bgpd_advertises_the_vpc_only_with_the_limit_and_the_key() -> None:
     conf = bgpd_conf(SessionSpec("l", 100, "169.254.10.1/30", "169.254.10.2", 64512, 65010, "k3y", 7,
                                  "10.0.0.0/16"), "tjl-x")
     for want in ("router bgp 64512", "neighbor 169.254.10.2 remote-as 65010", "neighbor 169.254.10.2 password k3y",
-                 "neighbor 169.254.10.2 bfd", "network 10.0.0.0/16", "neighbor 169.254.10.2 maximum-prefix 7",
+                 "neighbor 169.254.10.2 bfd", "network 10.0.0.0/16", "neighbor 169.254.10.2 maximum-prefix 7 restart 1",
                  "neighbor 169.254.10.2 prefix-list tj-vpc out", "ip prefix-list tj-vpc seq 5 permit 10.0.0.0/16"):
         assert want in conf
 

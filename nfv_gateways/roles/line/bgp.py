@@ -23,6 +23,10 @@ from nfv_gateways.core.frr import FrrNamespace, bfdd_conf, frr_available, wait_f
 
 log = logging.getLogger("tianji.gateway")
 MD5_RECENT_S = 10.0  # a signature failure this recent is why a session is down (the customer retries every second)
+# a session torn down for too many prefixes comes back by itself after this many minutes (bgpd's `maximum-prefix N
+# restart M`; 1 is its least): soon enough that a customer who withdrew the excess is back within a minute without
+# calling anyone, slow enough that a router stuck advertising too many costs one teardown a minute, not a flap
+MAX_PREFIX_RESTART_MIN = 1
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ def bgpd_conf(spec: SessionSpec, ns: str) -> str:
         lines.append(f" neighbor {c} password {spec.md5}")
     lines += [" address-family ipv4 unicast", f"  network {spec.advertise}",
               f"  neighbor {c} prefix-list tj-vpc out",  # the VPC's CIDR only: never a learned route back
-              f"  neighbor {c} maximum-prefix {spec.max_prefixes}", " exit-address-family", "!",
+              f"  neighbor {c} maximum-prefix {spec.max_prefixes} restart {MAX_PREFIX_RESTART_MIN}",
+              " exit-address-family", "!",
               f"ip prefix-list tj-vpc seq 5 permit {spec.advertise}", "!"]
     return "\n".join(lines) + "\n"
 
@@ -72,9 +77,10 @@ class SessionDaemons(FrrNamespace):
         super().__init__(ns, ns.replace("tjl-", "tl"), spec.local, spec.customer, mac, workdir,
                          {"bfdd": bfdd_conf(spec.customer, spec.local_ip), "bgpd": bgpd_conf(spec, ns)},
                          f"private line {spec.line_id}: session {spec.local} -> {spec.customer} "
-                         f"(AS {spec.customer_asn})")
+                         f"(AS {spec.customer_asn})", instance)
         self.spec = spec
         self.md5_seen, self.md5_until = 0, 0.0  # MD5 failures counted so far; reported as the cause until then
+        self.retry_at: str | None = None  # after a max-prefix teardown: when bgpd restarts the session (UTC)
 
     def state(self) -> dict:
         """The session's BGP and BFD state and counters, as the daemons say, and why it is down."""
@@ -87,6 +93,15 @@ class SessionDaemons(FrrNamespace):
                 st["last_error"] = "MD5 mismatch: the customer's router signs with another password (or none)"
             elif reason:
                 st["last_error"] = _error_of(reason)
+        ms = self.neighbor.get("restartInTimerMsec") if st["bgp_state"] != "Established" else None
+        if ms is None:
+            self.retry_at = None
+        else:  # torn down for its prefixes: when bgpd tries again (said once per teardown: the words stay put)
+            self.retry_at = self.retry_at or time.strftime("%H:%M:%S", time.gmtime(time.time() + int(ms) / 1000))
+            at = self.retry_at
+            st["last_error"] = (f"max-prefix exceeded (more than {self.spec.max_prefixes} prefixes): the session "
+                                f"retries by itself at {at} UTC, once the site advertises at most "
+                                f"{self.spec.max_prefixes}")
         return st
 
     def _md5_failures(self) -> int:

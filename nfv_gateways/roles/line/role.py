@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nfv_gateways.core.frr import reap_left_by
 from nfv_gateways.core.options import GatewayOptions
 from nfv_gateways.core.packet import Verdict, ip2int
 from nfv_gateways.core.sections import VpcParts
@@ -70,6 +71,14 @@ class LineStage:
         pass
 
 
+def quiet_ipv6(ifname: str) -> None:
+    """No IPv6 on `ifname` (this namespace's /proc/sys/net is its own, unlike a Mininet host's sysfs)."""
+    try:
+        Path(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6").write_text("1")
+    except OSError as e:
+        log.warning("%s: IPv6 left on (%s): the kernel's router solicitations will reach the handoff", ifname, e)
+
+
 class LineRole:
     name = "private-line"
     expiry_interval = 5.0
@@ -84,6 +93,8 @@ class LineRole:
         self.handoff = Handoff(o.external_if, mac_bytes(self.mac), counters)
         if o.external_if and Path(f"/sys/class/net/{o.external_if}").exists():
             self.handoff.keep_tags()
+        if o.external_if:  # the handoff carries the lines' tagged traffic only: not our kernel's IPv6 (RS, DAD)
+            quiet_ipv6(o.external_if)
         self.stage = LineStage(self.table, self.handoff)
         self.served: dict[str, tuple[PrivateLineServed, ...]] = {}  # VPC id -> its lines with sessions here
         self.wanted: dict[SessionKey, SessionSpec] = {}
@@ -93,6 +104,7 @@ class LineRole:
         self.reported: dict[str, tuple[Any, float]] = {}  # line -> (what was reported, when)
         self.changed = threading.Event()
         self.inst: Instance | None = None
+        reap_left_by(o.state_dir / "lines", o.name)  # an earlier run's sessions, if it was killed with its reapers
 
     def attach(self, dp: NativeDataPlane | None) -> LineStage:
         """The data plane owns the handoff (the role sends through it); with its C library, the C stage runs."""
