@@ -5,6 +5,7 @@ sections (the lines whose sessions are placed on it)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -36,10 +37,16 @@ def pairs_of(line: Any) -> list[tuple[str, str]]:
     return out
 
 
-def session_instances(line_id: str, has_secondary: bool, live: dict[str, str] | list[str]) -> set[str]:
+def session_instances(line_id: str, has_secondary: bool, live: dict[str, str] | list[str],
+                      placed: Sequence[str | None] = ()) -> set[str]:
     """The instances carrying a session of the line now: what it learned before a session moved away routes
     nothing."""
-    return {i for i in line_hosts(line_id, 2 if has_secondary else 1, live) if i}
+    return {i for i in line_hosts(line_id, 2 if has_secondary else 1, live, placed) if i}
+
+
+def placed_in(row: Any) -> tuple[str | None, str | None]:
+    """A line's placement as a row of Q_LINES or Q_LINE_ROUTES carries it (controller/line_placement.py)."""
+    return row.placed0, row.placed1
 
 
 def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[RouteInfo]:
@@ -53,7 +60,7 @@ def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[
     for r in rows:
         key = (r.destination, r.line_id)
         if r.line_id not in carrying:
-            carrying[r.line_id] = session_instances(r.line_id, r.secondary_local_ip is not None, live)
+            carrying[r.line_id] = session_instances(r.line_id, r.secondary_local_ip is not None, live, placed_in(r))
         if r.origin == "static":
             through[key] = ("static", set(carrying[r.line_id]))
         elif through.get(key, ("bgp",))[0] == "bgp" and r.instance in carrying[r.line_id]:
@@ -87,7 +94,7 @@ def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[s
     by_vpc: dict[str, list[PrivateLineServed]] = defaultdict(list)
     for line_id, (r,) in lines.items():
         here = [LineSessionServed.model_construct(local_ip=lo, customer_ip=cu, prefixlen=r.prefixlen)
-                for inst, lo, cu in line_sessions(line_id, pairs_of(r), live) if inst == name]
+                for inst, lo, cu in line_sessions(line_id, pairs_of(r), live, placed_in(r)) if inst == name]
         if not here:
             continue
         v = vpcs[r.vpc_id]

@@ -32,6 +32,17 @@ class PrivateLine(Base):
     __table_args__ = (UniqueConstraint("vpc_id", "name", name="uq_private_line_vpc_name"),)
 
 
+class PrivateLinePlacement(Base):
+    """Where a session of a line runs (0: the primary, 1: the secondary): kept while that instance lives, so an
+    instance coming back takes nothing back by itself (a session moved is a session down); set again when it dies,
+    and from scratch by an operator's rebalance (controller/line_placement.py)."""
+
+    __tablename__ = "private_line_placements"
+    line_id: Mapped[str] = mapped_column(ForeignKey("private_lines.id", ondelete="CASCADE"), primary_key=True)
+    session: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance: Mapped[str] = mapped_column(String(64))
+
+
 class PrivateLineStaticRoute(Base):
     """A customer prefix reached over the line without BGP."""
 

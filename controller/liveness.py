@@ -16,6 +16,7 @@ from sqlalchemy import bindparam, select, text, update
 
 from controller import models as m
 from controller.db import Database
+from controller.line_placement import instance_changed
 from controller.models import now
 
 if TYPE_CHECKING:
@@ -133,6 +134,7 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
                 continue  # it beat meanwhile
             h.status = "down"
             t.session.execute(update(m.Port.__table__).where(m.Port.__table__.c.host == name).values(status="DOWN"))
+            instance_changed(t.session, name, h)  # a private-line instance's sessions move to the live ones
     return [n for n, _ in stale]
 
 

@@ -24,6 +24,7 @@ from controller.idempotency_models import IdempotencyKey  # noqa: F401 - likewis
 from controller.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
     PrivateLine,
     PrivateLineLearned,
+    PrivateLinePlacement,
     PrivateLineSession,
     PrivateLineStaticRoute,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 
 
 def home(key: str, instances: list[str] | dict[str, str]) -> str | None:
@@ -50,20 +51,27 @@ def spread_buckets(key: str, count: int, serving: list[str]) -> list[str]:
     return owners
 
 
-def line_hosts(line_id: str, sessions: int, instances: dict[str, str] | list[str]) -> list[str | None]:
-    """The instance each of a private line's `sessions` BGP sessions runs on: the first on the live private-line
-    instance that weighs highest for the line, the second (the redundant pair) on the next one, so that losing one
-    instance leaves a session up; with one instance live, both run on it (None: no instance live). An instance's
-    loss moves only its sessions (rendezvous order)."""
+def line_hosts(line_id: str, sessions: int, instances: dict[str, str] | list[str],
+               placed: Sequence[str | None] = ()) -> list[str | None]:
+    """The instance each of a private line's `sessions` BGP sessions runs on. A session stays where it is placed
+    (`placed`, by session) while that instance is live: moving a session takes it down, so a returning instance
+    takes nothing back (an operator rebalances). One placed nowhere live goes to the live instance that weighs
+    highest for the line and carries no other session of it (the redundant pair on two instances, so that losing
+    one leaves a session up); with one instance live, both run on it (None: no instance live)."""
     ranked = sorted(instances, key=lambda i: _weight(f"line:{line_id}", i), reverse=True)
-    return [ranked[k % len(ranked)] if ranked else None for k in range(sessions)]
+    out = [p if p in instances else None for p in [*placed, *[None] * sessions][:sessions]]
+    for k in range(sessions):
+        if out[k] is None and ranked:
+            free = [i for i in ranked if i not in out]
+            out[k] = free[0] if free else ranked[k % len(ranked)]
+    return out
 
 
-def line_sessions(line_id: str, pairs: list[tuple[str, str]], instances: dict[str, str] | list[str]) \
-        -> list[tuple[str | None, str, str]]:
+def line_sessions(line_id: str, pairs: list[tuple[str, str]], instances: dict[str, str] | list[str],
+                  placed: Sequence[str | None] = ()) -> list[tuple[str | None, str, str]]:
     """Each session's (instance, local address, customer address), `pairs` placed by line_hosts."""
-    return [(host, local, customer)
-            for host, (local, customer) in zip(line_hosts(line_id, len(pairs), instances), pairs, strict=True)]
+    return [(host, local, customer) for host, (local, customer)
+            in zip(line_hosts(line_id, len(pairs), instances, placed), pairs, strict=True)]
 
 
 LINE_BUCKETS = 8  # like NAT_BUCKETS: a VM's source address picks the instance among those a route goes through

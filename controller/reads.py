@@ -83,20 +83,30 @@ Q_ROUTES = select(_ROUTES.c.vpc_id, _ROUTES.c.destination, _ROUTES.c.target_type
 # the names the VPCs' resolvers answer: their service endpoints'
 Q_DNS = select(_ENDPOINTS.c.vpc_id, _ENDPOINTS.c.dns_name, _ENDPOINTS.c.address) \
     .where(in_ids(_ENDPOINTS.c.vpc_id, "vpcs")).order_by(_ENDPOINTS.c.dns_name)
+_PLACED = m.PrivateLinePlacement.__table__
+
+
+def _placed(session: int) -> Any:
+    """A line's session's instance as placed (controller/line_placement.py), beside the line's columns."""
+    return select(_PLACED.c.instance).where(_PLACED.c.line_id == _LINES.c.id, _PLACED.c.session == session) \
+        .scalar_subquery().label(f"placed{session}")
+
+
 # every private-line route of these VPCs: a static one (instance NULL) or one an instance learned, a row each
 Q_LINE_ROUTES = union_all(
     select(_LINES.c.vpc_id, _LINES.c.id.label("line_id"), _LINE_STATIC.c.destination, literal("static").label("origin"),
-           null().label("instance"), _LINES.c.secondary_local_ip)
+           null().label("instance"), _LINES.c.secondary_local_ip, _placed(0), _placed(1))
     .join(_LINE_STATIC, _LINE_STATIC.c.line_id == _LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")),
     select(_LINES.c.vpc_id, _LINES.c.id.label("line_id"), _LINE_LEARNED.c.prefix.label("destination"),
-           literal("bgp").label("origin"), _LINE_LEARNED.c.instance, _LINES.c.secondary_local_ip)
+           literal("bgp").label("origin"), _LINE_LEARNED.c.instance, _LINES.c.secondary_local_ip, _placed(0),
+           _placed(1))
     .join(_LINE_LEARNED, _LINE_LEARNED.c.line_id == _LINES.c.id).where(in_ids(_LINES.c.vpc_id, "vpcs")),
 ).order_by("line_id", "destination", "instance")
 # the private lines of these VPCs, a row per static route (NULL: none)
 Q_LINES = select(_LINES.c.vpc_id, _LINES.c.id, _LINES.c.vlan_id, _LINES.c.customer_asn, _LINES.c.customer_ip,
                  _LINES.c.local_ip, _LINES.c.prefixlen, _LINES.c.secondary_customer_ip, _LINES.c.secondary_local_ip,
                  _LINES.c.md5_password, _LINES.c.max_prefixes, _LINE_STATIC.c.destination,
-                 _VPCS.c.cidr.label("vpc_cidr")) \
+                 _VPCS.c.cidr.label("vpc_cidr"), _placed(0), _placed(1)) \
     .join(_VPCS, _VPCS.c.id == _LINES.c.vpc_id).outerjoin(_LINE_STATIC, _LINE_STATIC.c.line_id == _LINES.c.id) \
     .where(in_ids(_LINES.c.vpc_id, "vpcs")) \
     .order_by(_LINES.c.id, _LINE_STATIC.c.destination)

@@ -174,6 +174,7 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.PrivateLine: lambda s, o, out, _: out.add([o.vpc_id]),
     m.PrivateLineStaticRoute: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.PrivateLineLearned: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
+    m.PrivateLinePlacement: lambda s, o, out, _: out.add([_vpc_of(s, m.PrivateLine, o.line_id)]),
     m.Host: _host,
     m.Service: lambda s, o, out, _: out.add(_endpoint_vpcs(s, o.id)),
     m.ServiceEndpoint: lambda s, o, out, _: out.add(_with_peers(s, o.vpc_id)),

@@ -21,6 +21,8 @@ from controller.compiler import compile_host
 from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.host_deltas import compile_host_delta
+from controller.line_compiler import LINE_ROLE
+from controller.line_placement import instance_changed
 from controller.liveness import beat_pace
 from controller.models import now
 from controller.reads import host_revision
@@ -98,12 +100,14 @@ def _register(s: Session, body: HostRegister, role: str | None, p: Principal) ->
         raise conflict("vtep_ip", f"VTEP {body.vtep_ip} is already registered by host {clash}")
     if h is None or h.vtep_ip != body.vtep_ip:
         not_public(s, body.vtep_ip)
+    was_line = h is not None and h.role == LINE_ROLE
     if h is None:
         h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up", last_seen=now())
         s.add(h)
     else:
         h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
     s.flush()
+    instance_changed(s, h.name, h, was_line)
     return host_out(s, h)
 
 
@@ -158,7 +162,9 @@ def update_host(name: str, body: HostUpdate, request: Request, _: Principal = De
         if body.role is not None and body.role != h.role:
             if h.kind != "gateway":
                 raise invalid("role", f"host {name} is a {h.kind}: only a gateway has a role")
-            h.role = body.role
+            was_line, h.role = h.role == LINE_ROLE, body.role
+            s.flush()
+            instance_changed(s, name, h, was_line)
         s.flush()
         return host_out(s, h)
 
@@ -172,7 +178,10 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
         n = t.session.execute(select(func.count()).select_from(m.Port).where(m.Port.host == name)).scalar()
         if n:
             raise conflict(None, f"host {name} still has {n} bound port(s); rebind them first")
+        was_line = h.kind == "gateway" and h.role == LINE_ROLE
         t.session.delete(h)
+        t.session.flush()
+        instance_changed(t.session, name, None, was_line)
     request.app.state.reports.pop(name, None)
 
 
@@ -206,6 +215,7 @@ def host_status(name: str, body: PortStatusReport, request: Request,
             if h.status != "up":  # through the ORM: its coming back stamps the topology (stamps.py)
                 if (host := t.session.get(m.Host, name)) is not None:
                     host.status = "up"
+                    instance_changed(t.session, name, host)
             t.session.execute(update(_HOSTS).where(_HOSTS.c.name == name).values(last_seen=now()))
             for st in ("UP", "DOWN"):
                 if ids := [pid for pid, v in changed.items() if v == st]:

@@ -27,9 +27,10 @@ from controller.api.line_schemas import (
     SessionOut,
 )
 from controller.api.ops_schemas import LineReportAnswer
-from controller.auth import Principal, own_host, require_infra, require_tenant_api
+from controller.auth import Principal, own_host, require_admin, require_infra, require_tenant_api
 from controller.errors import conflict, invalid, not_found
 from controller.line_compiler import LINE_ROLE, live_line_instances, pairs_of, session_instances
+from controller.line_placement import placed_of, settle
 from controller.placement import line_sessions
 
 router = APIRouter(tags=["private lines"], route_class=WriteRoute)
@@ -55,8 +56,9 @@ def line_out(s: Session, line: m.PrivateLine, asn: int, instances: dict[str, str
     reports = {(r.instance, r.local_ip): r for r in s.execute(
         select(m.PrivateLineSession).where(m.PrivateLineSession.line_id == line.id)).scalars()}
     sessions = []
-    placed = line_sessions(line.id, pairs_of(line), live)
-    carrying = session_instances(line.id, line.secondary_local_ip is not None, live)
+    where = placed_of(s, line.id)
+    placed = line_sessions(line.id, pairs_of(line), live, where)
+    carrying = session_instances(line.id, line.secondary_local_ip is not None, live, where)
     for inst, local, customer in placed:
         r = reports.get((inst, local.split("/")[0]))
         sessions.append(SessionOut(
@@ -135,6 +137,7 @@ def create_line(body: PrivateLineCreate, request: Request, p: Principal = Depend
         s.flush()
         s.add_all([m.PrivateLineStaticRoute(line_id=line.id, destination=d) for d in body.static_routes])
         s.flush()
+        settle(s, fresh={line.id}, only={line.id})
         return line_out(s, line, settings.private_line_asn)
 
 
@@ -178,12 +181,27 @@ def update_line(line_id: str, body: PrivateLineUpdate, request: Request,
         return line_out(s, line, request.app.state.settings.private_line_asn)
 
 
+@router.post("/private-lines/{line_id}/rebalance", response_model=PrivateLineOut)
+def rebalance_line(line_id: str, request: Request, _: Principal = Depends(require_admin)) -> PrivateLineOut:
+    """The operator's: the line's sessions back on their homes among the live instances (the instance weighing
+    highest for the line, the redundant pair on the next). Sessions otherwise stay where they run while their
+    instance lives, so a returning instance takes nothing back by itself. A session that moves is down until it is
+    up again on its new instance (about a second): with a redundant pair, the other session carries meanwhile."""
+    with db_of(request).write(tenants=lambda s: [s.execute(select(m.PrivateLine.tenant_id)
+                                                            .where(m.PrivateLine.id == line_id)).scalar()]) as t:
+        line = t.session.get(m.PrivateLine, line_id)
+        if line is None:
+            raise not_found("private line", line_id)
+        settle(t.session, fresh={line.id}, only={line.id})
+        return line_out(t.session, line, request.app.state.settings.private_line_asn)
+
+
 @router.delete("/private-lines/{line_id}", status_code=204)
 def delete_line(line_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> None:
     with db_of(request).write(tenants=tenant_of(p, m.PrivateLine, line_id)) as t:
         s = t.session
         line = owned(s, m.PrivateLine, line_id, p, "private line")
-        for model in (m.PrivateLineStaticRoute, m.PrivateLineLearned, m.PrivateLineSession):
+        for model in (m.PrivateLineStaticRoute, m.PrivateLineLearned, m.PrivateLineSession, m.PrivateLinePlacement):
             for row in s.execute(select(model).where(model.line_id == line.id)).scalars():
                 s.delete(row)
         s.flush()
@@ -210,8 +228,8 @@ def report_line(name: str, line_id: str, body: LineReport, request: Request,
             raise conflict(None, f"host {name} is not a private-line gateway instance; register it with role "
                                  "private-line")
         vpc = s.get(m.Vpc, line.vpc_id)
-        mine = {x[1].split("/")[0] for x in line_sessions(line.id, pairs_of(line), live_line_instances(s))
-                if x[0] == name}
+        mine = {x[1].split("/")[0] for x in line_sessions(line.id, pairs_of(line), live_line_instances(s),
+                                                          placed_of(s, line.id)) if x[0] == name}
         accepted: set[str] = set()
         s.execute(delete(m.PrivateLineSession).where(m.PrivateLineSession.line_id == line.id,
                                                      m.PrivateLineSession.instance == name))

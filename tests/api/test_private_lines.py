@@ -177,11 +177,48 @@ def test_what_an_instance_learned_stops_routing_when_the_session_moves_away(cont
     controller.admin.put(f"/v1/gateways/{first}/private-lines/{line['id']}", {"sessions": [{
         "local_ip": "169.254.10.1", "bgp_state": "Established", "prefixes": ["192.168.10.0/24"]}]})
     assert hv_routes(controller, vpc["id"])["192.168.10.0/24"]["gateway_vteps"] == [f"172.31.0.20{first[-1]}"]
-    # a new instance that outweighs the first for this line (rendezvous): the session moves to it
+    # a new instance that outweighs the first for this line (rendezvous) takes nothing by itself (a session moved
+    # is a session down); the operator's rebalance moves it there
     name = next(n for k in range(1000) if line_sessions(line["id"], [("", "")], [first, n := f"plx{k}"])[0][0] == n)
     controller.admin.post("/v1/hosts", {"name": name, "vtep_ip": "172.31.0.250", "kind": "gateway",
                                         "role": "private-line"})
+    assert a.get(f"/v1/private-lines/{line['id']}")["sessions"][0]["instance"] == first
+    r = controller.raw(a.token).post(f"/v1/private-lines/{line['id']}/rebalance")
+    assert r.status_code == 403  # the operator's
+    assert controller.admin.post(f"/v1/private-lines/{line['id']}/rebalance", {})["sessions"][0]["instance"] == name
     assert a.get(f"/v1/private-lines/{line['id']}")["sessions"][0]["instance"] == name
     # the first instance is alive, but its session went: what it learned routes nothing any more
     assert "192.168.10.0/24" not in hv_routes(controller, vpc["id"])
     assert a.get(f"/v1/private-lines/{line['id']}")["learned_routes"] == []
+
+
+def test_sessions_stay_where_they_run_when_an_instance_comes_back(controller: Controller) -> None:
+    """The instance carrying a session dies (the liveness check): the session moves to the other; the first
+    comes back: the session stays where it runs (moving it would take it down), until the operator rebalances.
+    What the dead instance learned is gone with it: it routes nothing when it comes back."""
+    from controller.liveness import mark_silent_hosts_down
+
+    a, vpc, _ = setup(controller)
+    line = a.post("/v1/private-lines", LINE | {"vpc_id": vpc["id"]})
+    first = line["sessions"][0]["instance"]
+    controller.admin.put(f"/v1/gateways/{first}/private-lines/{line['id']}", {"sessions": [{
+        "local_ip": "169.254.10.1", "bgp_state": "Established", "prefixes": ["192.168.10.0/24"]}]})
+    others = [h["name"] for h in controller.admin.get("/v1/hosts")
+              if h.get("role") == "private-line" and h["name"] != first]
+    hosts = controller.raw(controller.admin_token)
+    for h in others:
+        hosts.post(f"/v1/hosts/{h}/status", json={"ports": {}})
+    with controller.db.write() as t:
+        from controller import models as m
+
+        t.session.get(m.Host, first).last_seen = t.session.get(m.Host, first).last_seen.replace(year=2000)
+    assert first in mark_silent_hosts_down(controller.db, 3600, 3600)
+    moved = a.get(f"/v1/private-lines/{line['id']}")
+    assert moved["sessions"][0]["instance"] in others and moved["learned_routes"] == []
+    assert "192.168.10.0/24" not in hv_routes(controller, vpc["id"])
+    hosts.post(f"/v1/hosts/{first}/status", json={"ports": {}})  # back up
+    assert controller.admin.get(f"/v1/hosts/{first}")["status"] == "up"
+    back = a.get(f"/v1/private-lines/{line['id']}")
+    assert back["sessions"][0]["instance"] == moved["sessions"][0]["instance"]
+    assert controller.admin.get(f"/v1/gateways/{first}/config")["lines"] == []
+    assert controller.admin.post(f"/v1/private-lines/{line['id']}/rebalance", {})["sessions"][0]["instance"] == first
