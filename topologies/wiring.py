@@ -121,8 +121,8 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                     "service" if n in svcs else "nat"
                 net.addLink(node, seg["ul"], intfName1="ul0", intfName2=underlay_end(st.name, n))
                 if n in lines:
-                    net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
-                    quiet_handoff(node, _handoff_end(st, n))
+                    net.addLink(node, seg["ho"], intfName1="ho0", intfName2=(end := _handoff_end(st, n)))
+                    quiet_handoff(node, end)
                 elif n in svcs:  # its external side is the service network
                     net.addLink(node, seg["sv"], intfName1="ext0", intfName2=f"{st.name}{n}s"[:15])
                 else:
@@ -137,8 +137,8 @@ def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
                 node.run("ethtool", "-K", "ul0", "tx", "off")
                 info["underlay_ip"] = addr
             elif role == "onprem":  # the site's router's trunk to the handoff (topologies/site.py tags it)
-                net.addLink(node, seg["ho"], intfName1="ho0", intfName2=_handoff_end(st, n))
-                quiet_handoff(node, _handoff_end(st, n))
+                net.addLink(node, seg["ho"], intfName1="ho0", intfName2=(end := _handoff_end(st, n)))
+                quiet_handoff(node, end)
             elif role == "external":
                 net.addLink(node, seg["ex"], intfName1="eth0", intfName2=f"{st.name}{n}x"[:15])
                 node.run("ip", "addr", "add", f"198.51.100.{j}/24", "dev", "eth0")

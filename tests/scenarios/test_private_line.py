@@ -13,9 +13,12 @@ VLAN of its trunk to the handoff, where the private-line instances pl1 and pl2 c
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -206,11 +209,17 @@ def test_pl_5_bad_routes_are_refused_and_said(cluster, tenants, site) -> None:
     wait_for(lambda: any(r["prefix"] == "10.0.9.0/24" for s in sessions(n, line) for r in s["refused"]), 10,
              "the overlapping prefix refused")
     assert "10.0.9.0/24" not in bgp_routes(n, vpc) and "192.168.10.0/24" in bgp_routes(n, vpc)
-    # more than max_prefixes: the session is torn down, and the status says so
+    # more than max_prefixes: the session is torn down, and the status says so, and when it retries
     site_for(site, line, password="right-key", networks=[f"192.168.{i}.0/24" for i in range(30, 35)])
-    wait_for(lambda: any("max-prefix" in (s["last_error"] or "") for s in sessions(n, line)), 30,
-             "max-prefix reported", interval=0.5)
+    wait_for(lambda: any("retries by itself at" in (s["last_error"] or "") for s in sessions(n, line)), 30,
+             "max-prefix reported with its retry", interval=0.5)
     assert not bgp_routes(n, vpc)
+    # the site withdraws the excess: the session comes back by itself (bgpd's restart timer: a minute)
+    t0 = time.monotonic()
+    site_for(site, line, password="right-key", networks=["192.168.10.0/24"])
+    established(n, line, 1, timeout=100)
+    wait_for(lambda: "192.168.10.0/24" in bgp_routes(n, vpc), 20, "the site's route back")
+    print(f"max-prefix teardown recovered by itself {time.monotonic() - t0:.0f} s after the excess was withdrawn")
 
 
 def test_pl_4_failover_an_instance_killed_under_a_20ms_ping(cluster, tenants, site) -> None:
@@ -225,18 +234,85 @@ def test_pl_4_failover_an_instance_killed_under_a_20ms_ping(cluster, tenants, si
     before = {g: cluster.gateway_status(g)["counters"].get("line_out", 0) for g in ("pl1", "pl2")}
     ping(cluster, vm, LAN_HOST, count=5)
     victim = max(before, key=lambda g: cluster.gateway_status(g)["counters"].get("line_out", 0) - before[g])
-    proc = subprocess.Popen(["ip", "netns", "exec", vm["ns"], "ping", "-i", "0.02", "-c", "400", "-W", "1",
-                             LAN_HOST], stdout=subprocess.PIPE, text=True)
+    speakers = namespaces_of(cluster, victim)
+    assert speakers, f"{victim} runs no session"
+    proc = pinger(vm)
     try:
         time.sleep(2)
-        cluster.kill_gateway(victim)
-        out = proc.communicate(timeout=60)[0]
+        os.kill(cluster.state.nodes[victim]["pid"], signal.SIGKILL)  # the instance alone, not its group
+        sent, got = pinged(proc)
+        # its FRR went with it: nothing runs in its speakers' namespaces, which are gone
+        wait_for(lambda: not any(ns in listed_netns() for ns in speakers), 5, f"{victim}'s speakers reaped")
     finally:
-        cluster.start_gateway(victim)
-    summary = next(x for x in out.splitlines() if "transmitted" in x).split(",")  # "N transmitted, M received"
-    sent, got = int(summary[0].split()[0]), int(summary[1].split()[0])
+        proc.kill()
     lost_ms = (sent - got) * 20
     print(f"failover of {victim}: {sent - got} of {sent} pings lost at 20 ms: {lost_ms} ms")
-    cluster.wait_gateways(timeout=30)
-    established(n, line, timeout=60)
     assert lost_ms < 1000, f"{sent - got} pings lost ({lost_ms} ms) when {victim} died"
+    # the instance comes back: the sessions stay where they run, and no ping is lost
+    established(n, line, timeout=60)
+    placed = [s["instance"] for s in sessions(n, line)]
+    proc = pinger(vm, count=500)
+    time.sleep(1)
+    cluster.start_gateway(victim)
+    cluster.wait_gateways(timeout=30)
+    sent, got = pinged(proc)
+    print(f"return of {victim}: {sent - got} of {sent} pings lost at 20 ms")
+    assert [s["instance"] for s in sessions(n, line)] == placed
+    assert got == sent, f"{sent - got} pings lost when {victim} came back"
+    # the operator's rebalance puts a session back on it: the other session carries meanwhile
+    cluster.admin.post(f"/v1/private-lines/{line['id']}/rebalance", {})
+    established(n, line, timeout=60)
+    assert victim in [s["instance"] for s in sessions(n, line)]
+
+
+def pinger(vm: dict, count: int = 400) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", vm["ns"], "ping", "-i", "0.02", "-c", str(count), "-W", "1",
+                             LAN_HOST], stdout=subprocess.PIPE, text=True)
+
+
+def pinged(proc: subprocess.Popen) -> tuple[int, int]:
+    out = proc.communicate(timeout=60)[0]
+    summary = next(x for x in out.splitlines() if "transmitted" in x).split(",")  # "N transmitted, M received"
+    return int(summary[0].split()[0]), int(summary[1].split()[0])
+
+
+def namespaces_of(cluster, instance: str) -> list[str]:
+    """The namespaces the instance's BGP speakers run in (each speaker's directory names its owner)."""
+    lines = Path(cluster.state.dir) / "gateways" / "lines"
+    return [d.parent.name for d in lines.glob("*/owner") if d.read_text().strip() == instance
+            and d.parent.name in listed_netns()]
+
+
+def listed_netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {x.split()[0] for x in out.splitlines() if x.strip()}
+
+
+def test_pl_6_nothing_but_the_lines_traffic_on_the_handoff(cluster, tenants, site) -> None:
+    """While a line's sessions come up, and while an instance restarts, the private-line instances send nothing of
+    their kernels' own onto the handoff: no IPv6 (router solicitations, DAD), no untagged frame."""
+    from scapy.all import Dot1Q, Ether
+
+    ends = {g: f"{cluster.state.name}{g}h"[:15] for g in ("pl1", "pl2")}
+    caps = {g: Capture(None, end) for g, end in ends.items()}
+    try:
+        n, vpc, vm, line = line_vpc(tenants, 150)
+        site_for(site, line)
+        established(n, line, timeout=60)
+        cluster.kill_gateway("pl2")
+        cluster.start_gateway("pl2")
+        cluster.wait_gateways(timeout=30)
+        established(n, line, timeout=60)
+        time.sleep(3)  # a router solicitation comes a second or so after its link is up
+    finally:
+        frames = {g: c.stop() for g, c in caps.items()}
+    for g, got in frames.items():
+        mac = subprocess.run(["ip", "-n", cluster.state.nodes[g]["ns"], "-j", "link", "show", "ho0"],
+                             capture_output=True, text=True, check=True).stdout
+        mac = json.loads(mac)[0]["address"]
+        ours = [f for f in got if Ether in f and f[Ether].src == mac]  # what the instance (and its speakers) sent
+        assert ours, f"nothing captured from {g} ({mac})"
+        untagged = [f.summary() for f in ours if Dot1Q not in f]
+        ipv6 = [f.summary() for f in ours if f[Ether].type == 0x86DD or Dot1Q in f and f[Dot1Q].type == 0x86DD]
+        assert ipv6 == [], f"IPv6 from {g} on the handoff: {ipv6[:5]}"
+        assert untagged == [], f"untagged frames from {g} on the handoff: {untagged[:5]}"
