@@ -168,6 +168,14 @@ def eip_pool_list(ctx: typer.Context) -> None:
     show(ctx, call(ctx, "GET", "/v1/eip-pools"), ["id", "cidr"], "EIP pools")
 
 
+@pool.command("delete")
+def eip_pool_delete(ctx: typer.Context, pool: str = typer.Argument(..., help="the pool's id or its CIDR")) -> None:
+    """Remove a pool none of whose addresses is a tenant's EIP (their tenants release them first)."""
+    pool_id = next((x["id"] for x in call(ctx, "GET", "/v1/eip-pools") if pool in (x["id"], x["cidr"])), pool)
+    call(ctx, "DELETE", f"/v1/eip-pools/{pool_id}")
+    done(ctx, f"deleted EIP pool {pool}", deleted=pool_id)
+
+
 host_token = resource("host-token", "Hosts' credentials (admin): create, rotate, revoke.")
 
 

@@ -73,6 +73,13 @@ def line_update(ctx: typer.Context, line_id: str, max_prefixes: int = typer.Opti
     show(ctx, call(ctx, "PATCH", f"/v1/private-lines/{line_id}", body), LINE_COLS)
 
 
+@line.command("rebalance")
+def line_rebalance(ctx: typer.Context, line_id: str) -> None:
+    """(admin) Move the line's sessions back to their home instances: sessions otherwise stay where they run while
+    their instance lives. A session that moves is down for about a second; a redundant pair's other carries."""
+    show(ctx, call(ctx, "POST", f"/v1/private-lines/{line_id}/rebalance", {}), LINE_COLS)
+
+
 @line.command("delete")
 def line_delete(ctx: typer.Context, line_id: str) -> None:
     call(ctx, "DELETE", f"/v1/private-lines/{line_id}")

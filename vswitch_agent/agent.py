@@ -42,6 +42,7 @@ from vswitch_agent.lb_members import LocalMembers
 from vswitch_agent.osken_compat import wake_sender_when_receive_ends
 from vswitch_agent.ovsdb import Ovsdb
 from vswitch_agent.switch import Session, SwitchGone
+from vswitch_agent.underlay_neighbours import UnderlayNeighbours
 
 log = logging.getLogger("tianji.agent")
 
@@ -72,6 +73,7 @@ class AgentApp(app_manager.OSKenApp):
         self.prober = health.Prober(self._packet_out, lambda ms: self.api.call(  # load-balancer members here
             "POST", f"/v1/hosts/{o.host}/lb-health", {"members": ms}))
         self.lb_members = LocalMembers(self.prober)
+        self.underlay = UnderlayNeighbours(o.ovs_rundir, o.vtep_addr)
         self.hints_lock = threading.Lock()  # the watch and OVSDB threads add hints; the program thread takes them
         self.state: dict[str, Any] = {"host": o.host, "revision": None, "flows": 0, "last_error": None,
                                       "started": time.time(), "passes": 0, "flow_adds": 0, "flow_deletes": 0,
@@ -84,7 +86,7 @@ class AgentApp(app_manager.OSKenApp):
     def start(self) -> Any:
         t = super().start()
         for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop,
-                   functools.partial(self.prober.run, hub.sleep),
+                   functools.partial(self.prober.run, hub.sleep), functools.partial(self.underlay.run, hub.sleep),
                    *((self.dns_forwarder.run,) if self.dns_forwarder else ())):
             self.threads.append(hub.spawn(self._forever, fn))
         if self.opts.metrics_port:
@@ -143,6 +145,7 @@ class AgentApp(app_manager.OSKenApp):
             return
         self.after = cfg.revision
         self.cfg = cfg
+        self.underlay.want(v.ip for v in cfg.vteps)
         if delta.base < 0:  # a whole config: at start, or where no delta fits (never for a connection error)
             self.state["whole_configs"] += 1
         log.info("config revision %d (%s): %d ports, %d VPCs, %d endpoints", cfg.revision,

@@ -3,6 +3,7 @@ each of these failed before its fix."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -123,3 +124,31 @@ def test_a_published_load_balancer_learns_nothing_of_its_consumers_and_lists_are
     theirs = [p for p in prov.get("/v1/ports") if p["name"].startswith("consumer-")]
     assert [p["name"] for p in theirs] == [f"consumer-{ep['id']}"]
     assert "very-secret-project" not in str(prov.get("/v1/ports"))
+
+
+def test_the_cli_deletes_a_pool_by_its_cidr_and_rebalances_a_line(ops: Controller) -> None:
+    from typer.testing import CliRunner
+
+    from tianjictl.main import _register_components, app
+
+    _register_components()
+
+    def tianji(token: str, *args: str) -> tuple[int, str]:
+        r = CliRunner().invoke(app, ["--url", ops.url, "--token", token, *args], env={"COLUMNS": "200"})
+        return r.exit_code, r.output
+
+    adm = ops.admin_token
+    assert tianji(adm, "eip-pool", "create", "198.51.100.0/24")[0] == 0
+    code, out = tianji(adm, "eip-pool", "delete", "198.51.100.0/24")
+    assert code == 0 and "deleted EIP pool" in out, out
+    assert tianji(adm, "eip-pool", "delete", "198.51.100.0/24")[0] == 3  # not found
+    t = ops.tenant()
+    vpc = t.post("/v1/vpcs", {"name": "v", "cidr": "10.0.0.0/16"})
+    for i in (1, 2):
+        ops.admin.post("/v1/hosts", {"name": f"pl{i}", "vtep_ip": f"192.0.2.{i}", "kind": "gateway",
+                                     "role": "private-line"})
+    line = t.post("/v1/private-lines", {"name": "dc", "vpc_id": vpc["id"], "vlan_id": 100, "customer_asn": 65001,
+                                        "customer_ip": "169.254.0.2/30", "local_ip": "169.254.0.1/30"})
+    code, out = tianji(adm, "--json", "private-line", "rebalance", line["id"])
+    assert code == 0 and json.loads(out)["sessions"][0]["instance"] in ("pl1", "pl2"), out
+    assert tianji(t.token, "private-line", "rebalance", line["id"])[0] == 5  # the operator's
