@@ -6,8 +6,8 @@ refused create is refused again the same way). A retry with another body is refu
 kept, so the retry runs again.
 
 Crash-safe by construction: the key is inserted in the transaction of the write the request makes
-(`controller/db.py`, `_take`), with the path of the row that write created. So the key and the change commit
-together or not at all, whichever process dies when:
+(`controller/idempotent_writes.py`, called by `Database.write`), with the path of the row that write created. So
+the key and the change commit together or not at all, whichever process dies when:
   - before the commit: neither exists; the retry (on any replica) runs the create, once;
   - after the commit, before the answer is kept: the key says what was created, and the retry answers that
     resource as it is now (`idempotent-replayed: derived`), at once;

@@ -72,7 +72,7 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
             return host_out(s, h)
     # a new host only inserts its row: its write takes the revision last (Database.write), so a thousand agents
     # booting at once do not queue on the revision while each of their transactions waits for this process
-    if h is None:
+    if h is None and role != LINE_ROLE:  # a private-line instance may place sessions: stamps VPCs (not concurrent)
         try:
             with db.write(concurrent=True) as t:
                 return _register(t.session, body, role, p)
