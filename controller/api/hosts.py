@@ -112,7 +112,8 @@ def _register(s: Session, body: HostRegister, role: str | None, p: Principal) ->
 
 
 def not_public(s: Session, vtep: str) -> None:
-    """A host's VTEP is never a public address: EIP pools and the underlay are apart (api/nat.py's pools)."""
+    """A host's VTEP is never a public address: EIP pools and the underlay are apart (api/eip_pools.py checks a
+    new pool against the VTEPs)."""
     ip = ipaddress.IPv4Address(vtep)
     for cidr in s.execute(select(m.EipPool.cidr)).scalars():
         if ip in ipaddress.IPv4Network(cidr):
