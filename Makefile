@@ -4,12 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute iperf3 tcpdump python3-venv python3-dev nftables \
             gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl jq postgresql-client procps \
-            libdpdk-dev libxdp-dev libbpf-dev clang frr chromium
+            libdpdk-dev libxdp-dev libbpf-dev clang frr chromium \
+            qemu-system-x86 podman runc containernetworking-plugins util-linux
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup apt venv native demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean
+.PHONY: setup apt venv native guests demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean
 
-setup: apt venv native
+setup: apt venv native guests
 
 apt:
 	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
@@ -26,6 +27,13 @@ $(VENV_STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 	@$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
 	@$(PY) -c "import controller, fastapi, os_ken, pyroute2, scapy" && touch $@
+
+# real guests: the KVM guest image (a Debian kernel and busybox-static, from Debian's archive, cached), the CNI
+# plugin where runtimes look for plugins, and podman's configuration for this machine (containers.conf)
+guests: venv
+	@$(PY) -m topologies.guest_image
+	@mkdir -p /opt/cni/bin && ln -sf $(abspath $(VENV))/bin/tianji-cni /opt/cni/bin/tianji-cni
+	@$(PY) -m topologies.podman_setup
 
 # the gateway's native code, compiled on this machine (never shipped prebuilt); quick when up to date
 native: venv

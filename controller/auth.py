@@ -160,6 +160,15 @@ async def require_tenant_api(p: Principal = Depends(principal)) -> Principal:
     return p
 
 
+async def require_network_read(p: Principal = Depends(principal)) -> Principal:
+    """Reading one VPC or subnet: tenants their own, the admin, and orchestrators, which wire a VM's or a
+    container's interface with the subnet's prefix and gateway and the VPC's MTU (as Nova reads Neutron's
+    networks). Hosts may not."""
+    if p.kind == "host":
+        raise ApiError(403, "host tokens cannot read tenant resources")
+    return p
+
+
 async def require_port_api(p: Principal = Depends(principal)) -> Principal:
     """Ports: tenants their own; the admin and orchestrators any tenant's (an orchestrator places VMs)."""
     if p.kind == "host":

@@ -118,8 +118,9 @@ def endpoints_fragments(rows: list, vpcs: dict[str, Any],
             if (host := service_home(e.endpoint_id, service_instances)) is None:
                 continue
             vtep = service_instances[host]
+        also = {"also_host": e.migrating_to, "also_vtep_ip": e.migrating_vtep} if e.migrating_to else {}
         built[e.vpc_id].append(Endpoint.model_construct(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
-                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep))
+                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep, **also))
     return {vid: tuple(eps) for vid, eps in built.items()}
 
 

@@ -28,6 +28,7 @@ _LINES, _LINE_STATIC = m.PrivateLine.__table__, m.PrivateLineStaticRoute.__table
 _LINE_LEARNED = m.PrivateLineLearned.__table__
 _ENDPOINTS, _SERVICES = m.ServiceEndpoint.__table__, m.Service.__table__
 _REMOVED = m.RemovedHost.__table__
+_MIGRATING = _HOSTS.alias("migrating_to")
 _PEERINGS, _PEERV = m.Peering.__table__, m.Vpc.__table__.alias("peer_vpc")
 _PEP, _PPORT, _PVPC = _ENDPOINTS.alias("provider_side"), _PORTS.alias("provider_port"), _VPCS.alias("provider_vpc")
 _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), _SUBNETS.alias("member_subnet")
@@ -36,7 +37,7 @@ _VIP, _MPORT, _MSUBNET = _PORTS.alias("vip_port"), _PORTS.alias("member_port"), 
 # peering, and the VPCs peered with them, once per active peering, with the own VPC they are peered with. A row of
 # NULL VPC columns when there is none; no row when the host is not registered.
 Q_HOST_VPCS = text("""
-    WITH own AS (SELECT DISTINCT vpc_id AS id FROM ports WHERE host = :host),
+    WITH own AS (SELECT DISTINCT vpc_id AS id FROM ports WHERE host = :host OR migrating_to = :host),
          rel AS (SELECT id, NULL AS peering_id, NULL AS peer_of FROM own
                  UNION ALL
                  SELECT accepter_vpc_id, id, requester_vpc_id FROM peerings
@@ -115,9 +116,12 @@ Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
     .where(in_ids(_NATGWS.c.vpc_id, "vpcs")).order_by(_NATGWS.c.id, _NATGW_EIPS.c.eip_id)
 # bound ports, and service endpoints' ports (homed on a service instance by the compiler: endpoint_id not NULL)
 # (and an endpoint's port in a published load balancer's VPC, homed with it)
+# (a migrating port: its destination host and VTEP too)
 Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip,
-                     func.coalesce(_ENDPOINTS.c.id, _PEP.c.id).label("endpoint_id")) \
+                     func.coalesce(_ENDPOINTS.c.id, _PEP.c.id).label("endpoint_id"), _PORTS.c.migrating_to,
+                     _MIGRATING.c.vtep_ip.label("migrating_vtep")) \
     .outerjoin(_HOSTS, _HOSTS.c.name == _PORTS.c.host).outerjoin(_ENDPOINTS, _ENDPOINTS.c.port_id == _PORTS.c.id) \
+    .outerjoin(_MIGRATING, _MIGRATING.c.name == _PORTS.c.migrating_to) \
     .outerjoin(_PEP, _PEP.c.provider_port_id == _PORTS.c.id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs"),
            _HOSTS.c.name.is_not(None) | _ENDPOINTS.c.id.is_not(None) | _PEP.c.id.is_not(None)) \
@@ -135,7 +139,8 @@ Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac,
                  _EIPS.c.id.label("eip_id"), _SUBNETS.c.gateway_ip) \
     .join(_SUBNETS, _SUBNETS.c.id == _PORTS.c.subnet_id) \
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \
-    .where(_PORTS.c.host == bindparam("host"), in_ids(_PORTS.c.vpc_id, "vpcs")) \
+    .where((_PORTS.c.host == bindparam("host")) | (_PORTS.c.migrating_to == bindparam("host")),
+           in_ids(_PORTS.c.vpc_id, "vpcs")) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.id, _PSG.c.group_id)
 
 

@@ -72,7 +72,7 @@ def _vpc_of(s: Session, model: type, ident: Any) -> str | None:
 def _port(s: Session, port_id: str | None, out: ChangeSet) -> None:
     p = _get(s, m.Port, port_id)
     if p is not None:
-        out.add([p.vpc_id], _values(p, "host"))
+        out.add([p.vpc_id], _values(p, "host") + _values(p, "migrating_to"))
 
 
 def _lb_vpc(s: Session, lb_id: str | None) -> str | None:
@@ -119,7 +119,8 @@ def _host(s: Session, h: m.Host, out: ChangeSet, state: str) -> None:
 
 def _bound_vpcs(s: Session, host: str) -> list[str]:
     with s.no_autoflush:
-        return list(s.execute(select(m.Port.vpc_id).where(m.Port.host == host).distinct()).scalars())
+        return list(s.execute(select(m.Port.vpc_id).where((m.Port.host == host) | (m.Port.migrating_to == host))
+                              .distinct()).scalars())
 
 
 def _served_vpcs(s: Session) -> list[str]:
@@ -156,7 +157,7 @@ AFFECTS: dict[type, Callable[[Session, Any, ChangeSet, str], None]] = {
     m.Subnet: lambda s, o, out, _: out.add([o.vpc_id]),
     m.SecurityGroup: lambda s, o, out, _: out.add([o.vpc_id]),
     m.SecurityGroupRule: lambda s, o, out, _: out.add([_vpc_of(s, m.SecurityGroup, o.group_id)]),
-    m.Port: lambda s, o, out, _: out.add([o.vpc_id], _values(o, "host")),
+    m.Port: lambda s, o, out, _: out.add([o.vpc_id], _values(o, "host") + _values(o, "migrating_to")),
     m.PortSecurityGroup: lambda s, o, out, _: _port(s, o.port_id, out),
     m.Peering: lambda s, o, out, _: out.add([o.requester_vpc_id, o.accepter_vpc_id]),
     m.Route: lambda s, o, out, _: out.add([o.vpc_id]),

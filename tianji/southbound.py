@@ -126,6 +126,9 @@ class Endpoint(Wire):
     mac: str
     host: str
     vtep_ip: str
+    # a live migration's destination: the port is local there too, and its traffic goes to both hosts
+    also_host: str | None = None
+    also_vtep_ip: str | None = None
 
 
 class SecurityGroupRuleInfo(Wire):

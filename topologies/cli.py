@@ -52,11 +52,30 @@ cluster_app.add_typer(vm_app, name="vm")
 @vm_app.command("add")
 def vm_add(port: str = typer.Option(..., "--port", help="the port id; the VM is plugged on its host"),
            vm_name: str = typer.Option(None, "--name"), static: bool = typer.Option(False, help="no DHCP"),
+           kind: str = typer.Option("netns", "--kind", help="netns (a namespace: quick) or kvm (a QEMU guest with "
+                                                            "its own kernel, on a tap plugged by iface-id)"),
            name: str = typer.Option("tj", "--cluster"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
-    """Plug a VM (a namespace) into a port on the port's host."""
-    info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static)
+    """Plug a VM into a port on the port's host: a namespace, or a real KVM guest (`--kind kvm`)."""
+    if kind not in ("netns", "kvm"):
+        raise typer.BadParameter("netns or kvm", param_hint="--kind")
+    info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static, kind=kind,
+                                                        progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
+    if kind == "kvm":
+        console.print(f"KVM guest {info['name']} on {info['host']} ({info['accel'].upper()}): its DHCP client bound "
+                      f"{info['dhcp_ip']} (tap {info['tap']}; `tianji cluster vm exec {info['name']} -- ip addr`)")
+        return
     console.print(f"VM {info['name']} plugged on {info['host']}: {info['ip']}/{info['prefixlen']} "
                   f"(namespace {info['ns']}; `ip netns exec {info['ns']} ping ...`)")
+
+
+@vm_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def vm_exec(ctx: typer.Context, vm_name: str, name: str = typer.Option("tj", "--cluster"),
+            state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """Run a command in a VM: in its namespace, or on a KVM guest's serial console. Its output and exit status."""
+    r = Cluster(State.load(state_dir / name)).vm_exec(vm_name, *ctx.args, timeout=120)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    raise typer.Exit(r.returncode)
 
 
 @vm_app.command("remove")
@@ -86,5 +105,6 @@ def _print_status(c: Cluster) -> None:
     for n, info in st.nodes.items():
         t.add_row(n, info["role"], info["ns"], info.get("underlay_ip") or info.get("ip") or "", "")
     for n, v in st.vms.items():
-        t.add_row(n, f"vm on {v['host']}", v["ns"], f"{v['ip']}/{v['prefixlen']}", "")
+        kind = f"kvm guest ({v.get('accel', '').upper()})" if v.get("kind") == "kvm" else "vm"
+        t.add_row(n, f"{kind} on {v['host']}", v["ns"], f"{v['ip']}/{v.get('prefixlen', '')}", "")
     console.print(t)

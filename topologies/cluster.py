@@ -162,8 +162,10 @@ class Cluster(ControlPlane):
         return Hypervisor(name, info["ns"], Path(info["rundir"]), info["vtep"], info["controller_ip"],
                           info["agent_pid"])
 
-    def vm_add(self, port_id: str, name: str | None = None, dhcp: bool = True) -> dict:
-        """Plug a VM for a port on the port's host (the way Nova/OVN plug: veth + iface-id)."""
+    def vm_add(self, port_id: str, name: str | None = None, dhcp: bool = True, kind: str = "netns",
+               progress=print) -> dict:
+        """Plug a VM for a port on the port's host (the way Nova/OVN plug: a veth, or a KVM guest's tap, and
+        iface-id). `kind`: `netns` (a namespace, quick) or `kvm` (a QEMU guest with its own kernel)."""
         from mininet.link import Link
 
         from topologies.nodes import HypervisorNode, VmNode
@@ -178,6 +180,12 @@ class Cluster(ControlPlane):
         name = name or f"vm{port_id[:6]}"
         if name in st.vms:
             raise SystemExit(f"a VM named {name} exists already")
+        if kind == "kvm":
+            from topologies.cluster_guests import kvm_add
+
+            return kvm_add(self, port, name, progress)
+        if kind != "netns":
+            raise SystemExit(f"--kind {kind!r}: netns or kvm")
         ns = f"{st.name}-{name}"
         st.netns.append(ns)
         st.save()
@@ -211,6 +219,14 @@ class Cluster(ControlPlane):
 
     def vm_remove(self, name: str) -> None:
         st = self.state
+        if (kind := st.vms.get(name, {}).get("kind")) in ("kvm", "container"):
+            from topologies.cluster_guests import kvm_remove
+            from topologies.containers import container_remove
+
+            (kvm_remove if kind == "kvm" else container_remove)(self, name)
+            st.vms.pop(name)
+            st.save()
+            return
         info = st.vms.pop(name)
         self.hypervisor(info["host"]).unplug(info["tap"])
         _sh("ip", "netns", "del", info["ns"], check=False)
@@ -219,6 +235,15 @@ class Cluster(ControlPlane):
         st.save()
 
     def vm_exec(self, name: str, *cmd: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess:
+        kind = self.state.vms.get(name, {}).get("kind")
+        if kind == "kvm":  # a guest's own shell, on its serial console
+            from topologies.cluster_guests import kvm_exec
+
+            return kvm_exec(self, name, cmd, timeout)
+        if kind == "container":
+            from topologies.containers import container_exec
+
+            return container_exec(self, name, cmd, timeout)
         ns = self.state.vms[name]["ns"] if name in self.state.vms else f"{self.state.name}-{name}"
         r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
         if check and r.returncode:
@@ -285,6 +310,10 @@ class Cluster(ControlPlane):
     # --- teardown ------------------------------------------------------------------------------------------
     def down(self) -> None:
         st = self.state
+        if any(v.get("kind") == "container" for v in st.vms.values()):  # while the controller runs: DEL deletes
+            from topologies.containers import remove_all
+
+            remove_all(self)
         for pid in reversed(st.pids):
             try:
                 os.killpg(pid, signal.SIGTERM) if _is_group_leader(pid) else os.kill(pid, signal.SIGTERM)

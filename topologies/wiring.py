@@ -96,7 +96,8 @@ def _hypervisors(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network
         hv.run("ip", "link", "set", "ul0", "up")
         st.hypervisors[hv_name] = {"ns": ns, "rundir": str(Path(st.dir) / hv_name),
                                    "vtep": f"{underlay.network_address + 10 + i}/{underlay.prefixlen}",
-                                   "controller_ip": str(mgmt_net.network_address + 1), "agent_pid": None}
+                                   "controller_ip": str(mgmt_net.network_address + 1), "agent_pid": None,
+                                   "mgmt_ip": str(mgmt_ip)}
 
 
 def _other_nodes(net: Any, st: State, seg: dict, underlay: ipaddress.IPv4Network,

@@ -156,7 +156,8 @@ class FlowEngine:
             key = ("ep", e.vpc_id, e.port_id)
             want[e.vpc_id].add(key)
             self._build(key, e.vpc_id, endpoint=e, reach=tuple(reach.get(e.vpc_id, [])), host=cfg.host,
-                        ofport=ofports.get(e.port_id) if e.host == cfg.host else None, tunnel_ofport=tunnel_ofport)
+                        ofport=ofports.get(e.port_id) if cfg.host in (e.host, e.also_host) else None,
+                        tunnel_ofport=tunnel_ofport)
         for vid in dirty & local_ports.keys():
             vpc = vpcs[vid]
             for p in local_ports[vid]:

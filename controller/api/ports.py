@@ -142,8 +142,8 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
         mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
         pid = m.new_id()
         rows.append({"id": pid, "tenant_id": r.tenant_id, "vpc_id": r.vpc_id, "subnet_id": r.id, "name": x.name,
-                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "status": "DOWN", "created_at": created,
-                     "description": x.description, "tags": x.tags})
+                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "migrating_to": None, "status": "DOWN",
+                     "created_at": created, "description": x.description, "tags": x.tags})
         memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
         out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,
                            mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i]),
@@ -299,20 +299,41 @@ def update_port(port_id: str, body: PortUpdate, request: Request,
         s = t.session
         port = owned(s, m.Port, port_id, p, "port")
         fields = body.model_fields_set
-        if p.kind == "orchestrator" and fields - {"host"}:
-            raise ApiError(403, "an orchestrator token may change a port's `host` only", sorted(fields - {"host"})[0])
+        if p.kind == "orchestrator" and fields - {"host", "migrating_to"}:
+            raise ApiError(403, "an orchestrator token may change a port's `host` and `migrating_to` only",
+                           sorted(fields - {"host", "migrating_to"})[0])
         if "name" in fields and body.name:
             port.name = body.name
         relabel(port, body)
+        if "migrating_to" in fields and body.migrating_to != port.migrating_to:
+            migrate(s, p, port, body.migrating_to)
         if "host" in fields and body.host != port.host:
             may_bind(p, "host")
             check_host(s, body.host)
+            # the migration's end: bound where the guest now runs, its flows already there (no DOWN meanwhile)
+            arrived = body.host is not None and body.host == port.migrating_to and "migrating_to" not in fields
             port.host = body.host
-            port.status = "DOWN"  # until the new host reports the VM plugged
+            port.migrating_to = None
+            if not arrived:
+                port.status = "DOWN"  # until the new host reports the VM plugged
         if "security_group_ids" in fields:
             port.groups = resolve_groups(s, body.security_group_ids or [], port.vpc_id, p)
         s.flush()
         return port_out(port)
+
+
+def migrate(s: Session, p: Principal, port: m.Port, to: str | None) -> None:
+    """A live migration's start (`to`: the destination, bound too: its switch gets the port's flows and every
+    other switch sends the port's traffic to both hosts, so the guest's packets flow the moment it runs there) or
+    its abandonment (None). The orchestrator ends it by setting `host` to the destination."""
+    may_bind(p, "migrating_to")
+    if to is not None:
+        if port.host is None:
+            raise ApiError(409, f"port {port.id} is not bound to a host: a migration starts from one", "migrating_to")
+        if to == port.host:
+            raise ApiError(422, f"migrating_to: the port is bound to {to} already", "migrating_to")
+        check_host(s, to, "migrating_to")
+    port.migrating_to = to
 
 
 @router.delete("/ports/{port_id}", status_code=204)

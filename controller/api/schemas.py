@@ -244,6 +244,8 @@ class PortCreate(Req, LabelsIn):
 class PortUpdate(Req, LabelsPatch):
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     host: str | None = None
+    migrating_to: str | None = Field(None, description="a live migration's destination host: the port is bound "
+                                     "there too until `host` is set to it (null: the migration is abandoned)")
     security_group_ids: IdList | None = None
 
 
@@ -266,6 +268,7 @@ class PortOut(Resp, LabelsOut):
     ip: str
     mac: str
     host: str | None
+    migrating_to: str | None = None
     status: str
     security_group_ids: list[str] = []
 

@@ -12,7 +12,7 @@ from controller import models as m
 from controller import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, rename, scoped, tenant_of
 from controller.api.schemas import Rename, SubnetCreate, SubnetOut
-from controller.auth import Principal, require_tenant_api
+from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import conflict, invalid
 from controller.ipam import gateway_ip, overlaps, usable_range
 
@@ -78,7 +78,7 @@ def update_subnet(subnet_id: str, body: Rename, request: Request,
 
 
 @router.get("/subnets/{subnet_id}", response_model=SubnetOut)
-def get_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> SubnetOut:
+def get_subnet(subnet_id: str, request: Request, p: Principal = Depends(require_network_read)) -> SubnetOut:
     with db_of(request).read() as s:
         return subnet_out(s, owned(s, m.Subnet, subnet_id, p, "subnet"))
 

@@ -25,7 +25,7 @@ from controller.api.common import (
     with_retries,
 )
 from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
-from controller.auth import Principal, require_tenant_api
+from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
 from controller.line_compiler import line_route_infos, live_line_instances
@@ -142,7 +142,7 @@ def update_vpc(vpc_id: str, body: Rename, request: Request, p: Principal = Depen
 
 
 @router.get("/vpcs/{vpc_id}", response_model=VpcOut)
-def get_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
+def get_vpc(vpc_id: str, request: Request, p: Principal = Depends(require_network_read)) -> VpcOut:
     with db_of(request).read() as s:
         return vpc_out(s, owned(s, m.Vpc, vpc_id, p, "VPC"))
 

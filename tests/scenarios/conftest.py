@@ -77,7 +77,10 @@ class Net:
                                                                      "cidr": sn_cidr})
         return v
 
-    def vm(self, subnet: str, host: str, ip: str | None = None, dhcp: bool = False, **kw) -> dict:
+    def vm(self, subnet: str, host: str, ip: str | None = None, dhcp: bool = False, kind: str = "netns",
+           **kw) -> dict:
+        """A port bound to `host` and a VM plugged into it: a namespace, or a real KVM guest (`kind="kvm"`, which
+        always takes its address by its own DHCP client)."""
         body = {"subnet_id": self.subnets[subnet]["id"], "name": f"p{uuid.uuid4().hex[:6]}"} | kw
         if ip:
             body["ip"] = ip
@@ -85,7 +88,7 @@ class Net:
         port = self.cluster.orchestrator.patch(f"/v1/ports/{port['id']}", {"host": host})  # as Nova would
         name = f"v{uuid.uuid4().hex[:5]}"
         self.vms.append(name)
-        info = self.cluster.vm_add(port["id"], name, dhcp=dhcp)
+        info = self.cluster.vm_add(port["id"], name, dhcp=dhcp, kind=kind, progress=lambda m: None)
         return info | {"port": port}
 
 
@@ -101,24 +104,29 @@ def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
 
     yield make
     for n in made:
-        for vm in n.vms:
-            if vm in cluster.state.vms:
-                cluster.vm_remove(vm)
-        for e in n.client.get("/v1/service-endpoints"):
-            n.client.delete(f"/v1/service-endpoints/{e['id']}")
-        for svc in n.client.get("/v1/services"):  # those it published
-            if svc.get("owner_tenant_id"):
-                n.client.delete(f"/v1/services/{svc['id']}")
-        for pl in n.client.get("/v1/private-lines"):
-            n.client.delete(f"/v1/private-lines/{pl['id']}")
-        for lb in n.client.get("/v1/load-balancers"):
-            n.client.delete(f"/v1/load-balancers/{lb['id']}")
-        for gw in n.client.get("/v1/nat-gateways"):
-            n.client.delete(f"/v1/nat-gateways/{gw['id']}")
-        for p in n.client.get("/v1/ports"):
-            n.client.delete(f"/v1/ports/{p['id']}")
-        for e in n.client.get("/v1/eips"):
-            n.client.delete(f"/v1/eips/{e['id']}")
+        cleanup(n)
+
+
+def cleanup(n: Net) -> None:
+    """Whatever a test's tenant made, its VMs first, so any test can run alone and after any other."""
+    for vm in n.vms:
+        if vm in n.cluster.state.vms:
+            n.cluster.vm_remove(vm)
+    for e in n.client.get("/v1/service-endpoints"):
+        n.client.delete(f"/v1/service-endpoints/{e['id']}")
+    for svc in n.client.get("/v1/services"):  # those it published
+        if svc.get("owner_tenant_id"):
+            n.client.delete(f"/v1/services/{svc['id']}")
+    for pl in n.client.get("/v1/private-lines"):
+        n.client.delete(f"/v1/private-lines/{pl['id']}")
+    for lb in n.client.get("/v1/load-balancers"):
+        n.client.delete(f"/v1/load-balancers/{lb['id']}")
+    for gw in n.client.get("/v1/nat-gateways"):
+        n.client.delete(f"/v1/nat-gateways/{gw['id']}")
+    for p in n.client.get("/v1/ports"):
+        n.client.delete(f"/v1/ports/{p['id']}")
+    for e in n.client.get("/v1/eips"):
+        n.client.delete(f"/v1/eips/{e['id']}")
 
 
 def ex(cluster: Cluster, vm: dict, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -133,7 +141,8 @@ def reach(cluster: Cluster, vm: dict, ip: str, timeout: float = 5) -> bool:
     """Reachable within `timeout` (the first packet to a new VTEP is lost while OVS resolves its MAC)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if ex(cluster, vm, "ping", "-c", "1", "-W", "0.5", ip).returncode == 0:
+        wait = "1" if vm.get("kind") == "kvm" else "0.5"  # a guest's busybox ping waits whole seconds
+        if ex(cluster, vm, "ping", "-c", "1", "-W", wait, ip).returncode == 0:
             return True
     return False
 

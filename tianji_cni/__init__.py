@@ -1,0 +1,1 @@
+"""The tianji-cni plugin: containers in tenant VPCs (see main.py)."""
