@@ -314,6 +314,10 @@ class Cluster(ControlPlane):
             from topologies.containers import remove_all
 
             remove_all(self)
+        if any(h.get("libvirtd_pid") for h in st.hypervisors.values()):
+            from topologies import libvirt_host
+
+            libvirt_host.stop(self)
         for pid in reversed(st.pids):
             try:
                 os.killpg(pid, signal.SIGTERM) if _is_group_leader(pid) else os.kill(pid, signal.SIGTERM)

@@ -179,6 +179,10 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
         n = t.session.execute(select(func.count()).select_from(m.Port).where(m.Port.host == name)).scalar()
         if n:
             raise conflict(None, f"host {name} still has {n} bound port(s); rebind them first")
+        n = t.session.execute(select(func.count()).select_from(m.Port).where(m.Port.migrating_to == name)).scalar()
+        if n:
+            raise conflict(None, f"{n} port(s) are migrating to host {name}; finish or abandon those migrations "
+                                 "(PATCH /v1/ports/ID with host or migrating_to: null) first")
         was_line = h.kind == "gateway" and h.role == LINE_ROLE
         t.session.delete(h)
         t.session.flush()

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import wait_for
+from topologies.netns import add as netns_add
+from topologies.netns import delete as netns_delete
 
 PLUGIN = [sys.executable, "-m", "tianji_cni.main"]
 
@@ -37,8 +39,7 @@ def cni(cluster, tmp_path: Path):
             "netns": hv.ns, "state_dir": str(tmp_path / "cni-state"), "wait_up_s": 20}
 
     def netns() -> str:
-        name = f"tjc-{uuid.uuid4().hex[:6]}"
-        subprocess.run(["ip", "netns", "add", name], check=True)
+        name = netns_add(f"tjc-{uuid.uuid4().hex[:6]}")
         made.append(name)
         return f"/run/netns/{name}"
 
@@ -54,8 +55,7 @@ def cni(cluster, tmp_path: Path):
     run.netns = netns  # type: ignore[attr-defined]
     run.base = base  # type: ignore[attr-defined]
     yield run
-    for name in made:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    netns_delete(made)
 
 
 def ports_of(cluster, container: str) -> list[dict]:

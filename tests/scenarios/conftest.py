@@ -91,6 +91,19 @@ class Net:
         info = self.cluster.vm_add(port["id"], name, dhcp=dhcp, kind=kind, progress=lambda m: None)
         return info | {"port": port}
 
+    def container(self, subnet: str, host: str, security_group_ids: list[str] | None = None) -> dict:
+        """A podman container in `subnet` on `host`: its port made and bound by tianji-cni (the orchestrator's
+        token in the network's conflist), exactly as `podman run --network` does it."""
+        from topologies.containers import container_add, network_add
+
+        name = f"c{uuid.uuid4().hex[:5]}"
+        net = network_add(self.cluster, name, self.subnets[subnet]["id"], host, security_group_ids)
+        self.vms.append(name)
+        info = container_add(self.cluster, net, name, host)
+        port = next(p for p in self.client.get("/v1/ports", subnet_id=self.subnets[subnet]["id"])
+                    if p["ip"] == info["ip"])
+        return info | {"port": port, "port_id": port["id"]}
+
 
 @pytest.fixture
 def tenants(cluster: Cluster) -> Iterator[Callable[[], Net]]:
@@ -141,7 +154,7 @@ def reach(cluster: Cluster, vm: dict, ip: str, timeout: float = 5) -> bool:
     """Reachable within `timeout` (the first packet to a new VTEP is lost while OVS resolves its MAC)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        wait = "1" if vm.get("kind") == "kvm" else "0.5"  # a guest's busybox ping waits whole seconds
+        wait = "1" if vm.get("kind") in ("kvm", "container") else "0.5"  # busybox ping waits whole seconds
         if ex(cluster, vm, "ping", "-c", "1", "-W", wait, ip).returncode == 0:
             return True
     return False

@@ -1,0 +1,193 @@
+"""Real guests (root): KVM guest to KVM guest across two hypervisors through Tianji's pipeline, against the same two
+guests on bare Open vSwitch bridges (one NORMAL flow, the same VXLAN and underlay ports) measured in the same run;
+and the loss a 10 ms ping sees over live migrations.
+
+    python bench/guests.py [--megabytes 64] [--migrations 10] [--skip-throughput]
+
+Throughput: `dd | nc` of MEGABYTES in one TCP connection, timed by the guest's own `time`; latency: the guest's
+ping, 20 at 50 ms. Guests run under TCG on machines whose KVM does not boot them (the emulated CPU then bounds
+both rows alike: the ratio is what the pipeline costs). vhost-user is not measured here (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ovs_baseline import FLOWS, VNI
+from topologies import netns
+from topologies.cluster import Cluster
+from topologies.cluster_guests import guest_of, kvm_migrate
+from topologies.control_plane import stop_group
+from topologies.guest_image import build
+from topologies.guests import KvmGuest, accel
+from topologies.machines import Hypervisor, ovs_env, ovs_pids, sh, start_private_ovs
+
+STATE = Path("/run/tianji-bench-guests")
+
+
+def throughput(src: KvmGuest, dst: KvmGuest, dst_ip: str, megabytes: int) -> float:
+    """Mbit/s of one TCP connection from `src` to `dst`, timed in the sending guest."""
+    dst.run("nc -l -p 5001 >/dev/null 2>&1 &")
+    time.sleep(0.3)
+    rc, out = src.run(f"time sh -c 'dd if=/dev/zero bs=64k count={megabytes * 16} 2>/dev/null | nc {dst_ip} 5001'",
+                      timeout=300)
+    m = re.search(r"real\s+(\d+)m\s*([\d.]+)s", out)
+    if rc or not m:
+        raise RuntimeError(f"the transfer from {src.name} failed: {out[-300:]}")
+    return megabytes * 8 * 1.048576 / (int(m.group(1)) * 60 + float(m.group(2)))
+
+
+def rtt(src: KvmGuest, dst_ip: str) -> float:
+    src.run(f"ping -c 3 -W 1 {dst_ip}")  # warm: ARP, the first packet to a new VTEP
+    _, out = src.run(f"ping -c 20 -i 0.05 {dst_ip}", timeout=60)
+    return float(re.search(r"min/avg/max = [\d.]+/([\d.]+)/", out).group(1))  # type: ignore[union-attr]
+
+
+def measure(a: KvmGuest, b: KvmGuest, b_ip: str, megabytes: int) -> dict:
+    mbits = [throughput(a, b, b_ip, megabytes) for _ in range(3)]
+    return {"mbit_s": round(sorted(mbits)[1], 1), "rtt_ms": round(rtt(a, b_ip), 3)}
+
+
+def on_tianji(c: Cluster, megabytes: int) -> tuple[dict, str]:
+    t = c.admin.post("/v1/tenants", {"name": f"bench-{uuid.uuid4().hex[:6]}"})
+    cl = c.client(t["token"])
+    vpc = cl.post("/v1/vpcs", {"name": "bench", "cidr": "10.90.0.0/16"})
+    sn = cl.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.90.1.0/24"})
+    sg = vpc["default_security_group_id"]
+    cl.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "any",
+                                                "remote_cidr": "10.90.0.0/16"})
+    names = []
+    for i, host in enumerate(("hv1", "hv2"), start=1):
+        p = cl.post("/v1/ports", {"subnet_id": sn["id"], "name": f"g{i}"})
+        c.orchestrator.patch(f"/v1/ports/{p['id']}", {"host": host})
+        names.append(c.vm_add(p["id"], f"g{i}", kind="kvm", progress=lambda m: None)["name"])
+    a, b = guest_of(c, names[0]), guest_of(c, names[1])
+    return measure(a, b, c.state.vms[names[1]]["ip"], megabytes), c.state.vms[names[0]]["accel"]
+
+
+def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
+    """The same two guests on two namespaces' bare OVS: br-int with the guest's tap and a VXLAN port, NORMAL (the
+    VNI set by one flow); br-phy on the underlay veth, of the port type the cluster's hypervisors use."""
+    tag = "tjgb"
+    hosts = [f"{tag}h{i}" for i in (1, 2)]
+    base = Path(tempfile.mkdtemp(prefix="tianji-bench-guests-"))
+    guests: list[KvmGuest] = []
+    image = build(lambda m: None)
+    try:
+        for h in hosts:
+            netns.add(h)
+        netns.veth("ul0", hosts[0], "ul0", hosts[1], up=False)
+        for i, h in enumerate(hosts, start=1):
+            run = base / h
+            start_private_ovs(h, run)
+
+            def vsctl(*a: str, h: str = h, run: Path = run) -> None:
+                sh("ovs-vsctl", f"--db=unix:{run}/db.sock", *a, ns=h, env=ovs_env(run))
+
+            sh("ip", "link", "set", "ul0", "mtu", "1500", "up", ns=h)
+            vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+                  f"other_config:hwaddr=02:00:00:00:0{i}:fe", "--", "add-port", "br-phy", "ul0", "--",
+                  "set", "interface", "ul0", f"type={underlay_type}")
+            sh("ip", "addr", "add", f"172.31.9.{i}/24", "dev", "br-phy", ns=h)
+            sh("ip", "link", "set", "br-phy", "up", ns=h)
+            vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "--",
+                  "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
+                  f"options:remote_ip=172.31.9.{3 - i}", f"options:local_ip=172.31.9.{i}", "options:key=flow")
+            hv = Hypervisor(h, h, run, f"172.31.9.{i}/24", "")
+            g = KvmGuest(f"bare{i}", hv, f"bare-{i}", f"02:00:00:00:0{i}:01", "tapbare", base / f"g{i}")
+            g.make_tap(1450)
+            vsctl("add-port", "br-int", "tapbare")
+            sh("ovs-ofctl", "del-flows", "br-int", ns=h, env=ovs_env(run))
+            for f in FLOWS["bare"]:
+                sh("ovs-ofctl", "add-flow", "br-int", f.format(vm="tapbare", vni=VNI), ns=h, env=ovs_env(run))
+            g.start(image, how)
+            guests.append(g)
+        for i, g in enumerate(guests, start=1):
+            g.wait_ready()
+            g.run(f"kill $(cat /run/udhcpc.pid) 2>/dev/null; ip link set eth0 mtu 1450 up; "
+                  f"ip addr add 10.99.0.{i}/24 dev eth0")
+        return measure(guests[0], guests[1], "10.99.0.2", megabytes)
+    finally:
+        for g in guests:
+            if g.pid:
+                stop_group(g.pid, signal.SIGKILL)
+        for h in hosts:
+            for pid in ovs_pids(base / h):
+                sh("kill", str(pid), check=False)
+        netns.delete(hosts)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def migrations(c: Cluster, count: int) -> list[dict]:
+    """`count` live migrations of g1 between hv1 and hv2 while a namespace VM on hv3 pings it every 10 ms: the
+    longest run of lost answers each time, in ms, beside QEMU's own downtime."""
+    g = c.state.vms["g1"]
+    cl = c.orchestrator
+    port = cl.get(f"/v1/ports/{g['port_id']}")
+    p = cl.post("/v1/ports", {"subnet_id": port["subnet_id"], "name": "pinger", "host": "hv3"})
+    vm = c.vm_add(p["id"], "pinger", dhcp=True)
+    out = []
+    for k in range(count):
+        to = "hv2" if c.state.vms["g1"]["host"] == "hv1" else "hv1"
+        ping = subprocess.Popen(["ip", "netns", "exec", vm["ns"], "ping", "-i", "0.01", "-W", "1", "-w", "12",
+                                 g["ip"]], stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        fig = kvm_migrate(c, "g1", to, port=4444 + k)
+        text, _ = ping.communicate(timeout=60)
+        seqs = sorted({int(x) for x in re.findall(r"icmp_seq=(\d+)", text)})
+        lost = max((b - a - 1 for a, b in zip(seqs, seqs[1:], strict=False)), default=0) * 10
+        out.append({"to": to, "lost_ms": lost, "qemu_downtime_ms": fig["downtime_ms"],
+                    "migration_ms": fig["total_ms"]})
+        print(f"  migration {k + 1}/{count} to {to}: ping lost {lost} ms (QEMU downtime {fig['downtime_ms']} ms, "
+              f"migration {fig['total_ms']} ms)", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--megabytes", type=int, default=64)
+    ap.add_argument("--migrations", type=int, default=10)
+    ap.add_argument("--skip-throughput", action="store_true")
+    a = ap.parse_args()
+    how = accel(build(print), print)
+    res: dict = {"accel": how}
+    c = Cluster.up("small", name="tjbg", state_dir=STATE, progress=lambda m: print(f"> {m}", flush=True))
+    try:
+        res["tianji"], _ = on_tianji(c, a.megabytes)
+        print(f"tianji: {res['tianji']}", flush=True)
+        underlay = c.agent_status("hv1").get("port_types", {}).get("underlay", "system")
+        if a.migrations:
+            res["migrations"] = migrations(c, a.migrations)
+    finally:
+        c.down()
+    if not a.skip_throughput:
+        res["bare"] = on_bare_bridges(a.megabytes, how, underlay)
+        print(f"bare OVS: {res['bare']}", flush=True)
+        res["ratio_throughput"] = round(res["tianji"]["mbit_s"] / res["bare"]["mbit_s"], 2)
+        res["ratio_rtt"] = round(res["tianji"]["rtt_ms"] / res["bare"]["rtt_ms"], 2)
+    print(f"\n| guests ({how.upper()}, tap, vnet_hdr off) | TCP Mbit/s (median of 3) | RTT ms |\n|---|---|---|")
+    for k in ("tianji", "bare"):
+        if k in res:
+            print(f"| {k} | {res[k]['mbit_s']} | {res[k]['rtt_ms']} |")
+    if "ratio_throughput" in res:
+        print(f"Tianji / bare bridge: throughput {res['ratio_throughput']}x, RTT {res['ratio_rtt']}x")
+    if res.get("migrations"):
+        lost = [m["lost_ms"] for m in res["migrations"]]
+        print(f"live migrations: {len(lost)}, ping lost per migration (ms) {lost}, max {max(lost)}")
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""A port's live migration through the API (both backends): `migrating_to` binds it on the destination too, the
+destination's config holds it as a local port and every other host's endpoint for it names both VTEPs; `host` set
+to the destination ends it, `migrating_to: null` abandons it. Only the admin and orchestrators may do either; bad
+input is a 4xx naming the field and changes nothing."""
+
+from __future__ import annotations
+
+from tests.conftest import Controller
+
+
+def _setup(c: Controller) -> tuple:
+    adm = c.admin
+    for i, h in enumerate(("hv1", "hv2", "hv3"), start=11):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"192.0.2.{i}"})
+    t = c.tenant("acme")
+    vpc = t.post("/v1/vpcs", {"name": "prod", "cidr": "10.0.0.0/16"})
+    sn = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    port = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "vm"})
+    other = t.post("/v1/ports", {"subnet_id": sn["id"], "name": "other"})
+    c.orchestrator().patch(f"/v1/ports/{other['id']}", {"host": "hv3"})
+    return t, port, other
+
+
+def _local(c: Controller, host: str, port_id: str) -> bool:
+    return any(p["id"] == port_id for p in c.admin.get(f"/v1/hosts/{host}/config")["ports"])
+
+
+def _endpoint(c: Controller, host: str, port_id: str) -> dict:
+    return next(e for e in c.admin.get(f"/v1/hosts/{host}/config")["endpoints"] if e["port_id"] == port_id)
+
+
+def test_a_migration_binds_both_hosts_until_it_ends(controller: Controller) -> None:
+    c = controller
+    t, port, _ = _setup(c)
+    orch, raw = c.orchestrator(), c.raw(c.orchestrator().token)
+    r = raw.patch(f"/v1/ports/{port['id']}", json={"migrating_to": "hv2"})
+    assert r.status_code == 409 and r.json()["field"] == "migrating_to" and "not bound" in r.json()["detail"]
+    orch.patch(f"/v1/ports/{port['id']}", {"host": "hv1"})
+    for body, code in (({"migrating_to": "hv1"}, 422), ({"migrating_to": "nowhere"}, 422)):
+        r = raw.patch(f"/v1/ports/{port['id']}", json=body)
+        assert r.status_code == code and r.json()["field"] == "migrating_to", r.json()
+    r = c.raw(t.token).patch(f"/v1/ports/{port['id']}", json={"migrating_to": "hv2"})
+    assert r.status_code == 403 and "orchestrator" in r.json()["detail"]  # a tenant never binds
+    assert t.get(f"/v1/ports/{port['id']}")["migrating_to"] is None  # nothing changed
+
+    out = orch.patch(f"/v1/ports/{port['id']}", {"migrating_to": "hv2"})
+    assert (out["host"], out["migrating_to"]) == ("hv1", "hv2")
+    assert _local(c, "hv1", port["id"]) and _local(c, "hv2", port["id"])
+    e = _endpoint(c, "hv3", port["id"])
+    assert (e["host"], e["vtep_ip"], e["also_host"], e["also_vtep_ip"]) == ("hv1", "192.0.2.11", "hv2", "192.0.2.12")
+    r = c.raw(c.admin_token).delete("/v1/hosts/hv2")
+    assert r.status_code == 409 and "migrating to host hv2" in r.json()["detail"]
+
+    out = orch.patch(f"/v1/ports/{port['id']}", {"host": "hv2"})  # the guest runs there: the migration ends
+    assert (out["host"], out["migrating_to"]) == ("hv2", None)
+    assert not _local(c, "hv1", port["id"]) and _local(c, "hv2", port["id"])
+    e = _endpoint(c, "hv3", port["id"])
+    assert (e["host"], e["vtep_ip"], e.get("also_host")) == ("hv2", "192.0.2.12", None)
+
+
+def test_an_abandoned_migration_leaves_the_port_where_it_was(controller: Controller) -> None:
+    c = controller
+    _, port, _ = _setup(c)
+    orch = c.orchestrator()
+    orch.patch(f"/v1/ports/{port['id']}", {"host": "hv1"})
+    orch.patch(f"/v1/ports/{port['id']}", {"migrating_to": "hv2"})
+    out = orch.patch(f"/v1/ports/{port['id']}", {"migrating_to": None})
+    assert (out["host"], out["migrating_to"]) == ("hv1", None)
+    assert _local(c, "hv1", port["id"]) and not _local(c, "hv2", port["id"])
+    assert _endpoint(c, "hv3", port["id"]).get("also_host") is None
+    r = c.raw(orch.token).patch(f"/v1/ports/{port['id']}", json={"name": "renamed"})
+    assert r.status_code == 403 and r.json()["field"] == "name"  # an orchestrator binds, nothing more
