@@ -28,7 +28,8 @@ IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                    "description": "a retry with the same key (and the same request) gets the first answer, kept a day "
                                   "(controller/idempotency.py)"}
-ROLE_CHECKS = ("require_admin", "require_tenant_api", "require_infra", "require_port_api")  # controller/auth.py
+ROLE_CHECKS = ("require_admin", "require_tenant_api", "require_infra", "require_port_api",  # controller/auth.py
+               "require_network_read")
 WRITES = ("post", "put", "patch", "delete")
 # what the docs pages may load: this controller's files (and the blobs and inline scripts the viewers make)
 LOCAL_ONLY = ("default-src 'self'; script-src 'self' 'unsafe-inline' blob:; style-src 'self' 'unsafe-inline'; "

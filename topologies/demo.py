@@ -23,6 +23,7 @@ from rich.table import Table
 from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
 from topologies.demo_analyzer import analyzer
+from topologies.demo_guests import real_guests
 from topologies.demo_replicas import replica_failover
 from topologies.site import Neighbor, SiteRouter
 
@@ -355,6 +356,7 @@ def main() -> None:
              "by name")
         failures += services(c, env, {"acme": (ea, avpc, aweb), "globex": (eg, gvpc, gweb)}, vms, results)
         failures += analyzer(TIANJI, env, vms, c.state.nodes["inet"]["ip"], results, step)
+        failures += real_guests(c, ea, eo, aweb, vms, results, step)
         failures += replica_failover(c, vms, results, step)
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()

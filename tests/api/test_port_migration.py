@@ -70,3 +70,21 @@ def test_an_abandoned_migration_leaves_the_port_where_it_was(controller: Control
     assert _endpoint(c, "hv3", port["id"]).get("also_host") is None
     r = c.raw(orch.token).patch(f"/v1/ports/{port['id']}", json={"name": "renamed"})
     assert r.status_code == 403 and r.json()["field"] == "name"  # an orchestrator binds, nothing more
+
+
+def test_an_orchestrator_reads_one_subnet_and_vpc_to_wire_a_guest_and_nothing_more(controller: Controller) -> None:
+    """A CNI plugin or Nova wires an interface with the subnet's prefix and gateway and the VPC's MTU: an
+    orchestrator token reads those, one at a time; it lists nothing and changes nothing of them; a host reads none."""
+    c = controller
+    t, port, _ = _setup(c)
+    raw = c.raw(c.orchestrator().token)
+    sn = raw.get(f"/v1/subnets/{port['subnet_id']}")
+    vpc = raw.get(f"/v1/vpcs/{port['vpc_id']}")
+    assert sn.status_code == 200 and sn.json()["gateway_ip"] == "10.0.1.1"
+    assert vpc.status_code == 200 and vpc.json()["mtu"] == 1450
+    for r in (raw.get("/v1/subnets"), raw.get("/v1/vpcs"), raw.delete(f"/v1/subnets/{port['subnet_id']}"),
+              raw.patch(f"/v1/vpcs/{port['vpc_id']}", json={"name": "x"})):
+        assert r.status_code == 403, r.text
+    host = c.raw(c.host_token("hv1"))
+    assert host.get(f"/v1/subnets/{port['subnet_id']}").status_code == 403
+    assert t.get(f"/v1/vpcs/{port['vpc_id']}")["name"] == "prod"

@@ -32,12 +32,13 @@ STATE = Path("/run/tianji-cluster")
 
 
 def require_prerequisites() -> None:
-    tools = ("ovs-vswitchd", "tcpdump", "dhclient", "iperf3", "mnexec", "vtysh")
+    tools = ("ovs-vswitchd", "tcpdump", "dhclient", "iperf3", "mnexec", "vtysh", "qemu-system-x86_64", "podman",
+             "runc", "libvirtd", "virsh", "nsenter")
     missing = [t for t in tools if shutil.which(t) is None]
     if os.geteuid() != 0 or missing:
         pytest.fail("the scenario suite needs root and " + (", ".join(missing) or "nothing else") +
                     ": run `make setup` (apt-get install openvswitch-switch mininet tcpdump isc-dhcp-client iperf3 "
-                    "frr)")
+                    "frr qemu-system-x86 podman runc libvirt-daemon-system)")
 
 
 @pytest.fixture(scope="session")

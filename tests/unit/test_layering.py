@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 GROUND = "tianji"
 COMPONENTS = ("controller", "vswitch_agent", "nfv_gateways")
-ABOVE = ("tianjictl", "topologies", "tests", "bench")
-PACKAGES = (GROUND, *COMPONENTS, "tianjictl", "topologies")
+ABOVE = ("tianjictl", "tianji_cni", "topologies", "tests", "bench")
+PACKAGES = (GROUND, *COMPONENTS, "tianjictl", "tianji_cni", "topologies")
 
 
 def imports(path: Path, top_level_only: bool = False) -> set[str]:
