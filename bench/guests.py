@@ -38,14 +38,18 @@ STATE = Path("/run/tianji-bench-guests")
 
 
 def throughput(src: KvmGuest, dst: KvmGuest, dst_ip: str, megabytes: int) -> float:
-    """Mbit/s of one TCP connection from `src` to `dst`, timed in the sending guest."""
-    dst.run("nc -l -p 5001 >/dev/null 2>&1 &")
-    time.sleep(0.3)
+    """Mbit/s of one TCP connection from `src` to `dst`, timed in the sending guest; every byte must arrive."""
+    # the listener's stdin held open: busybox nc closes the connection when its stdin ends
+    dst.run("rm -f /tmp/rx; (sleep 300 | nc -l -p 5001 | wc -c > /tmp/rx) >/dev/null 2>&1 &")
+    time.sleep(0.5)
     rc, out = src.run(f"time sh -c 'dd if=/dev/zero bs=64k count={megabytes * 16} 2>/dev/null | nc {dst_ip} 5001'",
                       timeout=300)
     m = re.search(r"real\s+(\d+)m\s*([\d.]+)s", out)
-    if rc or not m:
-        raise RuntimeError(f"the transfer from {src.name} failed: {out[-300:]}")
+    deadline = time.monotonic() + 10
+    while (got := dst.run("cat /tmp/rx 2>/dev/null")[1].strip()) == "" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if rc or not m or got != str(megabytes << 20):
+        raise RuntimeError(f"the transfer from {src.name} failed (received {got or 'nothing'}): {out[-300:]}")
     return megabytes * 8 * 1.048576 / (int(m.group(1)) * 60 + float(m.group(2)))
 
 
@@ -113,9 +117,9 @@ def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
             for f in FLOWS["bare"]:
                 sh("ovs-ofctl", "add-flow", "br-int", f.format(vm="tapbare", vni=VNI), ns=h, env=ovs_env(run))
             g.start(image, how)
+            g.wait_ready()  # its console from the start: the init's output before a connection is not kept
             guests.append(g)
         for i, g in enumerate(guests, start=1):
-            g.wait_ready()
             g.run(f"kill $(cat /run/udhcpc.pid) 2>/dev/null; ip link set eth0 mtu 1450 up; "
                   f"ip addr add 10.99.0.{i}/24 dev eth0")
         return measure(guests[0], guests[1], "10.99.0.2", megabytes)
