@@ -310,10 +310,9 @@ class Cluster(ControlPlane):
     # --- teardown ------------------------------------------------------------------------------------------
     def down(self) -> None:
         st = self.state
-        if any(v.get("kind") == "container" for v in st.vms.values()):  # while the controller runs: DEL deletes
-            from topologies.containers import remove_all
+        from topologies.containers import remove_all
 
-            remove_all(self)
+        remove_all(self)  # while the controller runs, so the plugin's DEL deletes the ports; and the conflists
         if any(h.get("libvirtd_pid") for h in st.hypervisors.values()):
             from topologies import libvirt_host
 
