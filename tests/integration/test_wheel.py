@@ -25,6 +25,10 @@ def test_the_wheel_builds_and_loads_the_data_plane(tmp_path: Path) -> None:
                    "controller/migrations/versions/0008_snat_eip_rows_token_roles.py"):
         assert needed in names, f"{needed} is not in the wheel"
     assert not [n for n in names if n.endswith(".so")], "a compiled library was shipped"
+    # the CNI plugin is in it, with its command (container hosts install the wheel, then link the command into
+    # /opt/cni/bin as `make setup` does)
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "tianji_cni/main.py" in names and "tianji-cni = tianji_cni.main:main" in entry_points
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
