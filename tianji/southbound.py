@@ -126,9 +126,10 @@ class Endpoint(Wire):
     mac: str
     host: str
     vtep_ip: str
-    # a live migration's destination: the port is local there too, and its traffic goes to both hosts
-    also_host: str | None = None
-    also_vtep_ip: str | None = None
+    # a live migration's destination: the port is local there too, and its traffic goes to both hosts (left out of
+    # the JSON when none: every endpoint of every config would otherwise carry two nulls)
+    also_host: str | None = Field(None, exclude_if=lambda v: v is None)
+    also_vtep_ip: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class SecurityGroupRuleInfo(Wire):
