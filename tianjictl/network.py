@@ -111,6 +111,17 @@ def port_bind(ctx: typer.Context, port_id: str, host: str) -> None:
     show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", {"host": host}), PORT_COLS)
 
 
+@port.command("migrate")
+def port_migrate(ctx: typer.Context, port_id: str,
+                 to: str = typer.Option(None, "--to", help="the destination host of a live migration"),
+                 abandon: bool = typer.Option(False, "--abandon", help="the migration did not happen")) -> None:
+    """Start a live migration: the port is bound on the destination too and its traffic sent to both hosts until
+    `tianji port bind PORT DEST` ends it (or `--abandon`)."""
+    if (to is None) != abandon:
+        raise typer.BadParameter("give --to HOST to start a migration, or --abandon to drop one", param_hint="--to")
+    show(ctx, call(ctx, "PATCH", f"/v1/ports/{port_id}", {"migrating_to": to}), [*PORT_COLS, "migrating_to"])
+
+
 @port.command("update")
 def port_update(ctx: typer.Context, port_id: str, name: str = typer.Option(None, help="a new name"),
                 sg: list[str] = typer.Option(None, "--sg", help="security group name or id (repeatable): replaces "

@@ -88,3 +88,23 @@ def test_an_orchestrator_reads_one_subnet_and_vpc_to_wire_a_guest_and_nothing_mo
     host = c.raw(c.host_token("hv1"))
     assert host.get(f"/v1/subnets/{port['subnet_id']}").status_code == 403
     assert t.get(f"/v1/vpcs/{port['vpc_id']}")["name"] == "prod"
+
+
+def test_the_cli_starts_ends_and_abandons_a_migration(controller: Controller) -> None:
+    from tests.api.test_cli import tianji
+
+    c = controller
+    _, port, _ = _setup(c)
+    orch = c.orchestrator().token
+    assert tianji(c, orch, "port", "bind", port["id"], "hv1")[0] == 0
+    rc, out = tianji(c, orch, "port", "migrate", port["id"])
+    assert rc != 0 and "--to HOST" in out
+    rc, out = tianji(c, orch, "port", "migrate", port["id"], "--to", "hv2")
+    assert rc == 0 and "hv2" in out, out
+    assert c.admin.get(f"/v1/ports/{port['id']}")["migrating_to"] == "hv2"
+    assert tianji(c, orch, "port", "migrate", port["id"], "--abandon")[0] == 0
+    assert c.admin.get(f"/v1/ports/{port['id']}")["migrating_to"] is None
+    tianji(c, orch, "port", "migrate", port["id"], "--to", "hv2")
+    assert tianji(c, orch, "port", "bind", port["id"], "hv2")[0] == 0  # the guest runs there: done
+    got = c.admin.get(f"/v1/ports/{port['id']}")
+    assert (got["host"], got["migrating_to"]) == ("hv2", None)
