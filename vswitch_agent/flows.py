@@ -201,19 +201,14 @@ def endpoint_flows(e: Endpoint, reach: Sequence[tuple[str, int, str]], host: str
     remote = [v for h, v in ((e.host, e.vtep_ip), (e.also_host, e.also_vtep_ip)) if h and v and h != host]
     to_tunnel = [a for v in remote for a in (SetField("tun_ipv4_dst", v), Output(tunnel_ofport))] \
         if tunnel_ofport is not None and reach else []
-    if host in (e.host, e.also_host):
-        if ofport is not None:
-            deliver = [Load(P.REG_DST_PORT, 0, 32, ofport), goto(P.INGRESS_CT)]
-            out.append(flow(P.FORWARD, 100, dst, [SetField("eth_dst", e.mac), *deliver], "endpoint", e.port_id))
-            if to_tunnel:  # sent here by a local port: a copy to the other host too (from a tunnel: sent there)
-                out.append(flow(P.FORWARD, 101, dst | {P.REG_FROM_TUNNEL: 0},
-                                [SetField("eth_dst", e.mac), SetField("tunnel_id", e.vni), *to_tunnel, *deliver],
-                                "endpoint", e.port_id))
-        elif to_tunnel:  # not plugged here (yet, or any more): the other host has it
-            out.append(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0},
-                            [SetField("eth_dst", e.mac), SetField("tunnel_id", e.vni), *to_tunnel], "endpoint",
-                            e.port_id))
-    elif to_tunnel:
+    if host in (e.host, e.also_host) and ofport is not None:
+        deliver = [Load(P.REG_DST_PORT, 0, 32, ofport), goto(P.INGRESS_CT)]
+        out.append(flow(P.FORWARD, 100, dst, [SetField("eth_dst", e.mac), *deliver], "endpoint", e.port_id))
+        if to_tunnel:  # sent here by a local port: a copy to the other host too (from a tunnel: sent there)
+            out.append(flow(P.FORWARD, 101, dst | {P.REG_FROM_TUNNEL: 0},
+                            [SetField("eth_dst", e.mac), SetField("tunnel_id", e.vni), *to_tunnel, *deliver],
+                            "endpoint", e.port_id))
+    elif to_tunnel:  # elsewhere, or not plugged here (yet, or any more) while the other host has it
         out.append(flow(P.FORWARD, 100, dst | {P.REG_FROM_TUNNEL: 0},
                         [SetField("eth_dst", e.mac), SetField("tunnel_id", e.vni), *to_tunnel], "endpoint", e.port_id))
     return out
