@@ -66,7 +66,11 @@ class Controller:
         self.app = create_app(self.settings, announce_token=False)
         self.db = self.app.state.db
         self.admin_token = self.app.state.admin_token
-        self.port = port or free_port()
+        # the socket is bound here and handed to uvicorn: a port picked then bound later can be taken in between
+        self.sock = socket.socket(socket.AF_INET6 if ":" in listen else socket.AF_INET)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((listen, port or 0))
+        self.port = self.sock.getsockname()[1]
         self.listen = listen
         s = self.settings
         self.tls = ClientTls(ca=str(ca)) if s.tls_cert else None
@@ -78,12 +82,14 @@ class Controller:
         cfg = uvicorn.Config(self.app, host=listen, port=self.port, log_level="warning", lifespan="on",
                              timeout_graceful_shutdown=1, **options)
         self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
-        deadline = time.time() + 15
+        deadline = time.time() + 30
         while not self.server.started:
-            if time.time() > deadline or not self.thread.is_alive():
-                raise RuntimeError("controller did not start")
+            if not self.thread.is_alive():
+                raise RuntimeError(f"controller on {self.url} exited while starting (its log above says why)")
+            if time.time() > deadline:
+                raise RuntimeError(f"controller on {self.url} did not start in 30 s")
             time.sleep(0.02)
         self.admin = self.client(self.admin_token)
 
@@ -122,4 +128,5 @@ class Controller:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.sock.close()
         self.db.engine.dispose()
