@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute iperf3 tcpdump python3-venv python3-dev nftables \
             gcc make pkg-config isc-dhcp-client busybox netcat-openbsd curl jq postgresql-client procps \
             libdpdk-dev libxdp-dev libbpf-dev clang frr chromium \
-            qemu-system-x86 podman runc containernetworking-plugins util-linux libvirt-daemon-system libvirt-clients
+            qemu-system-x86 podman runc containernetworking-plugins util-linux libvirt-daemon-system libvirt-clients \
+            openvswitch-switch-dpdk
 VENV_STAMP := $(VENV)/.installed
 
 .PHONY: setup apt venv native guests demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean

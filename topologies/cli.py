@@ -54,15 +54,19 @@ def vm_add(port: str = typer.Option(..., "--port", help="the port id; the VM is 
            vm_name: str = typer.Option(None, "--name"), static: bool = typer.Option(False, help="no DHCP"),
            kind: str = typer.Option("netns", "--kind", help="netns (a namespace: quick) or kvm (a QEMU guest with "
                                                             "its own kernel, on a tap plugged by iface-id)"),
+           nic: str = typer.Option("tap", "--nic", help="a kvm guest's NIC: tap, or vhost-user (on a host running "
+                                                        "OVS-DPDK: `tianji cluster hv dpdk HOST`)"),
            name: str = typer.Option("tj", "--cluster"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
     """Plug a VM into a port on the port's host: a namespace, or a real KVM guest (`--kind kvm`)."""
     if kind not in ("netns", "kvm"):
         raise typer.BadParameter("netns or kvm", param_hint="--kind")
-    info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static, kind=kind,
+    if nic not in ("tap", "vhost-user") or (nic != "tap" and kind != "kvm"):
+        raise typer.BadParameter("tap or vhost-user, and only with --kind kvm", param_hint="--nic")
+    info = Cluster(State.load(state_dir / name)).vm_add(port, vm_name, dhcp=not static, kind=kind, nic=nic,
                                                         progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
     if kind == "kvm":
         console.print(f"KVM guest {info['name']} on {info['host']} ({info['accel'].upper()}): its DHCP client bound "
-                      f"{info['dhcp_ip']} (tap {info['tap']}; `tianji cluster vm exec {info['name']} -- ip addr`)")
+                      f"{info['dhcp_ip']} ({nic} {info['tap']}; `tianji cluster vm exec {info['name']} -- ip addr`)")
         return
     console.print(f"VM {info['name']} plugged on {info['host']}: {info['ip']}/{info['prefixlen']} "
                   f"(namespace {info['ns']}; `ip netns exec {info['ns']} ping ...`)")
@@ -84,6 +88,22 @@ def vm_remove(vm_name: str, name: str = typer.Option("tj", "--cluster"),
     """Unplug a VM and remove its namespace."""
     Cluster(State.load(state_dir / name)).vm_remove(vm_name)
     console.print(f"VM {vm_name} removed")
+
+
+hv_app = typer.Typer(no_args_is_help=True, help="Hypervisors of the emulated cluster.")
+cluster_app.add_typer(hv_app, name="hv")
+
+
+@hv_app.command("dpdk")
+def hv_dpdk(host: str, off: bool = typer.Option(False, "--off", help="back to the plain userspace datapath"),
+            name: str = typer.Option("tj", "--cluster"), state_dir: Path = typer.Option(DEFAULT_STATE)) -> None:
+    """Run HOST's Open vSwitch on DPDK (for vhost-user guests), or back without it (`--off`)."""
+    from topologies import dpdk_host
+
+    c = Cluster(State.load(state_dir / name))
+    if host not in c.state.hypervisors:
+        raise typer.BadParameter(f"no hypervisor {host!r} in cluster {name!r}", param_hint="HOST")
+    (dpdk_host.disable if off else dpdk_host.enable)(c, host, progress=lambda m: console.print(f"[cyan]>[/cyan] {m}"))
 
 
 @cluster_app.command("status")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tianji.southbound import GATEWAY_ROLES
-from topologies import service_host
+from topologies import dpdk_host, service_host
 from topologies.cluster_state import State, load_topology
 from topologies.control_plane import (  # noqa: F401 -- TIANJI, controller_env: imported from here
     CONTROLLER_MGMT_IP,
@@ -163,9 +163,10 @@ class Cluster(ControlPlane):
                           info["agent_pid"])
 
     def vm_add(self, port_id: str, name: str | None = None, dhcp: bool = True, kind: str = "netns",
-               progress=print) -> dict:
-        """Plug a VM for a port on the port's host (the way Nova/OVN plug: a veth, or a KVM guest's tap, and
-        iface-id). `kind`: `netns` (a namespace, quick) or `kvm` (a QEMU guest with its own kernel)."""
+               progress=print, nic: str = "tap") -> dict:
+        """Plug a VM for a port on the port's host (the way Nova/OVN plug: a veth, or a KVM guest's tap or
+        vhost-user socket, and iface-id). `kind`: `netns` (a namespace, quick) or `kvm` (a QEMU guest with its own
+        kernel; `nic`: tap, or vhost-user on an OVS-DPDK host)."""
         from mininet.link import Link
 
         from topologies.nodes import HypervisorNode, VmNode
@@ -183,7 +184,7 @@ class Cluster(ControlPlane):
         if kind == "kvm":
             from topologies.cluster_guests import kvm_add
 
-            return kvm_add(self, port, name, progress)
+            return kvm_add(self, port, name, progress, nic)
         if kind != "netns":
             raise SystemExit(f"--kind {kind!r}: netns or kvm")
         ns = f"{st.name}-{name}"
@@ -339,6 +340,7 @@ class Cluster(ControlPlane):
             _sh("ip", "netns", "del", ns, check=False)
         for link in st.links:
             _sh("ip", "link", "del", link, check=False)
+        dpdk_host.release(self)
         shutil.rmtree(st.dir, ignore_errors=True)
 
 

@@ -23,25 +23,30 @@ if TYPE_CHECKING:
 def guest_of(c: Cluster, name: str, host: str | None = None) -> KvmGuest:
     info = c.state.vms[name]
     hv = c.hypervisor(host or info["host"])
-    return KvmGuest(name, hv, info["port_id"], info["mac"], info["tap"], Path(info["rundir"]), info.get("pid"))
+    return KvmGuest(name, hv, info["port_id"], info["mac"], info["tap"], Path(info["rundir"]), info.get("pid"),
+                    info.get("nic", "tap"))
 
 
-def kvm_add(c: Cluster, port: dict, name: str, progress=print) -> dict:
-    """A QEMU guest for `port` on its host: tap made and plugged by iface-id, QEMU started, its DHCP client's
-    address awaited."""
+def kvm_add(c: Cluster, port: dict, name: str, progress=print, nic: str = "tap") -> dict:
+    """A QEMU guest for `port` on its host: its NIC (a tap, or vhost-user on an OVS-DPDK host) plugged by
+    iface-id, QEMU started, its DHCP client's address awaited."""
     st = c.state
+    if nic not in ("tap", "vhost-user"):
+        raise SystemExit(f"--nic {nic!r}: tap or vhost-user")
+    if nic == "vhost-user" and st.hypervisors[port["host"]].get("datapath") != "dpdk":
+        raise SystemExit(f"vhost-user needs OVS-DPDK on {port['host']}: `tianji cluster hv dpdk {port['host']}` "
+                         "first")
     subnet = c.admin.get(f"/v1/subnets/{port['subnet_id']}")
     image = build(progress)
     how = accel(image, progress)
     guest = KvmGuest(name, c.hypervisor(port["host"]), port["id"], port["mac"], f"tk{port['id'][:8]}",
-                     Path(st.dir) / "guests" / name)
-    info = {"name": name, "kind": "kvm", "ns": guest.hv.ns, "port_id": port["id"], "host": port["host"],
+                     Path(st.dir) / "guests" / name, nic=nic)
+    info = {"name": name, "kind": "kvm", "nic": nic, "ns": guest.hv.ns, "port_id": port["id"], "host": port["host"],
             "tap": guest.tap, "ip": port["ip"], "mac": port["mac"], "rundir": str(guest.rundir), "accel": how,
             "pid": None, "prefixlen": int(subnet["cidr"].split("/")[1]), "gateway": subnet["gateway_ip"]}
     st.vms[name] = info
     st.save()
-    guest.make_tap(underlay_mtu(st.topology) - 50)
-    guest.plug()
+    guest.plug(underlay_mtu(st.topology) - 50)
     t0 = time.monotonic()
     info["pid"] = guest.start(image, how)
     st.pids.append(info["pid"])
@@ -51,7 +56,7 @@ def kvm_add(c: Cluster, port: dict, name: str, progress=print) -> dict:
     info["dhcp_ip"] = guest.wait_address(timeout=60)
     info["ready_s"] = round(time.monotonic() - t0, 1)
     st.save()
-    progress(f"guest {name} up under {how.upper()} ({accel_reason()}): init in {info['booted_s']} s, "
+    progress(f"guest {name} ({nic}) up under {how.upper()} ({accel_reason()}): init in {info['booted_s']} s, "
              f"DHCP {info['dhcp_ip']} at {info['ready_s']} s")
     return info
 
@@ -82,14 +87,15 @@ def kvm_migrate(c: Cluster, name: str, to_host: str, port: int = 4444, downtime_
 
     st = c.state
     info = st.vms[name]
+    if info.get("nic", "tap") != "tap":
+        raise SystemExit(f"{name} has a {info['nic']} NIC: only tap guests migrate in the emulated cluster")
     src = guest_of(c, name)
     dst_hv = c.hypervisor(to_host)
     dst_ip = st.hypervisors[to_host]["mgmt_ip"]
     dst = KvmGuest(name, dst_hv, info["port_id"], info["mac"], info["tap"], Path(info["rundir"]) / to_host)
     c.orchestrator.patch(f"/v1/ports/{info['port_id']}", {"migrating_to": to_host})
     try:
-        dst.make_tap(underlay_mtu(st.topology) - 50)
-        dst.plug()
+        dst.plug(underlay_mtu(st.topology) - 50)
         image = build(lambda m: None)
         dst.start(image, info["accel"], incoming=f"tcp:{dst_ip}:{port}")
         st.pids.append(dst.pid)  # type: ignore[arg-type]

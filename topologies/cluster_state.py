@@ -50,6 +50,7 @@ class State:
     nodes: dict[str, dict] = field(default_factory=dict)
     up_seconds: float | None = None
     database_url: str = ""  # empty: SQLite in the controller's state directory
+    hugepages_added: int = 0  # 2 MiB pages added to the kernel's pool for OVS-DPDK hosts, given back at `down`
 
     @property
     def path(self) -> Path:

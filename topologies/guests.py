@@ -138,8 +138,9 @@ def qmp(path: Path, command: str, timeout: float = 30, **arguments) -> dict:
 
 @dataclass
 class KvmGuest:
-    """A QEMU guest whose NIC is a tap on hypervisor `hv`, plugged for port `port_id`. Its sockets, log and pid file
-    are in `rundir`."""
+    """A QEMU guest whose NIC is plugged on hypervisor `hv` for port `port_id`: a tap (`nic="tap"`, any host) or
+    vhost-user (`nic="vhost-user"`, an OVS-DPDK host: the guest's memory shared with ovs-vswitchd, no kernel in the
+    path). `tap` names the OVS port either way. Its sockets, log and pid file are in `rundir`."""
 
     name: str
     hv: Hypervisor
@@ -148,6 +149,7 @@ class KvmGuest:
     tap: str
     rundir: Path
     pid: int | None = None
+    nic: str = "tap"
 
     @property
     def console_path(self) -> Path:
@@ -163,20 +165,40 @@ class KvmGuest:
         sh("ip", "tuntap", "add", self.tap, "mode", "tap", ns=self.hv.ns)
         sh("ip", "link", "set", self.tap, "mtu", str(mtu), "up", ns=self.hv.ns)
 
-    def plug(self) -> str:
-        """The same Interface row libvirt's `<virtualport type='openvswitch'>` and os-vif write."""
+    @property
+    def vhost_socket(self) -> Path:
+        return self.rundir / "vhost-user.sock"
+
+    def plug(self, mtu: int) -> str:
+        """The same Interface row libvirt's `<virtualport type='openvswitch'>` and os-vif write: for a tap, made
+        here first; for vhost-user, OVS the client of the socket QEMU will serve. `mtu`: the largest a VPC may have
+        on this host."""
+        if self.nic == "vhost-user":
+            self.rundir.mkdir(parents=True, exist_ok=True)
+            self.hv.ovsdb.plug_vhost_user("br-int", self.tap, self.port_id, self.mac, str(self.vhost_socket), mtu)
+            return "dpdkvhostuserclient"
+        self.make_tap(mtu)
         return self.hv.plug(self.tap, self.port_id, self.mac)
+
+    def _nic_args(self, memory_mb: int) -> list[str]:
+        """`vnet_hdr=off` on a tap: the userspace datapath does not complete a tap's partial checksums (ping would
+        work and TCP not). vhost-user: the memory shared (memfd), and `vectors=0`, without which QEMU 7.2 under TCG
+        crashes."""
+        if self.nic == "vhost-user":
+            return ["-object", f"memory-backend-memfd,id=mem,size={memory_mb}M,share=on", "-numa", "node,memdev=mem",
+                    "-chardev", f"socket,id=vhu,path={self.vhost_socket},server=on",
+                    "-netdev", "type=vhost-user,id=n0,chardev=vhu",
+                    "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile=,vectors=0"]
+        return ["-netdev", f"tap,id=n0,ifname={self.tap},script=no,downscript=no,vnet_hdr=off",
+                "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
 
     def start(self, image: GuestImage, accel_: str, incoming: str | None = None,
               memory_mb: int = GUEST_MEMORY_MB) -> int:
-        """QEMU, detached in the hypervisor's namespace. `vnet_hdr=off`: the userspace datapath does not complete
-        a tap's partial checksums (ping would work and TCP not). `incoming`: wait for a migration stream there."""
+        """QEMU, detached in the hypervisor's namespace. `incoming`: wait for a migration stream there."""
         self.rundir.mkdir(parents=True, exist_ok=True)
-        for p in (self.console_path, self.qmp_path):
+        for p in (self.console_path, self.qmp_path, self.vhost_socket):
             p.unlink(missing_ok=True)
-        cmd = [*_qemu_base(image, accel_, self.name, memory_mb),
-               "-netdev", f"tap,id=n0,ifname={self.tap},script=no,downscript=no,vnet_hdr=off",
-               "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile=",
+        cmd = [*_qemu_base(image, accel_, self.name, memory_mb), *self._nic_args(memory_mb),
                "-chardev", f"socket,id=con,path={self.console_path},server=on,wait=off", "-serial", "chardev:con",
                "-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
         if incoming:

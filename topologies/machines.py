@@ -70,12 +70,20 @@ def start_private_ovs(ns: str, rundir: Path) -> list[int]:
     return ovs_pids(rundir)
 
 
-def start_ovs_daemon(which: str, ns: str, rundir: Path) -> None:
-    """ovsdb-server or ovs-vswitchd of a private OVS instance, detached, its pid in RUNDIR/WHICH.pid."""
+def start_ovs_daemon(which: str, ns: str, rundir: Path, binary: str | None = None) -> None:
+    """ovsdb-server or ovs-vswitchd of a private OVS instance, detached, its pid in RUNDIR/WHICH.pid. `binary`:
+    another build of it (Debian's DPDK ovs-vswitchd), run by a link named WHICH: OVS names its control socket
+    after its argv[0], and `ovs-appctl -t WHICH` (the agent's live trace, the tests) looks for WHICH.PID.ctl."""
     first = [str(rundir / "conf.db"), f"--remote=punix:{rundir}/db.sock"] if which == "ovsdb-server" \
         else [f"unix:{rundir}/db.sock"]
-    sh(which, *first, "--detach", "--no-chdir", f"--pidfile={rundir}/{which}.pid", f"--log-file={rundir}/{which}.log",
-       "-vconsole:off", ns=ns, env=ovs_env(rundir))
+    if binary:
+        link = rundir / "bin" / which
+        link.parent.mkdir(exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(binary)
+        binary = str(link)
+    sh(binary or which, *first, "--detach", "--no-chdir", f"--pidfile={rundir}/{which}.pid",
+       f"--log-file={rundir}/{which}.log", "-vconsole:off", ns=ns, env=ovs_env(rundir))
 
 
 def ovs_env(rundir: Path) -> dict[str, str]:

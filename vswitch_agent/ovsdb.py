@@ -199,6 +199,15 @@ class Ovsdb:
         self._run(self.api.db_set("Interface", ifname, ("type", "system")))
         return "system"
 
+    def plug_vhost_user(self, bridge: str, ifname: str, port_id: str, mac: str, socket_path: str, mtu: int) -> None:
+        """Plug a guest's vhost-user NIC as os-vif does on an OVS-DPDK host: a `dpdkvhostuserclient` port, OVS the
+        client of the socket QEMU serves (so either may restart), the iface-id naming the logical port."""
+        ids = {"iface-id": port_id, "attached-mac": mac}
+        self._run(self.api.add_port(bridge, ifname, may_exist=True),
+                  self.api.db_set("Interface", ifname, ("type", "dpdkvhostuserclient"),
+                                  ("options", {"vhost-server-path": socket_path}), ("mtu_request", mtu),
+                                  ("external_ids", ids)))
+
     def unplug(self, bridge: str, ifname: str) -> None:
         self._run(self.api.del_port(ifname, bridge=bridge, if_exists=True))
 

@@ -26,6 +26,7 @@ from tests.support.wait import wait_for  # noqa: F401 -- the scenarios import it
 from tianjictl.client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
+from topologies.dpdk_host import DPDK_VSWITCHD
 
 NAME = "tjt"
 STATE = Path("/run/tianji-cluster")
@@ -35,10 +36,11 @@ def require_prerequisites() -> None:
     tools = ("ovs-vswitchd", "tcpdump", "dhclient", "iperf3", "mnexec", "vtysh", "qemu-system-x86_64", "podman",
              "runc", "libvirtd", "virsh", "nsenter")
     missing = [t for t in tools if shutil.which(t) is None]
+    missing += [DPDK_VSWITCHD] if not Path(DPDK_VSWITCHD).exists() else []
     if os.geteuid() != 0 or missing:
         pytest.fail("the scenario suite needs root and " + (", ".join(missing) or "nothing else") +
                     ": run `make setup` (apt-get install openvswitch-switch mininet tcpdump isc-dhcp-client iperf3 "
-                    "frr qemu-system-x86 podman runc libvirt-daemon-system)")
+                    "frr qemu-system-x86 podman runc libvirt-daemon-system openvswitch-switch-dpdk)")
 
 
 @pytest.fixture(scope="session")
@@ -79,9 +81,9 @@ class Net:
         return v
 
     def vm(self, subnet: str, host: str, ip: str | None = None, dhcp: bool = False, kind: str = "netns",
-           **kw) -> dict:
+           nic: str = "tap", **kw) -> dict:
         """A port bound to `host` and a VM plugged into it: a namespace, or a real KVM guest (`kind="kvm"`, which
-        always takes its address by its own DHCP client)."""
+        always takes its address by its own DHCP client; `nic="vhost-user"` on an OVS-DPDK host)."""
         body = {"subnet_id": self.subnets[subnet]["id"], "name": f"p{uuid.uuid4().hex[:6]}"} | kw
         if ip:
             body["ip"] = ip
@@ -89,7 +91,7 @@ class Net:
         port = self.cluster.orchestrator.patch(f"/v1/ports/{port['id']}", {"host": host})  # as Nova would
         name = f"v{uuid.uuid4().hex[:5]}"
         self.vms.append(name)
-        info = self.cluster.vm_add(port["id"], name, dhcp=dhcp, kind=kind, progress=lambda m: None)
+        info = self.cluster.vm_add(port["id"], name, dhcp=dhcp, kind=kind, progress=lambda m: None, nic=nic)
         return info | {"port": port}
 
     def container(self, subnet: str, host: str, security_group_ids: list[str] | None = None) -> dict:
