@@ -214,8 +214,9 @@ class Port(Labelled, Base):
     ip_int: Mapped[int] = mapped_column(BigInteger)
     mac: Mapped[str] = mapped_column(String(17), index=True)
     host: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
-    # a live migration's destination: bound there too (its flows in, traffic sent to both) until `host` moves
-    migrating_to: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True)
+    # a live migration's destination: bound there too (its flows in, traffic sent to both) until `host` moves;
+    # indexed: a host's reads ask `host = :h OR migrating_to = :h`, which an index on `host` alone cannot serve
+    migrating_to: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
     status: Mapped[str] = mapped_column(String(8), default="DOWN")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
