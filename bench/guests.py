@@ -2,17 +2,19 @@
 guests on bare Open vSwitch bridges (one NORMAL flow, the same VXLAN and underlay ports) measured in the same run;
 and the loss a 10 ms ping sees over live migrations.
 
-    python bench/guests.py [--megabytes 64] [--migrations 10] [--skip-throughput]
+    python bench/guests.py [--megabytes 64] [--migrations 10] [--skip-throughput] [--skip-vhost-user]
 
 Throughput: `dd | nc` of MEGABYTES in one TCP connection, timed by the guest's own `time`; latency: the guest's
 ping, 20 at 50 ms. Guests run under TCG on machines whose KVM does not boot them (the emulated CPU then bounds
-both rows alike: the ratio is what the pipeline costs). vhost-user is not measured here (see docs/benchmarks.md).
+both rows alike: the ratio is what the pipeline costs). vhost-user: hv3 moved to OVS-DPDK, its guests against taps
+in the same run (`--skip-vhost-user` leaves it out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -64,7 +66,14 @@ def measure(a: KvmGuest, b: KvmGuest, b_ip: str, megabytes: int) -> dict:
     return {"mbit_s": round(sorted(mbits)[1], 1), "rtt_ms": round(rtt(a, b_ip), 3)}
 
 
+def add_guest(c: Cluster, subnet_id: str, name: str, host: str, nic: str = "tap") -> KvmGuest:
+    p = c.orchestrator.post("/v1/ports", {"subnet_id": subnet_id, "name": name, "host": host})
+    c.vm_add(p["id"], name, kind="kvm", nic=nic, progress=lambda m: None)
+    return guest_of(c, name)
+
+
 def on_tianji(c: Cluster, megabytes: int) -> tuple[dict, str]:
+    """g1 on hv1 to g2 on hv2, taps; the subnet's id."""
     t = c.admin.post("/v1/tenants", {"name": f"bench-{uuid.uuid4().hex[:6]}"})
     cl = c.client(t["token"])
     vpc = cl.post("/v1/vpcs", {"name": "bench", "cidr": "10.90.0.0/16"})
@@ -72,13 +81,27 @@ def on_tianji(c: Cluster, megabytes: int) -> tuple[dict, str]:
     sg = vpc["default_security_group_id"]
     cl.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "any",
                                                 "remote_cidr": "10.90.0.0/16"})
-    names = []
-    for i, host in enumerate(("hv1", "hv2"), start=1):
-        p = cl.post("/v1/ports", {"subnet_id": sn["id"], "name": f"g{i}"})
-        c.orchestrator.patch(f"/v1/ports/{p['id']}", {"host": host})
-        names.append(c.vm_add(p["id"], f"g{i}", kind="kvm", progress=lambda m: None)["name"])
-    a, b = guest_of(c, names[0]), guest_of(c, names[1])
-    return measure(a, b, c.state.vms[names[1]]["ip"], megabytes), c.state.vms[names[0]]["accel"]
+    a, b = add_guest(c, sn["id"], "g1", "hv1"), add_guest(c, sn["id"], "g2", "hv2")
+    return measure(a, b, c.state.vms["g2"]["ip"], megabytes), sn["id"]
+
+
+def vhost_user_rows(c: Cluster, subnet_id: str, megabytes: int) -> dict:
+    """hv3 on OVS-DPDK: a vhost-user guest sending to a tap guest on hv2 across the tunnel, beside a tap guest on
+    hv1 doing the same; and two guests on one host, vhost-user on hv3 against taps on hv1. New guests, placed here
+    (g1 may have migrated)."""
+    from topologies import dpdk_host
+
+    dpdk_host.enable(c, "hv3", progress=lambda m: print(f"> {m}", flush=True))
+    v1, v2 = add_guest(c, subnet_id, "v1", "hv3", "vhost-user"), add_guest(c, subnet_id, "v2", "hv3", "vhost-user")
+    t1, t2, sink = (add_guest(c, subnet_id, n, h) for n, h in (("t1", "hv1"), ("t2", "hv1"), ("t3", "hv2")))
+    ip = {n: c.state.vms[n]["ip"] for n in ("t2", "t3", "v2")}
+    rows = {"vhost_user_to_tap_across": measure(v1, sink, ip["t3"], megabytes),
+            "tap_to_tap_across": measure(t1, sink, ip["t3"], megabytes),
+            "vhost_user_same_host": measure(v1, v2, ip["v2"], megabytes),
+            "tap_same_host": measure(t1, t2, ip["t2"], megabytes)}
+    for name, row in rows.items():
+        print(f"{name}: {row}", flush=True)
+    return rows
 
 
 def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
@@ -164,16 +187,19 @@ def main() -> None:
     ap.add_argument("--megabytes", type=int, default=64)
     ap.add_argument("--migrations", type=int, default=10)
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-vhost-user", action="store_true", help="no OVS-DPDK host, no vhost-user rows")
     a = ap.parse_args()
     how = accel(build(print), print)
     res: dict = {"accel": how}
     c = Cluster.up("small", name="tjbg", state_dir=STATE, progress=lambda m: print(f"> {m}", flush=True))
     try:
-        res["tianji"], _ = on_tianji(c, a.megabytes)
+        res["tianji"], subnet_id = on_tianji(c, a.megabytes)
         print(f"tianji: {res['tianji']}", flush=True)
         underlay = c.agent_status("hv1").get("port_types", {}).get("underlay", "system")
         if a.migrations:
             res["migrations"] = migrations(c, a.migrations)
+        if not a.skip_vhost_user:
+            res["vhost_user"] = vhost_user_rows(c, subnet_id, a.megabytes)
     finally:
         c.down()
     if not a.skip_throughput:
@@ -187,6 +213,20 @@ def main() -> None:
             print(f"| {k} | {res[k]['mbit_s']} | {res[k]['rtt_ms']} |")
     if "ratio_throughput" in res:
         print(f"Tianji / bare bridge: throughput {res['ratio_throughput']}x, RTT {res['ratio_rtt']}x")
+    if v := res.get("vhost_user"):
+        print(f"\n| Tianji, {how.upper()} guests (hv3 on OVS-DPDK, its PMD thread on core 1 of {os.cpu_count()}) "
+              "| TCP Mbit/s | RTT ms |\n|---|---|---|")
+        for k, label in (("vhost_user_to_tap_across", "vhost-user (hv3) to tap (hv2)"),
+                         ("tap_to_tap_across", "tap (hv1) to tap (hv2)"),
+                         ("vhost_user_same_host", "vhost-user to vhost-user (hv3)"),
+                         ("tap_same_host", "tap to tap (hv1)")):
+            print(f"| {label} | {v[k]['mbit_s']} | {v[k]['rtt_ms']} |")
+        res["ratio_vhost_user_across"] = round(v["vhost_user_to_tap_across"]["mbit_s"] /
+                                               v["tap_to_tap_across"]["mbit_s"], 2)
+        res["ratio_vhost_user_same_host"] = round(v["vhost_user_same_host"]["mbit_s"] / v["tap_same_host"]["mbit_s"],
+                                                  2)
+        print(f"vhost-user / tap throughput: across hosts {res['ratio_vhost_user_across']}x, same host "
+              f"{res['ratio_vhost_user_same_host']}x")
     if res.get("migrations"):
         lost = [m["lost_ms"] for m in res["migrations"]]
         print(f"live migrations: {len(lost)}, ping lost per migration (ms) {lost}, max {max(lost)}")

@@ -6,3 +6,9 @@ config and its delta, status reports), and `tianji.southbound_client`, the one c
 `vswitch_agent`, `nfv_gateways`), none importing another; above those `tianjictl` (the `tianji` command and the
 API's HTTP client) and `topologies`. `tests/unit/test_layering.py` keeps it so.
 """
+
+import warnings
+
+# Debian's python3-ovs imports eventlet, which warns on import that it is deprecated: noise in every command's
+# output that no user can act on (the agent and the cluster import ovs through this package first)
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")

@@ -175,11 +175,25 @@ def resource(name: str, help_: str) -> typer.Typer:
 _REGISTERED: list[bool] = []
 
 
-def _register_components() -> None:
-    """The API commands, then the components, which pull heavier dependencies (os-ken, pyroute2, Mininet). Once."""
+# the components' command groups: (module, its Typer, the help `tianji --help` shows without importing it)
+COMPONENTS = {
+    "agent": ("vswitch_agent.cli", "agent_app", "The vSwitch agent (one per hypervisor).", "the agent's"),
+    "gateway": ("nfv_gateways.cli", "gateway_app", "NFV gateway instances (NAT, load balancer, private line, "
+                                                   "service).", "the gateway's"),
+    "cluster": ("topologies.cli", "cluster_app", "Emulated cluster: hypervisors with OVS + agent, VMs.",
+                "Mininet (apt-get install mininet) or the cluster's"),
+}
+
+
+def _register_components(argv: list[str] | None = None) -> None:
+    """The API commands, then the components. With `argv` (the command line), a component (os-ken, pyroute2, OVS,
+    Mininet behind it: half a second) is imported only when it names it, or for shell completion; otherwise
+    `--help` lists it from its help line alone. Without, all of them. Once."""
     if _REGISTERED:
         return
     _REGISTERED.append(True)
+    import importlib
+
     import tianjictl.admin
     import tianjictl.labels
     import tianjictl.lb
@@ -189,28 +203,20 @@ def _register_components() -> None:
     import tianjictl.services
     import tianjictl.trace  # noqa: F401 - their commands register on `app` as they are imported
 
-    try:
-        from vswitch_agent.cli import agent_app
-
-        app.add_typer(agent_app, name="agent")
-    except ImportError as e:  # pragma: no cover - only when the agent's dependencies are missing
-        err.print(f"[yellow]note:[/yellow] `tianji agent` unavailable: {e}")
-    try:
-        from nfv_gateways.cli import gateway_app
-
-        app.add_typer(gateway_app, name="gateway")
-    except ImportError as e:  # pragma: no cover
-        err.print(f"[yellow]note:[/yellow] `tianji gateway` unavailable: {e}")
-    try:
-        from topologies.cli import cluster_app
-
-        app.add_typer(cluster_app, name="cluster")
-    except ImportError as e:  # pragma: no cover - Mininet comes from Debian's python3-mininet
-        err.print(f"[yellow]note:[/yellow] `tianji cluster` unavailable: {e} (apt-get install mininet)")
+    words = set(COMPONENTS if argv is None else argv)
+    completing = any(k.startswith("_TIANJI_COMPLETE") for k in os.environ)
+    for name, (module, attr, help_, needs) in COMPONENTS.items():
+        if name not in words and not completing:
+            app.add_typer(typer.Typer(help=help_), name=name)
+            continue
+        try:
+            app.add_typer(getattr(importlib.import_module(module), attr), name=name)
+        except ImportError as e:  # pragma: no cover - only where a component's dependencies are missing
+            err.print(f"[yellow]note:[/yellow] `tianji {name}` unavailable: {e} ({needs} dependencies)")
 
 
 def main() -> None:
-    _register_components()
+    _register_components(sys.argv[1:])
     try:
         app()
     except KeyboardInterrupt:
