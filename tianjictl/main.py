@@ -102,6 +102,7 @@ class Ctx:
         self.url, self.token, self.ca = url, token, ca
         self.output = "json" if as_json else "table"  # -o on each command sets it (tianjictl/names.py)
         self.columns: tuple[str, ...] = ()
+        self.long = False  # --long: ids in tables, not names (tianjictl/refnames.py)
 
     @property
     def as_json(self) -> bool:
@@ -133,6 +134,9 @@ def main_options(ctx: typer.Context,
         state = Path(os.environ.get("TIANJI_STATE_DIR", "")) / "admin.token"
         if os.environ.get("TIANJI_STATE_DIR") and state.exists():
             token = state.read_text().strip()
+            # never the admin without saying so: the exported state dir is the controller's, not a credential
+            err.print(f"[yellow]note:[/yellow] acting as the admin, with {state} (TIANJI_STATE_DIR); give --token "
+                      "or TIANJI_TOKEN to act as another credential", highlight=False)
     ctx.obj = Ctx(url or cfg.get("url") or "https://127.0.0.1:8080", token, as_json, ca or cfg.get("ca"))
 
 
@@ -144,8 +148,32 @@ def call(ctx: typer.Context, method: str, path: str, body: Any = None, **params:
             return client.get(path, **params)
         return client.request(method, path, body, **params)
     except ApiFailure as e:
-        where = f" (field: {e.field})" if e.field else ""
-        fail(f"{e.detail}{where}" if e.status else e.detail, exit_code(e.status), e.status or None, e.field)
+        fail(said(ctx, e) if e.status else e.detail, exit_code(e.status), e.status or None, e.field)
+
+
+def said(ctx: typer.Context, e: ApiFailure) -> str:
+    """The controller's refusal in the command's own words: the option that carried the field it names (`--ip`,
+    `--accepter`; an argument by what it is), without pydantic's "Value error," or the request body's field."""
+    detail = e.detail
+    for prefix in (f"{e.field}: " if e.field else None, "body: ", "Value error, "):
+        if prefix and detail.startswith(prefix):
+            detail = detail[len(prefix):]
+    if not e.field or e.field == "body":
+        return detail
+    return f"{option_for(ctx, e.field)}: {detail}"
+
+
+def option_for(ctx: typer.Context, field: str) -> str:
+    """The option (or argument) of the running command that a request field came from; else the field's name."""
+    stem = field.removesuffix("_ids").removesuffix("_id")
+    wanted = (field, stem, stem.removesuffix("_vpc"), stem.rsplit("_", 1)[-1])
+    params = getattr(ctx.command, "params", [])
+    for name in wanted:
+        for p in params:
+            if p.name == name:
+                long_opts = [o for o in p.opts if o.startswith("--")]
+                return long_opts[0] if long_opts else p.name.removesuffix("_id").replace("_", " ")
+    return field
 
 
 @app.command("login")

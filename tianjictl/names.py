@@ -56,8 +56,10 @@ def _one(ctx: typer.Context, collection: str, value: str, param: typer.CallbackP
     else:
         found = call(ctx, "GET", f"/v1/{collection}", name=value)
     if len(found) > 1:
-        opt = next((o for o in param.opts if o.startswith("--")), (param.name or "").upper())
-        fail(f"{opt}: {len(found)} {collection} are named {value!r}; give the id", INVALID)
+        opt = next((o for o in param.opts if o.startswith("--")), (param.name or "").removesuffix("_id"))
+        listed = "; ".join(f"{f['id']}" + (f" ({f['cidr']})" if f.get("cidr") else "") for f in found)
+        fail(f"{opt}: {len(found)} {collection.replace('-', ' ')} are named {value!r}: {listed}; give one's id",
+             INVALID)
     return found[0]["id"] if found else value
 
 
@@ -84,6 +86,8 @@ SHARED = [
                                            show_default=False)),
     inspect.Parameter("column_", inspect.Parameter.KEYWORD_ONLY, annotation=list[str] | None,
                       default=typer.Option(None, "-c", "--column", help="only this column (repeatable)")),
+    inspect.Parameter("long_", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--long", help="tables show ids where they show names")),
 ]
 
 
@@ -98,7 +102,9 @@ def shared(fn: Callable[..., Any], group: str, name: str | None = None) -> Calla
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> Any:
         ctx, fmt, cols = kwargs.get("ctx"), kwargs.pop("output_", None), kwargs.pop("column_", None)
+        long_ = kwargs.pop("long_", False)
         if ctx is not None and ctx.obj is not None:
+            ctx.obj.long = long_
             if fmt is not None:
                 if fmt not in FORMATS:
                     fail(f"-o {fmt}: give one of {', '.join(FORMATS)}", INVALID)

@@ -86,9 +86,14 @@ def show(ctx: typer.Context, rows: Any, columns: list[str], title: str | None = 
         for r in items:
             console.print(" ".join(_cell(r.get(c)) for c in cols), highlight=False, markup=False, soft_wrap=True)
         return
+    headers = cols
+    if not picked and not getattr(o, "long", False) and items and hasattr(o, "client"):
+        from tianjictl.refnames import by_name
+
+        items, cols, headers = by_name(items, cols, o.client())
     t = Table(title=title, header_style="bold cyan")
-    for c in cols:
-        t.add_column(c, overflow="fold")
+    for h in headers:
+        t.add_column(h, overflow="fold")
     for r in items:
         t.add_row(*(_cell(r.get(c)) for c in cols))
     console.print(t)

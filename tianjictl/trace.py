@@ -8,7 +8,8 @@ from typing import Any
 import typer
 
 from tianjictl.main import app, call, console, fail, show
-from tianjictl.output import ERROR, INVALID, TRACE_UNREACHABLE
+from tianjictl.names import UUID
+from tianjictl.output import ERROR, INVALID, NOT_FOUND, TRACE_UNREACHABLE
 
 
 def _is_address(s: str) -> bool:
@@ -25,15 +26,20 @@ def port_ref(ctx: typer.Context, ref: str, what: str) -> str:
     if len(found) == 1:
         return found[0]["id"]
     if len(found) > 1:
-        fail(f"{what}: {len(found)} ports are named {ref!r}; give the port's id", INVALID)
-    return ref  # an id (or nothing: the controller says which)
+        fail(f"{what}: {len(found)} ports are named {ref!r}: {'; '.join(f['id'] for f in found)}; give one's id",
+             INVALID)
+    if not UUID.match(ref):
+        fail(f"{what}: no port named {ref!r} (nor an address)" if what == "destination" else
+             f"{what}: no port named {ref!r}", NOT_FOUND)
+    return ref  # an id (the controller says if it is no port of the caller's)
 
 
 @app.command("trace")
 def trace(ctx: typer.Context,
           source: str = typer.Argument(..., help="the source port (id or name)"),
           destination: str = typer.Argument(..., help="an IPv4 address or a port (id or name)"),
-          proto: str = typer.Option("tcp", "--proto", help="tcp, udp or icmp"),
+          proto: str = typer.Option(None, "--proto", help="tcp, udp or icmp (default: tcp with --port, else "
+                                                          "icmp)"),
           port: int = typer.Option(None, "--port", help="the destination port (tcp, udp)"),
           eip: bool = typer.Option(False, "--eip", help="DESTINATION is an elastic IP's address"),
           live: bool = typer.Option(False, "--live", help="admin: also ask the source host's Open vSwitch "
@@ -41,14 +47,17 @@ def trace(ctx: typer.Context,
         -> None:
     """Whether SOURCE's packets reach DESTINATION, and the path hop by hop: the security group rule, route and
     port that decide on each host, and each gateway's translation. Exit status 0: reachable, 8: unreachable."""
+    proto = proto or ("tcp" if port is not None else "icmp")
+    if proto in ("tcp", "udp") and port is None:
+        fail(f"--port is needed for {proto}: the destination port (or --proto icmp)", INVALID)
     if _is_address(destination):
         dst = {"eip" if eip else "ip": destination}
     elif eip:
         fail("--eip: DESTINATION must be an address", INVALID)
         return
     else:
-        dst = {"port_id": port_ref(ctx, destination, "DESTINATION")}
-    body: dict[str, Any] = {"source_port_id": port_ref(ctx, source, "SOURCE"), "destination": dst,
+        dst = {"port_id": port_ref(ctx, destination, "destination")}
+    body: dict[str, Any] = {"source_port_id": port_ref(ctx, source, "source"), "destination": dst,
                             "protocol": proto}
     if port is not None:
         body["port"] = port

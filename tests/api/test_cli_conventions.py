@@ -53,11 +53,12 @@ def test_names_work_wherever_ids_do(acme: tuple[Controller, str]) -> None:
     assert run("vpc", "update", "prod", "--tag", "env:prod", "--description", "the shop")[0] == 0
     assert run("vpc", "list", "--tag", "env:prod", "-o", "value", "-c", "name") == (0, "prod\n")
     assert run("port", "update", "b", "--tag", "web", "-o", "value", "-c", "tags") == (0, "web\n")
-    # a name two resources share is refused, naming the option
+    # a name two resources share is refused, naming the option and listing the candidates with their ids
     run("vpc", "create", "dev", "--cidr", "10.1.0.0/16")
-    run("subnet", "create", "web", "--vpc", "dev", "--cidr", "10.1.1.0/24")
+    web2 = json.loads(run("subnet", "create", "web", "--vpc", "dev", "--cidr", "10.1.1.0/24", "-o", "json")[1])
     code, out = run("port", "create", "c", "--subnet", "web")
-    assert code == 2 and "--subnet: 2 subnets are named 'web'; give the id" in out, out
+    assert code == 2 and "--subnet: 2 subnets are named 'web': " in out and web2["id"] in out, out
+    assert "(10.1.1.0/24)" in out and "(10.0.1.0/24)" in out and "give one's id" in out, out
 
 
 def test_exit_statuses_and_errors_in_the_outputs_format(acme: tuple[Controller, str]) -> None:

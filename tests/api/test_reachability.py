@@ -186,7 +186,13 @@ def test_tianji_trace_takes_names_and_says_the_verdict_in_its_exit_status(net: d
     code, out = tianji("trace", "w1", "8.8.8.8", "--port", "443", "-o", "json")
     assert code == 8 and json.loads(out)["forward"]["end"] == "dropped", out
     code, out = tianji("trace", "nosuch", "10.0.1.3", "--proto", "icmp")
-    assert code == 3 and "port nosuch not found" in out and "source_port_id" in out, out
+    assert code == 3 and "source: no port named 'nosuch'" in out, out
+    code, out = tianji("trace", "w1", "nowhere")  # neither a port nor an address
+    assert code == 3 and "destination: no port named 'nowhere'" in out, out
+    code, out = tianji("trace", "w1", "d1")  # no --port: ICMP
+    assert code in (0, 8) and " icmp: " in out.splitlines()[0], out
+    code, out = tianji("trace", "w1", "d1", "--proto", "udp")
+    assert code == 2 and "--port is needed for udp" in out, out
 
 
 def test_live_asks_the_source_hosts_switch_through_its_stream(net: dict, controller: Controller) -> None:
