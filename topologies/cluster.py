@@ -107,6 +107,8 @@ class Cluster(ControlPlane):
                 c.start_agent(hv_name)
             progress("agents started; waiting for every agent to report in ...")
             c.wait_agents(timeout=60)
+            for hv_name in topo.get("dpdk_hypervisors", []):  # OVS-DPDK, for vhost-user guests (dpdk_host.py)
+                dpdk_host.enable(c, hv_name, progress)
             service_host.start_all(st)
             if gateways := [n for n, i in st.nodes.items() if i["role"] == "gateway"]:
                 c.admin.post("/v1/eip-pools", {"cidr": EIP_POOL})

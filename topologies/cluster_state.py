@@ -26,6 +26,9 @@ def load_topology(name_or_path: str) -> dict:
     for key in ("hypervisors",):
         if not topo.get(key):
             raise SystemExit(f"topology {p}: '{key}' must list at least one node")
+    if stray := set(topo.get("dpdk_hypervisors", [])) - set(topo["hypervisors"]):
+        raise SystemExit(f"topology {p}: 'dpdk_hypervisors' names {', '.join(sorted(stray))}, not among its "
+                         "'hypervisors'")
     return topo
 
 
