@@ -216,10 +216,12 @@ RULE_COLS = ["id", "direction", "protocol", "port_range_min", "port_range_max", 
 
 
 @sg.command("create")
-def sg_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc"),
-              description: str = typer.Option("")) -> None:
-    show(ctx, call(ctx, "POST", "/v1/security-groups", {"vpc_id": vpc_id, "name": name,
-                                                        "description": description}), SG_COLS)
+def sg_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc", help="the VPC's name or id"),
+              description: str = typer.Option("", help="what the group is for"),
+              no_egress: bool = typer.Option(False, "--no-egress", help="no rules at all (by default a new group "
+                                                                        "allows all egress)")) -> None:
+    body = {"vpc_id": vpc_id, "name": name, "description": description} | ({"rules": []} if no_egress else {})
+    show(ctx, call(ctx, "POST", "/v1/security-groups", body), SG_COLS)
 
 
 @sg.command("list")

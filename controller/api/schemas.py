@@ -383,10 +383,16 @@ class RuleOut(Resp):
     description: str
 
 
+ALL_EGRESS = {"direction": "egress", "protocol": "any", "remote_cidr": "0.0.0.0/0",
+              "description": "all egress (the default of a new group)"}
+
+
 class SecurityGroupCreate(Req, LabelsIn):
     vpc_id: ID
     name: str = NAME
-    rules: list[RuleCreate] = []
+    # left out: all egress, as AWS and OpenStack give a new group (its VMs may start connections); given, exactly
+    # those (`[]`: nothing in or out)
+    rules: list[RuleCreate] = Field(default_factory=lambda: [RuleCreate.model_validate(ALL_EGRESS)])
 
 
 class SecurityGroupOut(Resp, LabelsOut):

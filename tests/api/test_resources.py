@@ -222,6 +222,21 @@ def test_user_routes(controller: Controller) -> None:
     a.delete(f"/v1/vpcs/{a1['id']}/routes/{r['id']}")
 
 
+def test_a_new_group_allows_all_egress_unless_its_rules_are_given(controller: Controller) -> None:
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    plain = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "plain"})
+    assert [(r["direction"], r["protocol"], r["remote_cidr"], r["port_range_min"]) for r in plain["rules"]] == [
+        ("egress", "any", "0.0.0.0/0", None)]  # as AWS and OpenStack: its VMs may start connections
+    mute = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "mute", "rules": []})
+    assert mute["rules"] == []
+    only = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "only", "rules": [
+        {"direction": "egress", "protocol": "tcp", "port_range_min": 443, "port_range_max": 443,
+         "remote_cidr": "0.0.0.0/0"}]})
+    assert [(r["direction"], r["port_range_min"]) for r in only["rules"]] == [("egress", 443)]
+    assert a.get(f"/v1/security-groups/{plain['id']}")["rules"] == plain["rules"]
+
+
 def test_security_groups(controller: Controller) -> None:
     a = controller.tenant()
     vpc = make_vpc(a)

@@ -95,7 +95,8 @@ def test_kvm_guest_security_groups_allow_and_deny_as_written(cluster, world) -> 
     n, guest, vm = world["net"], world["guest"], world["vm"]
     g(cluster, world, "sh", "-c", GUEST_WEB.format(name="allowed", port=8080) + "; " +
       GUEST_WEB.format(name="denied", port=8082).replace("/tmp/www", "/tmp/www2"))
-    web = n.client.post("/v1/security-groups", {"vpc_id": world["vpc"]["id"], "name": "web-only"})
+    # rules given: exactly those (without, a new group allows all egress)
+    web = n.client.post("/v1/security-groups", {"vpc_id": world["vpc"]["id"], "name": "web-only", "rules": []})
     n.client.post(f"/v1/security-groups/{web['id']}/rules", {"direction": "ingress", "protocol": "tcp",
                                                              "port_range_min": 8080, "port_range_max": 8080,
                                                              "remote_cidr": "10.70.0.0/16"})
