@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from tianjictl.main import call, done, fail, resource, show
-from tianjictl.output import INVALID
+from tianjictl.output import INVALID, err
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
 VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tags", "tenant_id"]
@@ -199,7 +199,8 @@ def route_show(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc")) -> 
 
 @route.command("create")
 def route_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
-                 destination: str = typer.Option(...), target: str = typer.Option(..., help="peering:<id>")) -> None:
+                 destination: str = typer.Option(..., help="a CIDR, e.g. 0.0.0.0/0"),
+                 target: str = typer.Option(..., help="peering:<id> or nat-gateway:<id>")) -> None:
     show(ctx, call(ctx, "POST", f"/v1/vpcs/{vpc_id}/routes", {"destination": destination, "target": target}),
          ROUTE_COLS)
 
@@ -374,7 +375,11 @@ def natgw_snat(ctx: typer.Context, gw_id: str, subnet_id: str = typer.Option(Non
                cidr: str = typer.Option(None), eips: list[str] = typer.Option(..., "--eip")) -> None:
     """Add an SNAT rule: a subnet or CIDR leaves through these EIPs."""
     body: dict[str, Any] = {"eip_ids": eips} | ({"subnet_id": subnet_id} if subnet_id else {"cidr": cidr})
-    show(ctx, call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body), SNAT_COLS)
+    rule = call(ctx, "POST", f"/v1/nat-gateways/{gw_id}/snat-rules", body)
+    show(ctx, rule, SNAT_COLS)
+    if ctx.obj.output == "table":
+        for w in rule.get("warnings", []):
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
 
 
 @natgw.command("dnat-add")

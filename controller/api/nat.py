@@ -271,7 +271,20 @@ def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
         s.add_all([m.SnatRuleEip(rule_id=rule.id, position=i, eip_id=eid) for i, eid in enumerate(body.eip_ids)])
         s.flush()
         return SnatRuleOut(id=rule.id, nat_gateway_id=gw.id, subnet_id=rule.subnet_id, cidr=cidr,
-                           eip_ids=list(body.eip_ids))
+                           eip_ids=list(body.eip_ids), warnings=_unrouted(s, gw, vpc))
+
+
+def _unrouted(s: Session, gw: m.NatGateway, vpc: m.Vpc) -> list[str]:
+    """Why the VPC's packets for the internet would not reach `gw`: no 0.0.0.0/0 route targets it."""
+    default = s.execute(select(m.Route).where(m.Route.vpc_id == vpc.id, m.Route.destination == "0.0.0.0/0")) \
+        .scalars().first()
+    if default is not None and default.target_type == "nat-gateway" and default.target_id == gw.id:
+        return []
+    now = f"it goes to {default.target_type} {default.target_id}" if default else "there is none"
+    return [f"VPC {vpc.name} has no route 0.0.0.0/0 to NAT gateway {gw.name or gw.id} ({now}): packets for the "
+            f"internet are dropped before they reach it. Add it: POST /v1/vpcs/{vpc.id}/routes "
+            f'{{"destination": "0.0.0.0/0", "target": "nat-gateway:{gw.id}"}} (tianji route create --vpc {vpc.name} '
+            f"--destination 0.0.0.0/0 --target nat-gateway:{gw.id})"]
 
 
 @router.get("/nat-gateways/{gw_id}/snat-rules", response_model=list[SnatRuleOut])

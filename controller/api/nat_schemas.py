@@ -71,6 +71,8 @@ class SnatRuleOut(BaseModel):
     subnet_id: str | None
     cidr: str
     eip_ids: list[str]
+    # what still stops the rule from working (the VPC's route table sends nothing to the gateway): on create only
+    warnings: list[str] = []
 
 
 class DnatRuleCreate(Req):

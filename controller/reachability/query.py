@@ -4,6 +4,7 @@ hidden from a tenant (a peering lets packets through, not the peer's rule names)
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +77,8 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
         reply = _reply(walk, forward, q)
     legs = {"forward": _leg(forward, p), "reply": None if reply is None else _leg(reply, p)}
     reachable, reason = _verdict(forward, reply, dst_port, src.id, legs)
+    if not reachable and forward.end == "dropped" and "no route to" in reason:
+        reason += _no_default_route(s, src.vpc_id, dst_ip)
     live = None
     if ask_switch is not None and forward.sent is not None:
         live = compare(forward, ask_switch(src.host, {"port_id": src.id, "packet": forward.sent}), src.host)
@@ -134,6 +137,19 @@ def _verdict(forward: Leg, reply: Leg | None, dst_port: str | None, src_id: str,
     if reply.end != "delivered" or reply.port_id != src_id:
         return False, f"the request arrives ({there}) but the reply does not return: {said['reply']['reason']}"
     return True, f"{there}; the reply returns"
+
+
+def _no_default_route(s: Session, vpc_id: str, dst_ip: str) -> str:
+    """For an internet address the VPC has no route to: the NAT gateway no 0.0.0.0/0 points at, if it has one (the
+    tenant's own VPC: nothing of another's is said)."""
+    if not ipaddress.ip_address(dst_ip).is_global:
+        return ""
+    gw = s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc_id).order_by(m.NatGateway.created_at)) \
+        .scalars().first()
+    routed = s.execute(select(m.Route.id).where(m.Route.vpc_id == vpc_id, m.Route.destination == "0.0.0.0/0")).first()
+    if gw is None or routed is not None:
+        return ""
+    return f"; the VPC's NAT gateway {gw} has no route 0.0.0.0/0 to it: add one with the gateway as its target"
 
 
 def _destination(s: Session, q: Question, p: Principal) -> tuple[str, str | None]:

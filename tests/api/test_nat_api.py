@@ -53,6 +53,19 @@ def test_a_released_eip_is_handed_out_again_last(controller: Controller) -> None
     expect(409, a.post, "/v1/eips", {})
 
 
+def test_an_snat_rule_says_when_no_default_route_reaches_its_gateway(controller: Controller) -> None:
+    a, vpc, sn, _ = setup(controller)
+    e1 = a.post("/v1/eips", {})
+    gw = a.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [e1["id"]], "name": "out"})
+    snat = a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
+    [w] = snat["warnings"]
+    assert "no route 0.0.0.0/0 to NAT gateway out" in w and f"nat-gateway:{gw['id']}" in w, w
+    a.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+    a.delete(f"/v1/nat-gateways/{gw['id']}/snat-rules/{snat['id']}")
+    again = a.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": sn["id"], "eip_ids": [e1["id"]]})
+    assert again["warnings"] == []
+
+
 def test_nat_gateway_and_rules(controller: Controller) -> None:
     a, vpc, sn, port = setup(controller)
     e1, e2, e3 = (a.post("/v1/eips", {}) for _ in range(3))

@@ -133,6 +133,9 @@ def test_nat_gateway_hop_names_the_instance_and_the_translation(net: dict) -> No
     t.post(f"/v1/nat-gateways/{gw['id']}/snat-rules", {"subnet_id": net["web"]["id"], "eip_ids": [eip["id"]]})
     a = ask(t, w1, "tcp", 443, ip="8.8.8.8")
     assert a["verdict"] == "unreachable" and "no route to 8.8.8.8" in a["reason"]
+    # the missing route is said, the gateway by its name
+    assert f"NAT gateway {gw['name']} has no route 0.0.0.0/0 to it" in a["reason"], a["reason"]
+    assert "add one with the gateway as its target" in a["reason"]
     t.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
     a = ask(t, w1, "tcp", 443, ip="8.8.8.8")
     assert a["verdict"] == "reachable", a
