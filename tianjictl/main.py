@@ -230,6 +230,7 @@ def _register_components(argv: list[str] | None = None) -> None:
     import tianjictl.pki
     import tianjictl.services
     import tianjictl.trace  # noqa: F401 - their commands register on `app` as they are imported
+    from tianjictl import param_help
 
     words = set(COMPONENTS if argv is None else argv)
     completing = any(k.startswith("_TIANJI_COMPLETE") for k in os.environ)
@@ -241,6 +242,7 @@ def _register_components(argv: list[str] | None = None) -> None:
             app.add_typer(getattr(importlib.import_module(module), attr), name=name)
         except ImportError as e:  # pragma: no cover - only where a component's dependencies are missing
             err.print(f"[yellow]note:[/yellow] `tianji {name}` unavailable: {e} ({needs} dependencies)")
+    param_help.fill(app)
 
 
 def main() -> None:

@@ -63,21 +63,49 @@ def _one(ctx: typer.Context, collection: str, value: str, param: typer.CallbackP
     return found[0]["id"] if found else value
 
 
+def completer(collection: str) -> Callable[[str], list[str]]:
+    """Shell completion of a resource's names, from the controller the command line would use (TIANJI_URL and
+    TIANJI_TOKEN, else `tianji login`'s). Nothing when it cannot ask: completion never fails a shell."""
+
+    def complete(incomplete: str) -> list[str]:
+        import os
+
+        from tianji.tls import ClientTls
+        from tianjictl.client import Client, load_cli_config
+
+        cfg = load_cli_config()
+        url, token = os.environ.get("TIANJI_URL") or cfg.get("url"), os.environ.get("TIANJI_TOKEN") or cfg.get("token")
+        if not url or not token:
+            return []
+        try:
+            rows = Client(url, token, timeout=3, tls=ClientTls.from_env(os.environ.get("TIANJI_CA") or cfg.get("ca"))) \
+                .get(f"/v1/{collection}")
+        except Exception:  # unreachable, refused, no token: no suggestions
+            return []
+        field = "address" if collection == "eips" else "name"
+        return sorted({str(r[field]) for r in rows if str(r.get(field, "")).startswith(incomplete)})
+
+    return complete
+
+
 def _with_lookup(p: inspect.Parameter) -> inspect.Parameter:
-    """`p` with its name looked up (a parameter named for a resource)."""
+    """`p` with its name looked up (a parameter named for a resource), and its names completed in the shell."""
     if p.name not in REFS:
         return p
-    cb = resolver(REFS[p.name])
+    cb, complete = resolver(REFS[p.name]), completer(REFS[p.name])
     d = p.default
     if isinstance(d, OptionInfo | ArgumentInfo):
         if d.callback is None:
             d.callback = cb
             if d.help and " id" in d.help and "name" not in d.help:
                 d.help = d.help.replace(" id", " name or id")
+        if d.autocompletion is None:
+            d.autocompletion = complete
         return p
     if d is inspect.Parameter.empty:
-        return p.replace(default=typer.Argument(..., callback=cb, help=f"name or id ({p.name.removesuffix('_id')})"))
-    return p.replace(default=typer.Option(d, callback=cb))
+        return p.replace(default=typer.Argument(..., callback=cb, help=f"name or id ({p.name.removesuffix('_id')})",
+                                                autocompletion=complete))
+    return p.replace(default=typer.Option(d, callback=cb, autocompletion=complete))
 
 
 SHARED = [

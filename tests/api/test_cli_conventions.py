@@ -80,7 +80,7 @@ def test_exit_statuses_and_errors_in_the_outputs_format(acme: tuple[Controller, 
     assert run("vpc", "list", "-o", "xml")[0] == 2
 
 
-def test_every_command_has_a_help_line_and_the_shared_options() -> None:
+def test_every_command_option_and_argument_has_a_help_line_and_the_shared_options() -> None:
     cmd = typer.main.get_command(app)
     bare, without = [], []
 
@@ -91,6 +91,9 @@ def test_every_command_has_a_help_line_and_the_shared_options() -> None:
             return
         if not (c.help or "").strip():
             bare.append(" ".join(path))
+        for p in c.params:  # every option and argument too
+            if p.name != "help" and not (getattr(p, "help", None) or "").strip():
+                bare.append(f"{' '.join(path)} {p.opts[0] if p.opts else p.name}")
         if path[0] not in ("controller", "agent", "gateway", "cluster", "pki") and \
                 not {"-o", "-c"} <= {o for p in c.params for o in getattr(p, "opts", [])}:
             without.append(" ".join(path))

@@ -76,3 +76,29 @@ def test_a_nat_gateways_eips_by_address(controller: Controller) -> None:
     t.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]], "name": "gw"})
     code, out = tianji(controller, token, "nat-gateway", "list")
     assert code == 0 and "eips" in header(out) and eip["address"] in out and eip["id"] not in out, out
+
+
+def test_resource_names_complete_in_the_shell(controller: Controller, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    t = controller.tenant("names-comp")
+    token = t.http.headers["Authorization"].split()[1]
+    for name, cidr in (("prod", "10.8.0.0/16"), ("preprod", "10.9.0.0/16"), ("dev", "10.10.0.0/16")):
+        t.post("/v1/vpcs", {"name": name, "cidr": cidr})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIANJI_")} | {
+        "_TIANJI_COMPLETE": "complete_bash", "TIANJI_URL": controller.url, "TIANJI_TOKEN": token,
+        "HOME": str(tmp_path)}
+    tianji = str(Path(sys.executable).with_name("tianji"))
+
+    def complete(words: str) -> list[str]:
+        cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+        r = subprocess.run([tianji], env=env | {"COMP_WORDS": words, "COMP_CWORD": cword}, capture_output=True,
+                           text=True, timeout=30)
+        return r.stdout.split()
+
+    assert complete("tianji subnet create x --vpc pr") == ["preprod", "prod"]  # an option's names
+    assert complete("tianji vpc show ") == ["dev", "preprod", "prod"]  # an argument's
+    assert complete("tianji vpc show zz") == []
