@@ -166,7 +166,7 @@ class Leadership:
     def _take(self) -> None:
         if not self.is_leader:
             self.is_leader, self.since, self.handovers = True, time.monotonic(), self.handovers + 1
-            log.warning("this controller (pid %d) now leads: it runs the cluster's liveness checks", os.getpid())
+            log.info("this controller (pid %d) now leads: it runs the cluster's liveness checks", os.getpid())
 
     def _lose(self, why: str) -> None:
         if self.is_leader:

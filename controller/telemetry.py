@@ -15,10 +15,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
@@ -29,10 +29,15 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 
 from controller import models as m
+from tianji import metrics_http
 
 log = logging.getLogger("tianji.access")
 disable_created_metrics()  # no `_created` series: twice the series for a time Prometheus does not use
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WATCH_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# hosts' watches: held until something changes (or a stream, open for as long as the host is), not API latency
+WATCH_ROUTES = frozenset({"/v1/hosts/{name}/config", "/v1/hosts/{name}/config/delta", "/v1/hosts/{name}/config/stream",
+                          "/v1/gateways/{name}/config", "/v1/gateways/{name}/config/delta"})
 REQUEST_ID = "x-request-id"
 
 
@@ -40,11 +45,15 @@ class Metrics:
     """One app's metrics, in its own registry (tests serve several apps in one process)."""
 
     def __init__(self, state: Any) -> None:
-        self.registry = r = CollectorRegistry()
+        self.registry = r = metrics_http.registry()
         self.requests = Counter("tianji_controller_requests", "API requests answered, by route and status",
                                 ["method", "route", "status"], registry=r)
-        self.latency = Histogram("tianji_controller_request_duration_seconds", "Time to a request's response start",
+        self.latency = Histogram("tianji_controller_request_duration_seconds",
+                                 "Time to an API request's response start (hosts' watches are not in it)",
                                  ["method", "route"], buckets=LATENCY_BUCKETS, registry=r)
+        self.watches = Histogram("tianji_controller_watch_duration_seconds",
+                                 "Time a host's watch was held until answered (a long-poll's change or timeout; a "
+                                 "stream's opening)", ["route"], buckets=WATCH_BUCKETS, registry=r)
         self.compile = Histogram("tianji_controller_compile_duration_seconds",
                                  "Time to compile hosts' configs (one batch of a watch or a host's whole config)",
                                  ["kind"], buckets=LATENCY_BUCKETS, registry=r)
@@ -126,7 +135,10 @@ class Telemetry:
             route = "/v1" + route  # an included router's routes carry their own path, without its prefix
         method = scope["method"]
         metrics.requests.labels(method, route, str(status)).inc()
-        metrics.latency.labels(method, route).observe(took)
+        if _is_watch(scope, route):
+            metrics.watches.labels(route).observe(took)
+        else:
+            metrics.latency.labels(method, route).observe(took)
         p = scope.get("state", {}).get("principal")
         who = (p.name or p.kind) if p is not None else "-"
         level = logging.DEBUG if p is not None and p.kind == "host" and status < 400 else logging.INFO
@@ -134,3 +146,16 @@ class Telemetry:
             log.log(level, "%s %s %d %.1fms", method, scope["path"], status, took * 1000,
                     extra={"request_id": rid, "credential": who, "method": method, "path": scope["path"],
                            "route": route, "status": status, "latency_ms": round(took * 1000, 2)})
+
+
+def _is_watch(scope: dict, route: str) -> bool:
+    """A stream, or a long-poll (a config route asked with a timeout): one `timeout=0` read is an API call."""
+    if route not in WATCH_ROUTES:
+        return False
+    if route.endswith("/stream"):
+        return True
+    timeout = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("timeout", ["0"])[0]
+    try:
+        return float(timeout) > 0
+    except ValueError:
+        return False

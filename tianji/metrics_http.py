@@ -1,12 +1,23 @@
 """The small HTTP server a host's component serves its Prometheus metrics on (agent, gateway instance):
-`exposition()` is read at each scrape; 127.0.0.1 unless told otherwise."""
+`exposition()` is read at each scrape; 127.0.0.1 unless told otherwise. And every component's registry
+(`registry()`): its own collectors beside the standard process metrics (`process_resident_memory_bytes`,
+`process_cpu_seconds_total`, `process_open_fds`, `process_start_time_seconds`...)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector
+
+
+def registry(*collectors: object) -> CollectorRegistry:
+    """A registry with `collectors` and this process's standard metrics (read from /proc at each scrape)."""
+    r = CollectorRegistry()
+    ProcessCollector(registry=r)
+    for c in collectors:
+        r.register(c)  # type: ignore[arg-type]
+    return r
 
 
 def serve(exposition: Callable[[], bytes], port: int, address: str = "127.0.0.1") -> None:

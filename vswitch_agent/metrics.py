@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tianji import metrics_http
@@ -28,8 +28,8 @@ class AgentCollector:
                 ("tianji_agent_switch_connects", "OpenFlow connections from the switch", "connects"))
     GAUGES = (("tianji_agent_desired_revision", "The revision of the config the agent holds", "desired_revision"),
               ("tianji_agent_applied_revision", "The revision the switch was last brought to", "revision"),
-              ("tianji_agent_last_reconcile_seconds", "How long the last change took to reach the switch",
-               "last_change_s"))
+              ("tianji_agent_last_reconcile_duration_seconds",
+               "How long the last change took to reach the switch", "last_change_s"))
 
     def __init__(self, host: str, status: Callable[[], dict[str, Any]], flows: Callable[[], Iterable[Any]]) -> None:
         self.host, self.status, self.flows = host, status, flows
@@ -68,9 +68,7 @@ class AgentCollector:
 
 
 def exposition(collector: AgentCollector) -> bytes:
-    registry = CollectorRegistry()
-    registry.register(collector)
-    return generate_latest(registry)
+    return generate_latest(metrics_http.registry(collector))
 
 
 def serve(collector: AgentCollector, port: int, address: str = "127.0.0.1") -> None:

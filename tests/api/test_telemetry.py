@@ -44,6 +44,30 @@ def test_requests_are_counted_by_route_and_status_and_timed(controller: Controll
     assert [s.labels["database"] for s in m["tianji_controller_info"]] == [controller.db.engine.dialect.name]
 
 
+def test_hosts_watches_are_kept_apart_from_the_apis_latency(controller: Controller) -> None:
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    host = controller.raw(controller.host_token("hv1"))
+    assert host.get("/v1/hosts/hv1/config", params={"after": -1}).status_code == 200  # a read: the API's
+    rev = int(host.get("/v1/hosts/hv1/config").headers.get("x-tianji-revision", "0") or 0)
+    after = max(rev, controller.snapshot()["revision"])
+    assert host.get("/v1/hosts/hv1/config", params={"after": after, "timeout": 0.3}).status_code == 304  # a wait
+    m = scrape(controller)
+    api = {s.labels["route"]: s.value for s in m["tianji_controller_request_duration_seconds"]
+           if s.name.endswith("_count")}
+    watch = {s.labels["route"]: s.value for s in m["tianji_controller_watch_duration_seconds"]
+             if s.name.endswith("_count")}
+    assert api["/v1/hosts/{name}/config"] == 2 and watch["/v1/hosts/{name}/config"] == 1
+    slow = [s for s in m["tianji_controller_watch_duration_seconds"] if s.name.endswith("_sum")]
+    assert slow[0].value >= 0.3
+
+
+def test_the_standard_process_metrics_are_exported(controller: Controller) -> None:
+    m = scrape(controller)
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds", "process_open_fds",
+                 "process_start_time_seconds"):
+        assert name in m and m[name][0].value > 0, name
+
+
 def test_metrics_need_the_admin_token(controller: Controller) -> None:
     assert controller.raw().get("/metrics").status_code == 401
     assert controller.raw(controller.tenant().token).get("/metrics").status_code == 401

@@ -1,5 +1,6 @@
 """The Grafana dashboard in docs/grafana names only metrics the components export: every series in every panel's
-expression is one the controller (a served app, scraped), the agents (their collector) or the gateways export."""
+expression is one the controller (a served app, scraped), the agents (their collector) or the gateway instances
+(their collector, over each role's status) export; every panel has a unit; the gateways have panels."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nfv_gateways.core.metrics import StatusCollector
 from tests.support.controller import Controller
+from tianji import metrics_http
 from vswitch_agent.flow import Flow
 from vswitch_agent.metrics import AgentCollector
 
@@ -31,23 +34,49 @@ def agent_series() -> set[str]:
     return exported(generate_latest(reg).decode())
 
 
+class FakeInstance:
+    """What StatusCollector reads of an instance: its name and its status (one per role, as each writes it)."""
+
+    def __init__(self, status: dict) -> None:
+        self.o = type("Options", (), {"name": "gw1"})()
+        self._status = status
+
+    def status(self) -> dict:
+        return self._status
+
+
+def gateway_series() -> set[str]:
+    base = {"eips": ["203.0.113.1"], "counters": {"in": 5, "out": 4, "drop_malformed": 1},
+            "dataplane": {"rx": 5, "drop_no_rule": 1}, "dataplane_held": {"vpcs": 1, "endpoints": 1}}
+    roles = [{"role": "nat", "mappings": 3, "nat": {"mappings_created": 3}, "nat_native": {"hits": 2}},
+             {"role": "lb", "connections": 2, "pools": 1, "lb": {"new": 2}},
+             {"role": "service", "endpoints": 1, "connections": 1, "service": {"new": 1}},
+             {"role": "private-line", "lines": [{"id": "L1", "sessions": [
+                 {"customer_ip": "192.0.2.1", "bgp_state": "Established", "learned": ["10.9.0.0/16"]}]}]}]
+    return {n for r in roles for n in exported(generate_latest(metrics_http.registry(
+        StatusCollector(FakeInstance(base | r)))).decode())}  # type: ignore[arg-type]
+
+
 def test_every_expression_names_an_exported_series(tmp_path: Path) -> None:
     c = Controller(tmp_path / "state", None)
     try:
         c.tenant()
         c.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})  # hosts by status have a sample
         r = c.raw(c.admin_token).get("/metrics")
-        names = exported(r.text) | agent_series()
+        names = exported(r.text) | agent_series() | gateway_series()
     finally:
         c.stop()
     # histograms' buckets have samples only once observed: their family's three series exist from the start
-    names |= {f"tianji_controller_compile_duration_seconds{s}" for s in ("_bucket", "_count", "_sum")}
+    names |= {f"tianji_controller_{h}_duration_seconds{s}" for h in ("compile", "watch")
+              for s in ("_bucket", "_count", "_sum")}
     dash = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert exprs
-    used = {m for e in exprs for m in re.findall(r"\b(tianji_[a-z0-9_]+)", e)}
+    used = {m for e in exprs for m in re.findall(r"\b((?:tianji|process)_[a-z0-9_]+)", e)}
     missing = sorted(used - names)
     assert missing == [], f"the dashboard names series nothing exports: {missing}"
-    assert {n for n in used if n.startswith("tianji_agent")} and {n for n in used if n.startswith("tianji_controller")}
+    for part in ("tianji_agent", "tianji_controller", "tianji_gateway", "tianji_gateway_bgp", "process_"):
+        assert {n for n in used if n.startswith(part)}, f"no panel shows {part}*"
     for p in dash["panels"]:
         assert p["title"] and p["targets"], p
+        assert p.get("fieldConfig", {}).get("defaults", {}).get("unit"), f"panel {p['title']!r} has no unit"
