@@ -23,22 +23,18 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, delete, event, insert, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, UOWTransaction, sessionmaker
 from sqlalchemy.sql import Executable
 
-from controller import audit, change_log, stamps
+from controller import audit, change_log, schema, stamps
 from controller import models as m
 from controller.idempotent_writes import CLAIM, note_created_resource, take
 from controller.stamps import CHANGES, STAMPED, ChangeSet, rows_affect
 
 log = logging.getLogger(__name__)
-MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 # PostgreSQL: stamp what a write touched with its revision and notify the other controller processes, in one
@@ -210,31 +206,7 @@ def make_engine(url: str, synchronous: str = "FULL") -> Engine:
     return create_engine(url, pool_size=16, max_overflow=16, pool_recycle=3600)
 
 
-MIGRATION_LOCK = 0x7469616E6A6901  # PostgreSQL advisory lock keys ("tianji" and a number)
-LEADER_LOCK = 0x7469616E6A6902
-
-
-def upgrade(engine: Engine) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    sqlite = engine.dialect.name == "sqlite"
-    with engine.connect() as conn:
-        if sqlite:
-            # SQLite alters a table by copying it and dropping the original; with foreign keys enforced, that
-            # DROP would cascade-delete every row that refers to it (a tenant's VPCs, a port's memberships).
-            # The pragma only takes effect outside a transaction, hence on the driver's connection, before BEGIN.
-            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
-        try:
-            with conn.begin():
-                if not sqlite:  # replicas starting together: one migrates, the others then find the head
-                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
-                if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
-                    raise RuntimeError(f"migration left rows with dangling references: {broken[:5]}")
-        finally:
-            if sqlite:
-                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+LEADER_LOCK = 0x7469616E6A6902  # PostgreSQL advisory lock key ("tianji" and a number); schema.py has 01
 
 
 class Database:
@@ -258,15 +230,11 @@ class Database:
         return self.engine.dialect.name == "postgresql"
 
     def migrate(self) -> None:
-        upgrade(self.engine)
+        schema.upgrade(self.engine)
 
     def migration_head(self) -> str:
         """The schema this code needs: the newest migration's revision."""
-        from alembic.script import ScriptDirectory
-
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        return str(ScriptDirectory.from_config(cfg).get_current_head())
+        return schema.head()
 
     def migration_current(self) -> str | None:
         with self.engine.connect() as c:

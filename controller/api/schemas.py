@@ -383,16 +383,11 @@ class RuleOut(Resp):
     description: str
 
 
-ALL_EGRESS = {"direction": "egress", "protocol": "any", "remote_cidr": "0.0.0.0/0",
-              "description": "all egress (the default of a new group)"}
-
-
 class SecurityGroupCreate(Req, LabelsIn):
     vpc_id: ID
     name: str = NAME
-    # left out: all egress, as AWS and OpenStack give a new group (its VMs may start connections); given, exactly
-    # those (`[]`: nothing in or out)
-    rules: list[RuleCreate] = Field(default_factory=lambda: [RuleCreate.model_validate(ALL_EGRESS)])
+    # left out: all egress, as AWS and OpenStack give a new group; given, exactly those (`[]`: nothing in or out)
+    rules: list[RuleCreate] = Field(default_factory=lambda: [RuleCreate(direction="egress", remote_cidr="0.0.0.0/0")])
 
 
 class SecurityGroupOut(Resp, LabelsOut):

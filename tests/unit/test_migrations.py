@@ -11,7 +11,8 @@ from sqlalchemy import create_engine, select, text
 
 from controller import models as m
 from controller.auth import token_hash
-from controller.db import MIGRATIONS, Database
+from controller.db import Database
+from controller.schema import MIGRATIONS
 
 
 def test_0004_keeps_tenant_tokens_and_vnis(tmp_path: Path) -> None:
