@@ -133,7 +133,8 @@ def mark_silent_hosts_down(db: Database, silence: float, gateway_silence: float 
             if h is None or _aware(h.last_seen) >= cutoffs.get(kind, cutoffs["hypervisor"]):
                 continue  # it beat meanwhile
             h.status = "down"
-            t.session.execute(update(m.Port.__table__).where(m.Port.__table__.c.host == name).values(status="DOWN"))
+            t.session.execute(update(m.Port.__table__).where(m.Port.__table__.c.host == name, m.Port.status != "DOWN")
+                              .values(status="DOWN", status_changed_at=now()))
             instance_changed(t.session, name, h)  # a private-line instance's sessions move to the live ones
     return [n for n, _ in stale]
 

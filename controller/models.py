@@ -218,6 +218,7 @@ class Port(Labelled, Base):
     # indexed: a host's reads ask `host = :h OR migrating_to = :h`, which an index on `host` alone cannot serve
     migrating_to: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
     status: Mapped[str] = mapped_column(String(8), default="DOWN")
+    status_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)  # as reported
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
     groups: Mapped[list[SecurityGroup]] = relationship(secondary="port_security_groups", order_by="SecurityGroup.id")

@@ -186,7 +186,7 @@ UNCOMPILED: frozenset[type] = frozenset({m.Counter, m.Tenant, m.TenantToken, m.H
                                          m.FreedEip, m.AuditEntry, m.EipPool, m.PrivateLineSession, m.RemovedHost,
                                          m.IdempotencyKey, m.TraceRequest})
 # columns no config reads: a Core UPDATE of these alone is allowed (a port's reported status, a host's beat)
-UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status"}),
+UNCOMPILED_COLUMNS: dict[str, frozenset[str]] = {"ports": frozenset({"status", "status_changed_at"}),
                                                  "hosts": frozenset({"last_seen"})}
 _TABLES = {model.__table__.name: model for model in (*AFFECTS, *UNCOMPILED)}
 

@@ -225,7 +225,7 @@ def host_status(name: str, body: PortStatusReport, request: Request,
             for st in ("UP", "DOWN"):
                 if ids := [pid for pid, v in changed.items() if v == st]:
                     t.session.execute(update(_PORTS).where(_PORTS.c.host == name, _PORTS.c.id.in_(ids))
-                                      .values(status=st))
+                                      .values(status=st, status_changed_at=now()))
     else:
         request.app.state.beats.note(name)
     return {"host": name, "updated_ports": len(changed), "ignored_ports": sorted(set(body.ports) - set(current)),

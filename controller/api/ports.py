@@ -143,6 +143,7 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
         pid = m.new_id()
         rows.append({"id": pid, "tenant_id": r.tenant_id, "vpc_id": r.vpc_id, "subnet_id": r.id, "name": x.name,
                      "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "migrating_to": None, "status": "DOWN",
+                     "status_changed_at": None,
                      "created_at": created, "description": x.description, "tags": x.tags})
         memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
         out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,

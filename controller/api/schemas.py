@@ -270,6 +270,7 @@ class PortOut(Resp, LabelsOut):
     host: str | None
     migrating_to: str | None = None
     status: str
+    status_changed_at: datetime | None = None  # when its host last reported a change (UP: programmed)
     security_group_ids: list[str] = []
 
 

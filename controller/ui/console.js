@@ -28,8 +28,15 @@ async function api(path, options = {}) {
                                                        "Content-Type": "application/json", ...(options.headers || {}) } });
   if (r.status === 401) { signOut("the token was refused: sign in again"); throw new ApiError(401, "unauthorized"); }
   const body = r.status === 204 ? null : await r.json();
-  if (!r.ok) throw new ApiError(r.status, body && body.detail ? body.detail : r.statusText);
+  if (!r.ok) throw new ApiError(r.status, inWords(body, r.statusText));
   return { body, next: r.headers.get("x-next-marker") };
+}
+
+function inWords(body, fallback) {  // a refusal as a person says it: the field, then what is wrong with it
+  let said = body && body.detail ? String(body.detail) : fallback;
+  for (const noise of ["body: ", "Value error, "]) if (said.startsWith(noise)) said = said.slice(noise.length);
+  said = said.replaceAll("Value error, ", "");
+  return said;
 }
 
 async function all(path) {  // every page of a list
@@ -85,13 +92,20 @@ async function showView(name) {
   if (name === "topology") await loadTopology();
   if (name === "status") { await loadStatus(); state.statusTimer = setInterval(loadStatus, 5000); }
   if (name === "reachability") await fillReachability();
+  if (name === "api") {
+    const frame = document.getElementById("api-frame");
+    if (!frame.getAttribute("src")) frame.setAttribute("src", "/docs");
+  }
 }
 
 async function loadData() {
-  const [vpcs, subnets, ports, peerings, nats, lbs, lines, endpoints] = await Promise.all([
+  const admin = state.who.kind === "admin";
+  const [vpcs, subnets, ports, peerings, nats, lbs, lines, endpoints, tenants] = await Promise.all([
     all("/v1/vpcs"), all("/v1/subnets"), all("/v1/ports"), all("/v1/peerings"), maybe("/v1/nat-gateways"),
-    maybe("/v1/load-balancers"), maybe("/v1/private-lines"), maybe("/v1/service-endpoints")]);
-  state.data = { vpcs, subnets, ports, peerings, nats, lbs, lines, endpoints };
+    maybe("/v1/load-balancers"), maybe("/v1/private-lines"), maybe("/v1/service-endpoints"),
+    admin ? maybe("/v1/tenants") : []]);
+  const tenantName = new Map(tenants.map(t => [t.id, t.name]));
+  state.data = { vpcs, subnets, ports, peerings, nats, lbs, lines, endpoints, tenantName };
   return state.data;
 }
 
@@ -108,9 +122,9 @@ function badgesOf(d, vpc) {
   return out;
 }
 
-function drawVpc(d, vpc, x) {
+function drawVpc(d, vpc, x, top) {
   const g = svg("g", { class: "vpc", "data-vpc-id": vpc.id, "data-name": vpc.name });
-  let y = TOP + 46;
+  let y = top + 46;
   const body = [];
   const badges = badgesOf(d, vpc);
   badges.forEach(([kind, label], i) => {
@@ -144,42 +158,73 @@ function drawVpc(d, vpc, x) {
     body.push(sg);
     y += h + 8;
   }
-  const height = Math.max(y - TOP + 4, 80);
-  g.append(svg("rect", { class: "vpc-box", x, y: TOP, width: COL_W, height, rx: 10 }),
-           svg("text", { x: x + 12, y: TOP + 20, "font-size": 15, "font-weight": 700 }, vpc.name),
-           svg("text", { x: x + 12, y: TOP + 37, "font-size": 11, fill: "#6b7385" },
-               `${vpc.cidr}  VNI ${vpc.vni}${state.who.kind === "admin" ? `  tenant ${vpc.tenant_id.slice(0, 8)}` : ""}`),
+  if (!d.subnets.some(s => s.vpc_id === vpc.id)) {
+    body.push(svg("text", { class: "empty", x: x + 14, y: y + 14, "font-size": 11, fill: "#6b7385" },
+                  "no subnets: create one with"),
+              svg("text", { class: "empty", x: x + 14, y: y + 30, "font-size": 11, fill: "#6b7385",
+                            "font-family": "ui-monospace, monospace" },
+                  `tianji subnet create NAME --vpc ${vpc.name.slice(0, 12)} --cidr ...`));
+    y += 40;
+  }
+  const height = Math.max(y - top + 4, 80);
+  g.append(svg("rect", { class: "vpc-box", x, y: top, width: COL_W, height, rx: 10 }),
+           svg("text", { x: x + 12, y: top + 20, "font-size": 15, "font-weight": 700 }, vpc.name),
+           svg("text", { x: x + 12, y: top + 37, "font-size": 11, fill: "#6b7385" },
+               `${vpc.cidr}  VNI ${vpc.vni}${state.who.kind === "admin" ?
+                 `  tenant ${d.tenantName.get(vpc.tenant_id) || vpc.tenant_id.slice(0, 8)}` : ""}`),
            ...body);
   return { g, height };
 }
 
 function drawTopology(d) {
+  // VPCs in rows as wide as the canvas (at 1366x768 every VPC is on the page: rows wrap, the canvas scrolls down)
   const canvas = document.getElementById("topology-canvas");
   canvas.replaceChildren();
-  const cols = new Map(d.vpcs.map((v, i) => [v.id, GAP / 2 + i * (COL_W + GAP)]));
+  if (!d.vpcs.length) {
+    canvas.append(el("div", { class: "empty-state", id: "topology-empty" },
+      el("p", {}, "No VPCs yet. Create one:"),
+      el("pre", {}, "tianji vpc create prod --cidr 10.0.0.0/16\ntianji subnet create web --vpc prod --cidr 10.0.1.0/24"),
+      el("p", {}, "or POST /v1/vpcs (the API tab); then Refresh.")));
+    document.getElementById("topology-summary").textContent = "0 VPCs";
+    return;
+  }
+  const perRow = Math.max(1, Math.floor((canvas.clientWidth - GAP / 2) / (COL_W + GAP)));
+  const ids = d.vpcs.map(v => v.id);
   const ghosts = [];  // the other side of a peering with another tenant's VPC (not visible here)
   for (const pc of d.peerings) for (const vid of [pc.requester_vpc_id, pc.accepter_vpc_id]) {
-    if (!cols.has(vid)) { cols.set(vid, GAP / 2 + cols.size * (COL_W + GAP)); ghosts.push(vid); }
+    if (!ids.includes(vid)) { ids.push(vid); ghosts.push(vid); }
   }
-  const drawn = d.vpcs.map(v => drawVpc(d, v, cols.get(v.id)));
-  const height = Math.max(200, ...drawn.map(x => x.height)) + TOP + 30;
-  const width = Math.max(600, cols.size * (COL_W + GAP));
+  const pos = new Map();  // VPC id -> {x, top}
+  const drawn = [];
+  let top = TOP, rowHeight = 0;
+  ids.forEach((vid, i) => {
+    if (i > 0 && i % perRow === 0) { top += rowHeight + TOP - 40; rowHeight = 0; }
+    const x = GAP / 2 + (i % perRow) * (COL_W + GAP);
+    pos.set(vid, { x, top });
+    const vpc = d.vpcs.find(v => v.id === vid);
+    const h = vpc ? drawVpc(d, vpc, x, top) : { g: null, height: 60 };
+    if (vpc) drawn.push(h);
+    rowHeight = Math.max(rowHeight, h.height);
+  });
+  const height = top + Math.max(200, rowHeight) + 30;
+  const width = Math.max(600, Math.min(ids.length, perRow) * (COL_W + GAP));
   const root = svg("svg", { id: "topology-svg", width, height, viewBox: `0 0 ${width} ${height}` });
   root.append(svg("text", { x: 16, y: 24, "font-size": 13, fill: "#6b7385" },
                   "VPCs with their subnets and ports (blue: up, grey: down or unbound); arcs are peerings " +
                   "(dashed: awaiting acceptance). Click a port to ask what it can reach."));
   for (const vid of ghosts) {
+    const { x, top: gy } = pos.get(vid);
     root.append(svg("g", { class: "vpc ghost-vpc", "data-vpc-id": vid },
-                    svg("rect", { class: "ghost", x: cols.get(vid), y: TOP, width: COL_W, height: 60, rx: 10 }),
-                    svg("text", { x: cols.get(vid) + 12, y: TOP + 34, "font-size": 12, fill: "#8a6fb5" },
-                        "another tenant's VPC")));
+                    svg("rect", { class: "ghost", x, y: gy, width: COL_W, height: 60, rx: 10 }),
+                    svg("text", { x: x + 12, y: gy + 34, "font-size": 12, fill: "#8a6fb5" }, "another tenant's VPC")));
   }
   for (const x of drawn) root.append(x.g);
   for (const pc of d.peerings) {
-    const [a, b] = [cols.get(pc.requester_vpc_id), cols.get(pc.accepter_vpc_id)].sort((p, q) => p - q);
-    const x1 = a + COL_W * 0.7, x2 = b + COL_W * 0.3, lift = Math.min(TOP - 50, 30 + (b - a) / 10);
+    const [a, b] = [pos.get(pc.requester_vpc_id), pos.get(pc.accepter_vpc_id)].sort((p, q) => p.x - q.x);
+    const x1 = a.x + COL_W * 0.7, x2 = b.x + COL_W * 0.3, peak = Math.min(a.top, b.top);
+    const lift = Math.min(TOP - 50, 30 + Math.abs(b.x - a.x) / 10);
     root.append(svg("path", { class: `peering ${pc.status}`, "data-peering-id": pc.id, "data-status": pc.status,
-                              d: `M ${x1} ${TOP} C ${x1} ${TOP - lift}, ${x2} ${TOP - lift}, ${x2} ${TOP}` },
+                              d: `M ${x1} ${a.top} C ${x1} ${peak - lift}, ${x2} ${peak - lift}, ${x2} ${b.top}` },
                     svg("title", {}, `peering ${pc.status}`)));
   }
   canvas.append(root);
@@ -206,6 +251,9 @@ async function loadStatus() {
   document.getElementById("status-summary").textContent =
     `controller: ${health.status}${health.revision !== undefined ? `, revision ${health.revision}` : ""}` +
     `${health.role ? `, ${health.role}` : ""}; ${admin ? `${hosts.length} hosts` : "hosts: the admin's view"}`;
+  document.getElementById("operator-hosts").hidden = !admin;
+  document.getElementById("my-ports").hidden = admin;
+  if (!admin) await showOwnPorts(now);
   document.querySelector("#hosts-table tbody").replaceChildren(...hosts.map(h => el("tr", { "data-host": h.name },
     cell(h.name), cell(h.kind), cell(h.role || ""), cell(h.status, `st-${h.status}`), cell(h.vtep_ip), cell(h.ports),
     cell(h.revision_applied ?? "-"),
@@ -227,6 +275,17 @@ async function loadStatus() {
        cell(s.bgp_state, `st-${s.bgp_state}`), cell(s.bfd_state), cell(s.accepted), cell(s.last_error || "")))));
 }
 
+async function showOwnPorts(now) {  // a tenant's status: its ports, up or down, where, and since when
+  const [ports, vpcs, subnets] = await Promise.all([all("/v1/ports"), all("/v1/vpcs"), all("/v1/subnets")]);
+  const vpcName = new Map(vpcs.map(v => [v.id, v.name])), subnetName = new Map(subnets.map(s => [s.id, s.name]));
+  const since = t => t ? `${Math.max(0, Math.round(now - Date.parse(t) / 1000))} s ago` : "-";
+  document.querySelector("#ports-table tbody").replaceChildren(...ports.map(p => el("tr", { "data-port": p.name },
+    cell(p.name), cell(p.ip), cell(vpcName.get(p.vpc_id) || p.vpc_id), cell(subnetName.get(p.subnet_id) || ""),
+    cell(p.host || "(unbound)"), cell(p.status, `st-${p.status === "UP" ? "up" : "down"}`),
+    cell(since(p.status_changed_at)))));
+  document.getElementById("ports-empty").hidden = ports.length > 0;
+}
+
 // --- reachability ------------------------------------------------------------------------------------------------
 
 async function fillReachability() {
@@ -235,12 +294,22 @@ async function fillReachability() {
   const keep = src.value;
   src.replaceChildren(...d.ports.filter(p => p.host).map(p => el("option", { value: p.id }, `${p.name}  ${p.ip}`)));
   if (keep) src.value = keep;
-  document.getElementById("reach-ips").replaceChildren(...d.ports.map(p => el("option", { value: p.ip }, p.name)));
+  document.getElementById("reach-ips").replaceChildren(
+    ...d.ports.map(p => el("option", { value: p.name }, p.ip)), ...d.ports.map(p => el("option", { value: p.ip }, p.name)));
 }
 
 async function pickSource(portId) {
   await showView("reachability");
   document.getElementById("reach-source").value = portId;
+  document.getElementById("reach-result").replaceChildren();  // the last answer was another port's
+}
+
+function destination(text) {  // an address, or a port the caller sees, by name
+  if (/^\d{1,3}(\.\d{1,3}){3}$/.test(text)) return { ip: text };
+  const named = (state.data ? state.data.ports : []).filter(p => p.name === text);
+  if (named.length === 1) return { port_id: named[0].id };
+  throw new Error(named.length ? `${named.length} ports are named ${text}: give an address` :
+                  `no port named ${text}, and not an IP address`);
 }
 
 function renderLeg(title, leg) {
@@ -254,18 +323,23 @@ function renderLeg(title, leg) {
 async function analyze(ev) {
   ev.preventDefault();
   const proto = document.getElementById("reach-proto").value;
-  const body = { source_port_id: document.getElementById("reach-source").value,
-                 destination: { ip: document.getElementById("reach-dest").value.trim() }, protocol: proto };
-  if (proto !== "icmp") body.port = Number(document.getElementById("reach-port").value);
   const out = document.getElementById("reach-result");
+  let dest;
+  try { dest = destination(document.getElementById("reach-dest").value.trim()); } catch (e) {
+    out.replaceChildren(el("p", { class: "error" }, e.message));
+    return;
+  }
+  const body = { source_port_id: document.getElementById("reach-source").value, destination: dest, protocol: proto };
+  if (proto !== "icmp") body.port = Number(document.getElementById("reach-port").value);
   out.replaceChildren(el("p", {}, "analyzing..."));
   try {
     const a = (await api("/v1/reachability", { method: "POST", body: JSON.stringify(body) })).body;
     out.replaceChildren(el("div", { class: `verdict ${a.verdict}`, id: "verdict" }, a.verdict.toUpperCase()),
                         el("p", { id: "reason" }, a.reason), renderLeg("request", a.forward),
                         ...(a.reply ? [renderLeg("reply", a.reply)] : []));
-  } catch (e) {
-    out.replaceChildren(el("p", { class: "error" }, `${e.message}`));
+  } catch (e) {  // said against the form's own labels
+    out.replaceChildren(el("p", { class: "error" }, e.message.replace(/^destination(\.\w+)?: /, "To: ")
+                                                             .replace(/^source_port_id: /, "From port: ")));
   }
 }
 
@@ -282,4 +356,9 @@ document.getElementById("reach-proto").addEventListener("change", ev => {
   document.getElementById("reach-port").disabled = ev.target.value === "icmp";
 });
 for (const t of document.querySelectorAll("button.tab")) t.addEventListener("click", () => showView(t.dataset.view));
+let resizing = null;
+window.addEventListener("resize", () => {  // the rows follow the window's width
+  clearTimeout(resizing);
+  resizing = setTimeout(() => { if (state.data && !document.getElementById("topology").hidden) drawTopology(state.data); }, 150);
+});
 if (state.token) signIn(state.token); else signOut();

@@ -407,3 +407,18 @@ def test_vpc_mtu_up_to_the_underlay_and_in_the_host_config(controller: Controlle
     controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "vm", "host": "hv1"})
     cfg = controller.admin.get("/v1/hosts/hv1/config")
     assert [(v["id"], v["mtu"]) for v in cfg["vpcs"]] == [(big["id"], 3450)]
+
+
+def test_a_ports_status_says_since_when_its_host_reported_it(controller: Controller) -> None:
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    a = controller.tenant()
+    vpc = make_vpc(a)
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.0.0/24"})
+    port = controller.orchestrator().post("/v1/ports", {"subnet_id": sn["id"], "name": "p", "host": "hv1"})
+    assert port["status"] == "DOWN" and port["status_changed_at"] is None  # never reported
+    host = controller.raw(controller.host_token("hv1"))
+    assert host.post("/v1/hosts/hv1/status", json={"ports": {port["id"]: "UP"}}).json()["updated_ports"] == 1
+    up = a.get(f"/v1/ports/{port['id']}")
+    assert up["status"] == "UP" and up["status_changed_at"] is not None
+    host.post("/v1/hosts/hv1/status", json={"ports": {port["id"]: "UP"}})  # the same again: no change
+    assert a.get(f"/v1/ports/{port['id']}")["status_changed_at"] == up["status_changed_at"]
