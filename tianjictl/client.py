@@ -3,28 +3,11 @@ transport (TLS verified against TIANJI_CA or the system's store, several control
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 from tianji.southbound_client import Southbound, SouthboundError
 from tianji.tls import ClientTls
-
-CONFIG_FILE = Path(os.environ.get("TIANJI_CLI_CONFIG", Path.home() / ".config" / "tianji" / "cli.json"))
-
-
-class ApiFailure(Exception):
-    def __init__(self, status: int, detail: str, field: str | None = None, body: Any = None) -> None:
-        super().__init__(f"{status}: {detail}")
-        self.status, self.detail, self.field, self.body = status, detail, field, body
-
-
-def load_cli_config() -> dict:
-    try:
-        return json.loads(CONFIG_FILE.read_text())
-    except (OSError, ValueError):
-        return {}
+from tianjictl.config import CONFIG_FILE, ApiFailure, load_cli_config  # noqa: F401 -- re-exported
 
 
 class Client:
