@@ -268,6 +268,10 @@ def _only_the_command_asked(argv: list[str]) -> None:
     if first in names:
         app.registered_groups = [g for g in app.registered_groups if g.name == first]
         app.registered_commands = [c for c in app.registered_commands if c.name == first]
+    elif first is None:  # `tianji --help`: the groups' help lines, not their commands
+        for g in app.registered_groups:
+            if g.typer_instance is not None:
+                g.typer_instance = typer.Typer(help=g.help or g.typer_instance.info.help)
 
 
 def main() -> None:
