@@ -104,21 +104,31 @@ def vhost_user_rows(c: Cluster, subnet_id: str, megabytes: int) -> dict:
     return rows
 
 
-def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
-    """The same two guests on two namespaces' bare OVS: br-int with the guest's tap and a VXLAN port, NORMAL (the
-    VNI set by one flow); br-phy on the underlay veth, of the port type the cluster's hypervisors use."""
+def on_bare_bridges(megabytes: int, how: str, underlay_type: str, first_nic: str = "tap") -> dict:
+    """The same two guests on two namespaces' bare OVS: br-int with the guest's NIC and a VXLAN port, NORMAL (the
+    VNI set by one flow); br-phy on the underlay veth, of the port type the cluster's hypervisors use.
+    `first_nic="vhost-user"`: the sending guest's host runs OVS-DPDK and plugs it by vhost-user (as hv3 above)."""
+    from topologies import dpdk_host
+
     tag = "tjgb"
     hosts = [f"{tag}h{i}" for i in (1, 2)]
     base = Path(tempfile.mkdtemp(prefix="tianji-bench-guests-"))
     guests: list[KvmGuest] = []
     image = build(lambda m: None)
+    hugepages, hugedir = 0, base / "hugepages"
     try:
         for h in hosts:
             netns.add(h)
         netns.veth("ul0", hosts[0], "ul0", hosts[1], up=False)
         for i, h in enumerate(hosts, start=1):
             run = base / h
-            start_private_ovs(h, run)
+            nic = first_nic if i == 1 else "tap"
+            if nic == "vhost-user":
+                hugepages = dpdk_host.reserve_hugepages()
+                start_private_ovs(h, run, dpdk_host.dpdk_config(dpdk_host.mount_hugetlbfs(hugedir), tag),
+                                  dpdk_host.DPDK_VSWITCHD)
+            else:
+                start_private_ovs(h, run)
 
             def vsctl(*a: str, h: str = h, run: Path = run) -> None:
                 sh("ovs-vsctl", f"--db=unix:{run}/db.sock", *a, ns=h, env=ovs_env(run))
@@ -133,9 +143,8 @@ def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
                   "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
                   f"options:remote_ip=172.31.9.{3 - i}", f"options:local_ip=172.31.9.{i}", "options:key=flow")
             hv = Hypervisor(h, h, run, f"172.31.9.{i}/24", "")
-            g = KvmGuest(f"bare{i}", hv, f"bare-{i}", f"02:00:00:00:0{i}:01", "tapbare", base / f"g{i}")
-            g.make_tap(1450)
-            vsctl("add-port", "br-int", "tapbare")
+            g = KvmGuest(f"bare{i}", hv, f"bare-{i}", f"02:00:00:00:0{i}:01", "tapbare", base / f"g{i}", nic=nic)
+            g.plug(1450)
             sh("ovs-ofctl", "del-flows", "br-int", ns=h, env=ovs_env(run))
             for f in FLOWS["bare"]:
                 sh("ovs-ofctl", "add-flow", "br-int", f.format(vm="tapbare", vni=VNI), ns=h, env=ovs_env(run))
@@ -154,6 +163,9 @@ def on_bare_bridges(megabytes: int, how: str, underlay_type: str) -> dict:
             for pid in ovs_pids(base / h):
                 sh("kill", str(pid), check=False)
         netns.delete(hosts)
+        time.sleep(0.5)  # the DPDK ovs-vswitchd lets its hugepages go as it exits
+        dpdk_host.unmount_hugetlbfs(hugedir)
+        dpdk_host.release_hugepages(hugepages)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -205,6 +217,9 @@ def main() -> None:
     if not a.skip_throughput:
         res["bare"] = on_bare_bridges(a.megabytes, how, underlay)
         print(f"bare OVS: {res['bare']}", flush=True)
+        if "vhost_user" in res:
+            res["bare_vhost_user"] = on_bare_bridges(a.megabytes, how, underlay, first_nic="vhost-user")
+            print(f"bare OVS, vhost-user to tap: {res['bare_vhost_user']}", flush=True)
         res["ratio_throughput"] = round(res["tianji"]["mbit_s"] / res["bare"]["mbit_s"], 2)
         res["ratio_rtt"] = round(res["tianji"]["rtt_ms"] / res["bare"]["rtt_ms"], 2)
     print(f"\n| guests ({how.upper()}, tap, vnet_hdr off) | TCP Mbit/s (median of 3) | RTT ms |\n|---|---|---|")
@@ -227,6 +242,12 @@ def main() -> None:
                                                   2)
         print(f"vhost-user / tap throughput: across hosts {res['ratio_vhost_user_across']}x, same host "
               f"{res['ratio_vhost_user_same_host']}x")
+        if b := res.get("bare_vhost_user"):
+            t = v["vhost_user_to_tap_across"]
+            res["ratio_vhost_user_bare"] = round(t["mbit_s"] / b["mbit_s"], 2)
+            print(f"| bare OVS-DPDK + OVS, vhost-user to tap | {b['mbit_s']} | {b['rtt_ms']} |\n"
+                  f"Tianji / bare, vhost-user to tap: throughput {res['ratio_vhost_user_bare']}x, "
+                  f"RTT {round(t['rtt_ms'] / b['rtt_ms'], 2)}x")
     if res.get("migrations"):
         lost = [m["lost_ms"] for m in res["migrations"]]
         print(f"live migrations: {len(lost)}, ping lost per migration (ms) {lost}, max {max(lost)}")

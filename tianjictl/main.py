@@ -210,8 +210,8 @@ _REGISTERED: list[bool] = []
 # the components' command groups: (module, its Typer, the help `tianji --help` shows without importing it)
 COMPONENTS = {
     "agent": ("vswitch_agent.cli", "agent_app", "The vSwitch agent (one per hypervisor).", "the agent's"),
-    "gateway": ("nfv_gateways.cli", "gateway_app", "NFV gateway instances (NAT, load balancer, private line, "
-                                                   "service).", "the gateway's"),
+    "gateway": ("nfv_gateways.cli", "gateway_app", "NFV gateway instances (roles: nat, lb, private-line, service).",
+                "the gateway's"),
     "cluster": ("topologies.cli", "cluster_app", "Emulated cluster: hypervisors with OVS + agent, VMs.",
                 "Mininet (apt-get install mininet) or the cluster's"),
 }

@@ -49,27 +49,47 @@ def _free_hugepages() -> int:
     return int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages").read_text())
 
 
-def _reserve_hugepages(c: Cluster) -> None:
-    """Grow the kernel's 2 MiB pool by what a DPDK host needs; the growth is recorded and given back at `down`."""
+def reserve_hugepages() -> int:
+    """Grow the kernel's 2 MiB pool by what a DPDK switch needs, unless that much is free: the pages added (to be
+    given back with `release_hugepages`)."""
     want = HUGEPAGES_MB // 2
     if _free_hugepages() >= want:
-        return
+        return 0
     before = int(NR_HUGEPAGES.read_text())
     NR_HUGEPAGES.write_text(str(before + want))
     got = int(NR_HUGEPAGES.read_text()) - before
-    c.state.hugepages_added += got
-    c.state.save()
     if _free_hugepages() < want:
+        release_hugepages(got)
         raise RuntimeError(f"the kernel gave {got} of {want} 2 MiB hugepages (memory too fragmented?); "
                            "try again after `echo 3 > /proc/sys/vm/drop_caches`")
+    return got
 
 
-def _hugedir(c: Cluster) -> Path:
-    d = Path(c.state.dir) / "hugepages"
+def release_hugepages(added: int) -> None:
+    if added:
+        NR_HUGEPAGES.write_text(str(max(0, int(NR_HUGEPAGES.read_text()) - added)))
+
+
+def mount_hugetlbfs(d: Path) -> Path:
     if subprocess.run(["mountpoint", "-q", str(d)]).returncode != 0:
         d.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "nodev", str(d)], check=True)
     return d
+
+
+def unmount_hugetlbfs(d: Path) -> None:
+    if subprocess.run(["mountpoint", "-q", str(d)]).returncode == 0:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+def _reserve_hugepages(c: Cluster) -> None:
+    """The pages added are recorded in the cluster's state and given back at `down`."""
+    c.state.hugepages_added += reserve_hugepages()
+    c.state.save()
+
+
+def _hugedir(c: Cluster) -> Path:
+    return mount_hugetlbfs(Path(c.state.dir) / "hugepages")
 
 
 def _restart_vswitchd(c: Cluster, hv_name: str, binary: str | None) -> int:
@@ -138,13 +158,12 @@ def disable(c: Cluster, hv_name: str, progress=print) -> None:
 
 def release(c: Cluster) -> None:
     """At `down`, after every ovs-vswitchd has stopped: the hugetlbfs unmounted, the hugepages given back."""
-    d = Path(c.state.dir) / "hugepages"
-    if subprocess.run(["mountpoint", "-q", str(d)]).returncode == 0:
-        subprocess.run(["umount", str(d)], check=False)
-    if added := c.state.hugepages_added:
-        NR_HUGEPAGES.write_text(str(max(0, int(NR_HUGEPAGES.read_text()) - added)))
+    unmount_hugetlbfs(Path(c.state.dir) / "hugepages")
+    if c.state.hugepages_added:
+        release_hugepages(c.state.hugepages_added)
         c.state.hugepages_added = 0
         c.state.save()
 
 
-__all__ = ["DPDK_VSWITCHD", "available", "disable", "dpdk_config", "enable", "release"]
+__all__ = ["DPDK_VSWITCHD", "available", "disable", "dpdk_config", "enable", "mount_hugetlbfs", "release",
+           "release_hugepages", "reserve_hugepages", "unmount_hugetlbfs"]

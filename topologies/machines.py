@@ -57,16 +57,21 @@ def dhclient_pid(pidfile: Path, wait: float = 5.0) -> int | None:
     return int(text) if text else None
 
 
-def start_private_ovs(ns: str, rundir: Path) -> list[int]:
+def start_private_ovs(ns: str, rundir: Path, other_config: dict[str, str] | None = None,
+                      vswitchd: str | None = None) -> list[int]:
     """A private ovsdb-server + ovs-vswitchd (userspace datapath) inside namespace `ns`, with its own run
-    directory: one per emulated hypervisor (only one userspace ovs-vswitchd can run per namespace)."""
+    directory: one per emulated hypervisor (only one userspace ovs-vswitchd can run per namespace).
+    `other_config` (Open_vSwitch's, before ovs-vswitchd starts) and `vswitchd` (another build): OVS-DPDK."""
     rundir.mkdir(parents=True, exist_ok=True)
     db = rundir / "conf.db"
     if not db.exists():
         sh("ovsdb-tool", "create", str(db), "/usr/share/openvswitch/vswitch.ovsschema")
     start_ovs_daemon("ovsdb-server", ns, rundir)
     sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "init", ns=ns, env=ovs_env(rundir))
-    start_ovs_daemon("ovs-vswitchd", ns, rundir)
+    if other_config:
+        sh("ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--no-wait", "set", "Open_vSwitch", ".",
+           *(f'other_config:{k}="{v}"' for k, v in other_config.items()), ns=ns, env=ovs_env(rundir))
+    start_ovs_daemon("ovs-vswitchd", ns, rundir, vswitchd)
     return ovs_pids(rundir)
 
 

@@ -121,3 +121,13 @@ def test_the_examples_in_docs_cli_run_as_written(controller: Controller, tmp_pat
     assert "web" in outs[0].split("name: www-a", 1)[1]
     assert "hv9" in outs[1] and "admin" in outs[1]
     assert "UNREACHABLE" in outs[2] and "exit status 8" in outs[2]
+
+
+def test_the_components_help_lines_are_their_own() -> None:
+    """`tianji --help` lists the components without importing them: the line it shows is each one's own."""
+    import importlib
+
+    from tianjictl.main import COMPONENTS
+
+    for name, (module, attr, help_, _) in COMPONENTS.items():
+        assert getattr(importlib.import_module(module), attr).info.help == help_, name
