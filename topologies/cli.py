@@ -120,11 +120,11 @@ def _print_status(c: Cluster) -> None:
         t.add_column(col)
     for n, h in st.hypervisors.items():
         a = c.agent_status(n)
-        t.add_row(n, "hypervisor", h["ns"], h["vtep"],
+        t.add_row(n, "hypervisor (OVS-DPDK)" if h.get("datapath") == "dpdk" else "hypervisor", h["ns"], h["vtep"],
                   f"rev {a.get('revision')} flows {a.get('flows')}" if a else "no status")
     for n, info in st.nodes.items():
         t.add_row(n, info["role"], info["ns"], info.get("underlay_ip") or info.get("ip") or "", "")
     for n, v in st.vms.items():
-        kind = f"kvm guest ({v.get('accel', '').upper()})" if v.get("kind") == "kvm" else "vm"
+        kind = f"kvm guest ({v.get('accel', '').upper()}, {v.get('nic', 'tap')})" if v.get("kind") == "kvm" else "vm"
         t.add_row(n, f"{kind} on {v['host']}", v["ns"], f"{v['ip']}/{v.get('prefixlen', '')}", "")
     console.print(t)
