@@ -2,12 +2,13 @@
 guests on bare Open vSwitch bridges (one NORMAL flow, the same VXLAN and underlay ports) measured in the same run;
 and the loss a 10 ms ping sees over live migrations.
 
-    python bench/guests.py [--megabytes 64] [--migrations 10] [--skip-throughput] [--skip-vhost-user]
+    python bench/guests.py [--megabytes 32] [--rounds 3] [--migrations 10] [--skip-throughput] [--skip-vhost-user]
 
 Throughput: `dd | nc` of MEGABYTES in one TCP connection, timed by the guest's own `time`; latency: the guest's
-ping, 20 at 50 ms. Guests run under TCG on machines whose KVM does not boot them (the emulated CPU then bounds
-both rows alike: the ratio is what the pipeline costs). vhost-user: hv3 moved to OVS-DPDK, its guests against taps
-in the same run (`--skip-vhost-user` leaves it out).
+ping, 20 at 50 ms; each row's median over ROUNDS, the rows' transfers interleaved. Guests run under TCG on machines
+whose KVM does not boot them (the emulated CPU then bounds both rows alike: the ratio is what the pipeline costs).
+The bare bridges run beside the cluster. vhost-user: hv3 moved to OVS-DPDK, its guests against taps and against a
+bare OVS-DPDK bridge in the same run (`--skip-vhost-user` leaves it out).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,9 +65,22 @@ def rtt(src: KvmGuest, dst_ip: str) -> float:
     return float(re.search(r"min/avg/max = [\d.]+/([\d.]+)/", out).group(1))  # type: ignore[union-attr]
 
 
-def measure(a: KvmGuest, b: KvmGuest, b_ip: str, megabytes: int) -> dict:
-    mbits = [throughput(a, b, b_ip, megabytes) for _ in range(3)]
-    return {"mbit_s": round(sorted(mbits)[1], 1), "rtt_ms": round(rtt(a, b_ip), 3)}
+Pair = tuple[KvmGuest, KvmGuest, str]  # sender, receiver, the receiver's address
+
+
+def interleaved(pairs: dict[str, Pair], megabytes: int, rounds: int) -> dict[str, dict]:
+    """Each pair's throughput, one transfer per pair per round, rounds interleaved (the machine's pace drifts
+    within a run: each row meets it alike), and its RTT the same way: medians."""
+    mbits: dict[str, list[float]] = {k: [] for k in pairs}
+    rtts: dict[str, list[float]] = {k: [] for k in pairs}
+    for r in range(rounds):
+        for name, (a, b, ip) in pairs.items():
+            mbits[name].append(throughput(a, b, ip, megabytes))
+            rtts[name].append(rtt(a, ip))
+        print(f"  round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f} Mbit/s" for k, v in mbits.items()),
+              flush=True)
+    return {k: {"mbit_s": round(statistics.median(mbits[k]), 1), "rtt_ms": round(statistics.median(rtts[k]), 3),
+                "runs_mbit_s": [round(x, 1) for x in mbits[k]]} for k in pairs}
 
 
 def add_guest(c: Cluster, subnet_id: str, name: str, host: str, nic: str = "tap") -> KvmGuest:
@@ -72,7 +89,7 @@ def add_guest(c: Cluster, subnet_id: str, name: str, host: str, nic: str = "tap"
     return guest_of(c, name)
 
 
-def on_tianji(c: Cluster, megabytes: int) -> tuple[dict, str]:
+def on_tianji(c: Cluster) -> tuple[Pair, str]:
     """g1 on hv1 to g2 on hv2, taps; the subnet's id."""
     t = c.admin.post("/v1/tenants", {"name": f"bench-{uuid.uuid4().hex[:6]}"})
     cl = c.client(t["token"])
@@ -82,29 +99,25 @@ def on_tianji(c: Cluster, megabytes: int) -> tuple[dict, str]:
     cl.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "any",
                                                 "remote_cidr": "10.90.0.0/16"})
     a, b = add_guest(c, sn["id"], "g1", "hv1"), add_guest(c, sn["id"], "g2", "hv2")
-    return measure(a, b, c.state.vms["g2"]["ip"], megabytes), sn["id"]
+    return (a, b, c.state.vms["g2"]["ip"]), sn["id"]
 
 
-def vhost_user_rows(c: Cluster, subnet_id: str, megabytes: int) -> dict:
+def vhost_user_pairs(c: Cluster, subnet_id: str) -> tuple[dict[str, Pair], dict[str, Pair]]:
     """hv3 on OVS-DPDK: a vhost-user guest sending to a tap guest on hv2 across the tunnel, beside a tap guest on
     hv1 doing the same; and two guests on one host, vhost-user on hv3 against taps on hv1. New guests, placed here
-    (g1 may have migrated)."""
+    (g1 may have migrated). (across hosts, on one host)."""
     from topologies import dpdk_host
 
     dpdk_host.enable(c, "hv3", progress=lambda m: print(f"> {m}", flush=True))
     v1, v2 = add_guest(c, subnet_id, "v1", "hv3", "vhost-user"), add_guest(c, subnet_id, "v2", "hv3", "vhost-user")
     t1, t2, sink = (add_guest(c, subnet_id, n, h) for n, h in (("t1", "hv1"), ("t2", "hv1"), ("t3", "hv2")))
     ip = {n: c.state.vms[n]["ip"] for n in ("t2", "t3", "v2")}
-    rows = {"vhost_user_to_tap_across": measure(v1, sink, ip["t3"], megabytes),
-            "tap_to_tap_across": measure(t1, sink, ip["t3"], megabytes),
-            "vhost_user_same_host": measure(v1, v2, ip["v2"], megabytes),
-            "tap_same_host": measure(t1, t2, ip["t2"], megabytes)}
-    for name, row in rows.items():
-        print(f"{name}: {row}", flush=True)
-    return rows
+    return ({"vhost_user_to_tap_across": (v1, sink, ip["t3"]), "tap_to_tap_across": (t1, sink, ip["t3"])},
+            {"vhost_user_same_host": (v1, v2, ip["v2"]), "tap_same_host": (t1, t2, ip["t2"])})
 
 
-def on_bare_bridges(megabytes: int, how: str, underlay_type: str, first_nic: str = "tap") -> dict:
+@contextmanager
+def bare_bridges(how: str, underlay_type: str, first_nic: str = "tap") -> Iterator[Pair]:
     """The same two guests on two namespaces' bare OVS: br-int with the guest's NIC and a VXLAN port, NORMAL (the
     VNI set by one flow); br-phy on the underlay veth, of the port type the cluster's hypervisors use.
     `first_nic="vhost-user"`: the sending guest's host runs OVS-DPDK and plugs it by vhost-user (as hv3 above)."""
@@ -154,7 +167,7 @@ def on_bare_bridges(megabytes: int, how: str, underlay_type: str, first_nic: str
         for i, g in enumerate(guests, start=1):
             g.run(f"kill $(cat /run/udhcpc.pid) 2>/dev/null; ip link set eth0 mtu 1450 up; "
                   f"ip addr add 10.99.0.{i}/24 dev eth0")
-        return measure(guests[0], guests[1], "10.99.0.2", megabytes)
+        yield guests[0], guests[1], "10.99.0.2"
     finally:
         for g in guests:
             if g.pid:
@@ -196,36 +209,42 @@ def migrations(c: Cluster, count: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--megabytes", type=int, default=64)
+    ap.add_argument("--megabytes", type=int, default=32)
     ap.add_argument("--migrations", type=int, default=10)
-    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved transfers per row (medians)")
+    ap.add_argument("--skip-throughput", action="store_true", help="no bare-bridge baselines")
     ap.add_argument("--skip-vhost-user", action="store_true", help="no OVS-DPDK host, no vhost-user rows")
     a = ap.parse_args()
     how = accel(build(print), print)
     res: dict = {"accel": how}
     c = Cluster.up("small", name="tjbg", state_dir=STATE, progress=lambda m: print(f"> {m}", flush=True))
-    # the bare bridges are measured while the cluster runs, right after the same rows through it: both then share
-    # the two cores with the controller, the gateway instances and the agents (measured after `down`, the baseline
-    # had the machine to itself)
+    # the bare bridges run beside the cluster, their transfers interleaved with the same rows through it: both then
+    # share the two cores with the controller, the gateway instances and the agents, and the machine's drift
     try:
-        res["tianji"], subnet_id = on_tianji(c, a.megabytes)
-        print(f"tianji: {res['tianji']}", flush=True)
+        tianji, subnet_id = on_tianji(c)
         underlay = c.agent_status("hv1").get("port_types", {}).get("underlay", "system")
-        if not a.skip_throughput:
-            res["bare"] = on_bare_bridges(a.megabytes, how, underlay)
-            print(f"bare OVS: {res['bare']}", flush=True)
+        if a.skip_throughput:
+            res |= interleaved({"tianji": tianji}, a.megabytes, a.rounds)
+        else:
+            with bare_bridges(how, underlay) as bare:
+                res |= interleaved({"tianji": tianji, "bare": bare}, a.megabytes, a.rounds)
             res["ratio_throughput"] = round(res["tianji"]["mbit_s"] / res["bare"]["mbit_s"], 2)
             res["ratio_rtt"] = round(res["tianji"]["rtt_ms"] / res["bare"]["rtt_ms"], 2)
         if a.migrations:
             res["migrations"] = migrations(c, a.migrations)
         if not a.skip_vhost_user:
-            res["vhost_user"] = vhost_user_rows(c, subnet_id, a.megabytes)
-            if not a.skip_throughput:
-                res["bare_vhost_user"] = on_bare_bridges(a.megabytes, how, underlay, first_nic="vhost-user")
-                print(f"bare OVS, vhost-user to tap: {res['bare_vhost_user']}", flush=True)
+            across, one_host = vhost_user_pairs(c, subnet_id)
+            if a.skip_throughput:
+                res["vhost_user"] = interleaved(across, a.megabytes, a.rounds)
+            else:
+                with bare_bridges(how, underlay, first_nic="vhost-user") as bare:
+                    res["vhost_user"] = interleaved(across | {"bare_vhost_user": bare}, a.megabytes, a.rounds)
+                res["bare_vhost_user"] = res["vhost_user"].pop("bare_vhost_user")
+            res["vhost_user"] |= interleaved(one_host, a.megabytes, a.rounds)
     finally:
         c.down()
-    print(f"\n| guests ({how.upper()}, tap, vnet_hdr off) | TCP Mbit/s (median of 3) | RTT ms |\n|---|---|---|")
+    print(f"\n| guests ({how.upper()}, tap, vnet_hdr off) | TCP Mbit/s (median of {a.rounds}) | RTT ms |\n"
+          "|---|---|---|")
     for k in ("tianji", "bare"):
         if k in res:
             print(f"| {k} | {res[k]['mbit_s']} | {res[k]['rtt_ms']} |")
