@@ -212,6 +212,7 @@ def main() -> None:
     ap.add_argument("--megabytes", type=int, default=32)
     ap.add_argument("--migrations", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved transfers per row (medians)")
+    ap.add_argument("--settle", type=float, default=30, help="seconds to wait after bring-up before measuring")
     ap.add_argument("--skip-throughput", action="store_true", help="no bare-bridge baselines")
     ap.add_argument("--skip-vhost-user", action="store_true", help="no OVS-DPDK host, no vhost-user rows")
     a = ap.parse_args()
@@ -223,6 +224,8 @@ def main() -> None:
     try:
         tianji, subnet_id = on_tianji(c)
         underlay = c.agent_status("hv1").get("port_types", {}).get("underlay", "system")
+        print(f"> settling {a.settle} s (a cluster's first minute: audits, first configs)", flush=True)
+        time.sleep(a.settle)
         if a.skip_throughput:
             res |= interleaved({"tianji": tianji}, a.megabytes, a.rounds)
         else:
