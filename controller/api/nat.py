@@ -26,6 +26,7 @@ from controller.api.nat_schemas import (
     SnatRuleCreate,
     SnatRuleOut,
 )
+from controller.api.vpcs import effective_routes
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.models import now
@@ -275,12 +276,12 @@ def create_snat(gw_id: str, body: SnatRuleCreate, request: Request,
 
 
 def _unrouted(s: Session, gw: m.NatGateway, vpc: m.Vpc) -> list[str]:
-    """Why the VPC's packets for the internet would not reach `gw`: no 0.0.0.0/0 route targets it."""
-    default = s.execute(select(m.Route).where(m.Route.vpc_id == vpc.id, m.Route.destination == "0.0.0.0/0")) \
-        .scalars().first()
-    if default is not None and default.target_type == "nat-gateway" and default.target_id == gw.id:
+    """Why the VPC's packets for the internet would not reach `gw`: its route table (user and private-line routes,
+    as the VPC's hosts get it) has no 0.0.0.0/0 to it."""
+    default = next((r for r in effective_routes(s, vpc) if r.destination == "0.0.0.0/0"), None)
+    if default is not None and default.target == f"nat-gateway:{gw.id}":
         return []
-    now = f"it goes to {default.target_type} {default.target_id}" if default else "there is none"
+    now = f"it goes to {default.target}" if default else "there is none"
     return [f"VPC {vpc.name} has no route 0.0.0.0/0 to NAT gateway {gw.name or gw.id} ({now}): packets for the "
             f"internet are dropped before they reach it. Add it: POST /v1/vpcs/{vpc.id}/routes "
             f'{{"destination": "0.0.0.0/0", "target": "nat-gateway:{gw.id}"}} (tianji route create --vpc {vpc.name} '
