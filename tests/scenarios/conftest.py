@@ -218,6 +218,8 @@ def scapy_send(cluster: Cluster, ns: str, code: str) -> None:
     assert r.returncode == 0, r.stderr
 
 
+# a KVM guest's web server (its busybox httpd), serving NAME at /index.html on PORT: .format(name=..., port=...)
+GUEST_WEB = "mkdir -p /tmp/www && echo {name} > /tmp/www/index.html && httpd -p {port} -h /tmp/www"
 WEB = """
 import http.server, socketserver
 class H(http.server.BaseHTTPRequestHandler):

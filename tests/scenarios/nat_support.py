@@ -10,13 +10,19 @@ from tests.scenarios.conftest import Net, ex, wait_for
 
 def nat_vpc(tenants, cidr: str = "10.0.0.0/16", subnet: str = "10.0.1.0/24", **vpc_kw) -> tuple[Net, dict, dict]:
     n = tenants()
+    _, eip, gw = behind_nat(n, cidr, subnet, **vpc_kw)
+    return n, eip, gw
+
+
+def behind_nat(n: Net, cidr: str, subnet: str, **vpc_kw) -> tuple[dict, dict, dict]:
+    """`n`'s VPC "prod" with subnet "s", its internet through a NAT gateway with one EIP: (VPC, EIP, gateway)."""
     vpc = n.vpc("prod", cidr, {"s": subnet}, **vpc_kw)
     eip = n.client.post("/v1/eips", {})
     gw = n.client.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
     n.client.post(f"/v1/nat-gateways/{gw['id']}/snat-rules",
                   {"subnet_id": n.subnets["s"]["id"], "eip_ids": [eip["id"]]})
     n.client.post(f"/v1/vpcs/{vpc['id']}/routes", {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
-    return n, eip, gw
+    return vpc, eip, gw
 
 
 def own_eip_serving_8080(n: Net, vm: dict) -> dict:

@@ -17,11 +17,9 @@ import uuid
 
 import pytest
 
-from tests.scenarios.conftest import WEB, Net, cleanup, ex, internet, ping, reach, wait_for  # noqa: F401
-from tests.scenarios.nat_support import curl
+from tests.scenarios.conftest import GUEST_WEB, WEB, Net, cleanup, ex, internet, ping, reach, wait_for  # noqa: F401
+from tests.scenarios.nat_support import behind_nat, curl
 from tests.scenarios.test_services import store  # noqa: F401 -- the fixture
-
-GUEST_WEB = "mkdir -p /tmp/www && echo {name} > /tmp/www/index.html && httpd -p {port} -h /tmp/www"
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +28,7 @@ def world(cluster):
     t = cluster.admin.post("/v1/tenants", {"name": f"t-{uuid.uuid4().hex[:8]}"})
     n = Net(cluster, cluster.client(t["token"]))
     try:
-        vpc = n.vpc("prod", "10.70.0.0/16", {"s": "10.70.1.0/24"})
-        eip = n.client.post("/v1/eips", {})
-        gw = n.client.post("/v1/nat-gateways", {"vpc_id": vpc["id"], "eip_ids": [eip["id"]]})
-        n.client.post(f"/v1/nat-gateways/{gw['id']}/snat-rules",
-                      {"subnet_id": n.subnets["s"]["id"], "eip_ids": [eip["id"]]})
-        n.client.post(f"/v1/vpcs/{vpc['id']}/routes",
-                      {"destination": "0.0.0.0/0", "target": f"nat-gateway:{gw['id']}"})
+        vpc, eip, _ = behind_nat(n, "10.70.0.0/16", "10.70.1.0/24")
         sg = vpc["default_security_group_id"]
         n.client.post(f"/v1/security-groups/{sg}/rules", {"direction": "ingress", "protocol": "tcp",
                                                           "port_range_min": 8080, "port_range_max": 8081,
