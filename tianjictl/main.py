@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tianjictl.config import CONFIG_FILE, ApiFailure, load_cli_config
+from tianjictl.config import CONFIG_FILE, ApiFailure, credentials
 
 if TYPE_CHECKING:
     from tianjictl.client import Client
@@ -132,16 +132,11 @@ def main_options(ctx: typer.Context,
                  ca: str = typer.Option(None, envvar="TIANJI_CA",
                                         help="verify the controller against this CA (default: the system's)"),
                  as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
-    cfg = load_cli_config()
-    token = token or cfg.get("token")
-    if not token and not cfg.get("token"):
-        state = Path(os.environ.get("TIANJI_STATE_DIR", "")) / "admin.token"
-        if os.environ.get("TIANJI_STATE_DIR") and state.exists():
-            token = state.read_text().strip()
-            # never the admin without saying so: the exported state dir is the controller's, not a credential
-            err.print(f"[yellow]note:[/yellow] acting as the admin, with {state} (TIANJI_STATE_DIR); give --token "
-                      "or TIANJI_TOKEN to act as another credential", highlight=False)
-    ctx.obj = Ctx(url or cfg.get("url") or "https://127.0.0.1:8080", token, as_json, ca or cfg.get("ca"))
+    url, token, ca, admin = credentials(url, token, ca)
+    if admin is not None:  # never the admin without saying so: the exported state dir is not a credential
+        err.print(f"[yellow]note:[/yellow] acting as the admin, with {admin} (TIANJI_STATE_DIR); give --token "
+                  "or TIANJI_TOKEN to act as another credential", highlight=False)
+    ctx.obj = Ctx(url or "https://127.0.0.1:8080", token, as_json, ca)
 
 
 def call(ctx: typer.Context, method: str, path: str, body: Any = None, **params: Any) -> Any:

@@ -64,22 +64,21 @@ def _one(ctx: typer.Context, collection: str, value: str, param: typer.CallbackP
 
 
 def completer(collection: str) -> Callable[[str], list[str]]:
-    """Shell completion of a resource's names, from the controller the command line would use (TIANJI_URL and
-    TIANJI_TOKEN, else `tianji login`'s). Nothing when it cannot ask: completion never fails a shell."""
+    """Shell completion of a resource's names, from the controller and with the credential the command line would
+    use (config.credentials). Nothing when it cannot ask: completion never fails a shell."""
 
     def complete(incomplete: str) -> list[str]:
         import os
 
         from tianji.tls import ClientTls
-        from tianjictl.client import Client, load_cli_config
+        from tianjictl.client import Client
+        from tianjictl.config import credentials
 
-        cfg = load_cli_config()
-        url, token = os.environ.get("TIANJI_URL") or cfg.get("url"), os.environ.get("TIANJI_TOKEN") or cfg.get("token")
+        url, token, ca, _ = credentials(*(os.environ.get(f"TIANJI_{v}") for v in ("URL", "TOKEN", "CA")))
         if not url or not token:
             return []
         try:
-            rows = Client(url, token, timeout=3, tls=ClientTls.from_env(os.environ.get("TIANJI_CA") or cfg.get("ca"))) \
-                .get(f"/v1/{collection}")
+            rows = Client(url, token, timeout=3, tls=ClientTls.from_env(ca)).get(f"/v1/{collection}")
         except Exception:  # unreachable, refused, no token: no suggestions
             return []
         field = "address" if collection == "eips" else "name"

@@ -54,3 +54,16 @@ def test_a_component_is_imported_when_named(tmp_path: Path) -> None:
     # importlib.import_module is not timed by -X importtime: what topologies.cli imports is
     assert code == 0 and "topologies.cluster" in mods and "vm" in out, err
     assert "Eventlet" not in err and "Warning" not in err, err
+
+
+def test_the_admin_token_from_the_state_dir_is_said(controller: Controller, tmp_path: Path) -> None:
+    (tmp_path / "admin.token").write_text(controller.admin_token)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIANJI_")} | {
+        "HOME": str(tmp_path), "TIANJI_STATE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", RUN, "--url", controller.url, "whoami", "-o", "value", "-c", "kind"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "admin", r.stderr
+    assert "acting as the admin" in r.stderr and str(tmp_path / "admin.token") in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-c", RUN, "--url", controller.url, "--token", controller.tenant().token,
+                        "whoami", "-o", "value", "-c", "kind"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "tenant" and "admin" not in r.stderr, r.stderr
