@@ -10,14 +10,12 @@ The guests' memory is not hugepages: QEMU shares it with ovs-vswitchd by memfd (
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from topologies.control_plane import alive
-from topologies.machines import start_ovs_daemon
+from topologies.machines import restart_ovs_daemon
 
 if TYPE_CHECKING:
     from topologies.cluster import Cluster
@@ -94,18 +92,7 @@ def _hugedir(c: Cluster) -> Path:
 
 def _restart_vswitchd(c: Cluster, hv_name: str, binary: str | None) -> int:
     hv = c.hypervisor(hv_name)
-    pidfile = hv.rundir / "ovs-vswitchd.pid"
-    old = int(pidfile.read_text()) if pidfile.exists() else None
-    if old is not None and alive(old):
-        os.kill(old, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while alive(old) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if alive(old):
-            os.kill(old, signal.SIGKILL)
-    pidfile.unlink(missing_ok=True)
-    start_ovs_daemon("ovs-vswitchd", hv.ns, hv.rundir, binary)
-    new = int(pidfile.read_text())
+    old, new = restart_ovs_daemon("ovs-vswitchd", hv.ns, hv.rundir, binary=binary)
     c.state.pids = [p for p in c.state.pids if p != old] + [new]
     c.state.save()
     return new

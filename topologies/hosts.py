@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topologies import netns
-from topologies.machines import Hypervisor, Vm, ovs_pids, start_ovs_daemon
+from topologies.machines import Hypervisor, Vm, ovs_pids, restart_ovs_daemon
 from topologies.netns import sh
 
 VENV_BIN = Path(sys.executable).parent
@@ -192,16 +192,7 @@ class Fabric:
     def restart_ovs(self, hv: Hypervisor, which: str = "ovs-vswitchd", sig: int = signal.SIGKILL) -> None:
         """Kill one of a hypervisor's OVS daemons (by its pid file) and start it again, as a crash and a restart
         by systemd would. ovs-vswitchd comes back with no flows; ovsdb-server with the database as it was."""
-        pidfile = hv.rundir / f"{which}.pid"
-        old = int(pidfile.read_text())
-        try:
-            os.kill(old, sig)
-        except ProcessLookupError:
-            pass
-        wait_gone(old, time.time() + 5)
-        pidfile.unlink(missing_ok=True)
-        start_ovs_daemon(which, hv.ns, hv.rundir)
-        new = int(pidfile.read_text())
+        old, new = restart_ovs_daemon(which, hv.ns, hv.rundir, sig)
         self.rec.pids = [new if p == old else p for p in self.rec.pids]
         self.rec.save()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -89,6 +90,27 @@ def start_ovs_daemon(which: str, ns: str, rundir: Path, binary: str | None = Non
         binary = str(link)
     sh(binary or which, *first, "--detach", "--no-chdir", f"--pidfile={rundir}/{which}.pid",
        f"--log-file={rundir}/{which}.log", "-vconsole:off", ns=ns, env=ovs_env(rundir))
+
+
+def restart_ovs_daemon(which: str, ns: str, rundir: Path, sig: int = signal.SIGTERM,
+                       binary: str | None = None) -> tuple[int | None, int]:
+    """Stop one of a private OVS instance's daemons (by its pid file, with `sig`; SIGKILL if it is still there
+    after 10 s) and start it again, perhaps as another build: (the old pid, the new)."""
+    pidfile = rundir / f"{which}.pid"
+    old = int(pidfile.read_text()) if pidfile.exists() else None
+    if old is not None:
+        try:
+            os.kill(old, sig)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                os.kill(old, 0)
+                time.sleep(0.02)
+            os.kill(old, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    pidfile.unlink(missing_ok=True)
+    start_ovs_daemon(which, ns, rundir, binary)
+    return old, int(pidfile.read_text())
 
 
 def ovs_env(rundir: Path) -> dict[str, str]:
@@ -238,4 +260,4 @@ class Vm:
 
 
 __all__ = ["GatewayHost", "Hypervisor", "Vm", "dhclient_pid", "own_resolv_conf", "resolv_conf", "ovs_env",
-           "ovs_pids", "sh", "spawn", "start_ovs_daemon", "start_private_ovs"]
+           "ovs_pids", "restart_ovs_daemon", "sh", "spawn", "start_ovs_daemon", "start_private_ovs"]
