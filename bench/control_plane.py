@@ -36,9 +36,9 @@ from controller.compiler import compile_host
 from controller.db import Database
 from controller.fragments import FRAGMENTS
 from tests.support.controller import PgDatabase, free_port
+from tianji.api_client import Client
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
-from tianjictl.client import Client
 
 BIN = Path(sys.executable).parent / "tianji"
 

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.control_plane import ControllerProcess
 from tests.support.controller import PgDatabase
+from tianji.api_client import Client
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
 from tianji.southbound_client import REPORT_REFRESH_S, Southbound, next_refresh
-from tianjictl.client import Client
 
 BEAT_S = 2.0
 START_S = 10.0

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.control_plane import ControllerProcess, heartbeat_process
 from bench.gateway import link_mac
+from tianji.api_client import Client
 from tianji.inet import checksum
-from tianjictl.client import Client
 from topologies import gwlab
 from topologies.gwlab import GatewayLab
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tianjictl.client import Client
+from tianji.api_client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
 from topologies.site import Neighbor, SiteRouter

@@ -26,14 +26,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-# httpx's own command line (click, rich's progress bars and pygments: a third of its import) is never used here;
-# without it `tianji` starts ~30 ms sooner. httpx falls back to a stub `main` when it cannot be imported.
-sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-import httpx  # noqa: E402
-
-from tianji.tls import ClientTls, split_urls  # noqa: E402
+from tianji.plain_http import PlainClient, PlainHttpError, PlainResponse
+from tianji.tls import ClientTls, split_urls
 
 if TYPE_CHECKING:
+    import httpx
     from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
@@ -78,7 +75,10 @@ class Answer:
 
 class Southbound:
     def __init__(self, urls: str | list[str], token: str | None, timeout: float = 10.0,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, plain: bool = False) -> None:
+        """`plain`: requests on the standard library's HTTP (tianji/plain_http.py), for a command's few; streams
+        and long-polls stay on httpx."""
+        self.plain = plain
         self.urls = split_urls(urls)
         self.url = self.urls[0]  # the controller in use
         self.failovers = 0
@@ -93,7 +93,7 @@ class Southbound:
         # system's CA store for each of its clients: ~1 MB and milliseconds apiece, a thousand simulated hosts' worth)
         self._verify: ssl.SSLContext | bool = tls.context() if any(u.startswith("https://") for u in self.urls) \
             else False
-        self._clients: dict[tuple[str, bool], httpx.Client] = {}
+        self._clients: dict[tuple[str, bool], httpx.Client | PlainClient] = {}
         self._lock = threading.Lock()
         self.streaming = False  # a stream is open and heard from (then it is the host's heartbeat)
         self.heard = 0.0  # when it last was (monotonic)
@@ -105,10 +105,17 @@ class Southbound:
     def current(self) -> str:
         return self.url
 
-    def client(self, url: str, poller: bool = False) -> httpx.Client:
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return self._verify
+
+    def client(self, url: str, poller: bool = False) -> httpx.Client | PlainClient:
         with self._lock:
             c = self._clients.get((url, poller))
-            if c is None:
+            if c is None and self.plain and not poller:
+                c = self._clients[(url, poller)] = PlainClient(url, self._headers, self._verify, self._timeout)
+            elif c is None:
+                httpx = _httpx()
                 c = self._clients[(url, poller)] = httpx.Client(
                     base_url=url, headers=self._headers, verify=self._verify,
                     timeout=POLL_S + 15 if poller else self._timeout,
@@ -117,7 +124,7 @@ class Southbound:
             return c
 
     def send(self, method: str, path: str, *, poller: bool = False, idempotent: bool = True,
-             **kw: Any) -> httpx.Response:
+             **kw: Any) -> httpx.Response | PlainResponse:
         """The request, of the controller in use, then of each other replica in turn while the one asked cannot
         answer (unreachable, or a 5xx); the last one's 5xx is returned as it is, SouthboundError when none was
         reached. Not `idempotent` (a tenant's create): only a request that never reached a controller is sent
@@ -132,9 +139,11 @@ class Southbound:
                 time.sleep(random.uniform(0, FAILOVER_JITTER_S))
             try:
                 r = self.client(url, poller).request(method, path, **kw)
-            except httpx.HTTPError as e:
+            except Exception as e:
+                if (unreached := _unreached(e)) is None:
+                    raise
                 failure = SouthboundError(0, f"{method} {url}{path}: {type(e).__name__}: {e}")
-                if idempotent or isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
+                if idempotent or unreached:
                     continue
                 raise failure from None
             if r.status_code >= 500 and idempotent and k < len(self.urls) - 1:  # the last one's answer is the answer
@@ -204,7 +213,7 @@ class Southbound:
             try:
                 with self.client(url, poller=True).stream(
                         "GET", path, params={**params(), "keepalive": keepalive},
-                        timeout=httpx.Timeout(self._timeout, read=3 * keepalive)) as r:
+                        timeout=_httpx().Timeout(self._timeout, read=3 * keepalive)) as r:
                     if r.status_code >= 400:
                         r.read()
                         if r.status_code == 404 and _detail(r) == "Not Found":
@@ -216,7 +225,7 @@ class Southbound:
                 # the controller ended it (shutting down): a thousand hosts must not all be back in one millisecond
                 time.sleep(random.uniform(0, RETRY_S))
             except Exception as e:  # keep watching through controller outages and bad answers
-                if isinstance(e, httpx.TransportError) or isinstance(e, SouthboundError) and e.status >= 500:
+                if isinstance(e, _httpx().TransportError) or isinstance(e, SouthboundError) and e.status >= 500:
                     self._move_on(url, e)
                 (errors or (lambda x: log.warning("stream %s: %s", path, x)))(e)
                 time.sleep(random.uniform(wait / 2, wait))
@@ -303,7 +312,28 @@ class Southbound:
         return self.call("POST", f"/v1/hosts/{name}/status", report, timeout=timeout if len(self.urls) > 1 else None)
 
 
-def _detail(r: httpx.Response) -> str:
+def _httpx() -> Any:
+    """httpx, imported where a stream or a pooled client first needs it (a command's requests do not)."""
+    # httpx's own command line (click, rich's progress bars and pygments: a third of its import) is never used
+    # here; httpx falls back to a stub `main` when it cannot be imported
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    import httpx
+
+    return httpx
+
+
+def _unreached(e: Exception) -> bool | None:
+    """A transport failure: True when no controller was reached (nothing sent), False when the exchange broke on
+    the way; None: not a transport failure."""
+    if isinstance(e, PlainHttpError):
+        return e.connect
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(e, httpx.HTTPError):
+        return isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+    return None
+
+
+def _detail(r: httpx.Response | PlainResponse) -> str:
     try:
         return str(r.json().get("detail") or r.text[:200])
     except ValueError:

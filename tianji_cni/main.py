@@ -57,8 +57,8 @@ class Plugin:
         if not token:
             raise CniError(4, "the network configuration has no `token` (or `token_file`): an orchestrator token "
                               "(POST /v1/orchestrator-tokens)")
+        from tianji.api_client import Client
         from tianji.tls import ClientTls
-        from tianjictl.client import Client
 
         self.api = Client(conf["controller"], token, timeout=float(conf.get("timeout_s", 10)),
                           tls=ClientTls(ca=conf.get("ca")))
@@ -68,7 +68,7 @@ class Plugin:
 
     # --- the controller --------------------------------------------------------------------------------------
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
-        from tianjictl.client import ApiFailure
+        from tianji.api_client import ApiFailure
 
         try:
             return self.api.get(path, **params) if method == "GET" else self.api.request(method, path, body)

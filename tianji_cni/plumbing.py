@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
+from tianji import netns
+
 
 class PlumbingError(Exception):
     pass
@@ -29,7 +31,7 @@ class Host:
     netns: str | None = None
 
     def ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return _run(*(["ip", "netns", "exec", self.netns] if self.netns else []), "ip", *args, check=check)
+        return _run(*netns.argv(self.netns, "ip", *args), check=check)
 
     def vsctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return _run("ovs-vsctl", f"--db=unix:{self.ovs_rundir}/db.sock", "--timeout=10", *args, check=check)

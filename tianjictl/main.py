@@ -10,15 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tianjictl.config import CONFIG_FILE, ApiFailure, credentials
+from tianji.api_client import ApiFailure
+from tianjictl.config import CONFIG_FILE, credentials
 
 if TYPE_CHECKING:
-    from tianjictl.client import Client
+    from tianji.api_client import Client
 from tianjictl.names import SharedTyper
 from tianjictl.output import INVALID, NOT_ALLOWED, console, done, err, exit_code, fail, show  # noqa: F401 (shared)
 
-app = SharedTyper(no_args_is_help=True, help="Tianji: VPC networking for private GPU clouds. Every command takes "
-                  "-o table|json|yaml|value and -c COLUMN, and resources by name or id; exit statuses: docs/cli.md.")
+# Help as click writes it (as git's and kubectl's read) for every command, the root's mode being theirs: rich's
+# formatter imports its Markdown renderer, 60% of a `tianji --help` (bench/cli.py).
+app = SharedTyper(no_args_is_help=True, rich_markup_mode=None,
+                  help="Tianji: VPC networking for private GPU clouds. Every command takes -o table|json|yaml|value "
+                       "and -c COLUMN, and resources by name or id; exit statuses: docs/cli.md.")
 
 controller_app = SharedTyper(no_args_is_help=True, help="Run the central controller.")
 app.add_typer(controller_app, name="controller")
@@ -106,19 +110,23 @@ class Ctx:
         self.output = "json" if as_json else "table"  # -o on each command sets it (tianjictl/names.py)
         self.columns: tuple[str, ...] = ()
         self.long = False  # --long: ids in tables, not names (tianjictl/refnames.py)
+        self._client: Client | None = None  # one per command: its requests share a connection
 
     @property
     def as_json(self) -> bool:
         return self.output == "json"
 
     def client(self) -> Client:
+        from tianji.api_client import Client
         from tianji.tls import ClientTls
-        from tianjictl.client import Client
 
+        if self._client is not None:
+            return self._client
         if not self.token:
             fail("no token: pass --token, set TIANJI_TOKEN, or save one with `tianji login`", NOT_ALLOWED)
         try:
-            return Client(self.url, self.token, tls=ClientTls.from_env(self.ca))
+            self._client = Client(self.url, self.token, tls=ClientTls.from_env(self.ca))
+            return self._client
         except ValueError as e:
             fail(f"--url: {e}", INVALID)
             raise
@@ -179,8 +187,8 @@ def option_for(ctx: typer.Context, field: str) -> str:
 def login(url: str = typer.Option(...), token: str = typer.Option(...),
           ca: str = typer.Option(None, envvar="TIANJI_CA", help="the CA the controller's certificate is from")) -> None:
     """Save the controller URL, a token and the CA for later commands (~/.config/tianji/cli.json, mode 0600)."""
+    from tianji.api_client import Client
     from tianji.tls import ClientTls
-    from tianjictl.client import Client
 
     try:
         Client(url, token, tls=ClientTls.from_env(ca)).get("/v1/whoami")

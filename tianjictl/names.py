@@ -70,8 +70,8 @@ def completer(collection: str) -> Callable[[str], list[str]]:
     def complete(incomplete: str) -> list[str]:
         import os
 
+        from tianji.api_client import Client
         from tianji.tls import ClientTls
-        from tianjictl.client import Client
         from tianjictl.config import credentials
 
         url, token, ca, _ = credentials(*(os.environ.get(f"TIANJI_{v}") for v in ("URL", "TOKEN", "CA")))

@@ -26,7 +26,7 @@ class Names:
         self.known: dict[str, dict[str, str]] = {}
 
     def resolve(self, collection: str, field: str, ids: set[str]) -> dict[str, str]:
-        from tianjictl.client import ApiFailure
+        from tianji.api_client import ApiFailure
 
         got = self.known.setdefault(collection, {})
         missing = ids - got.keys()
@@ -45,9 +45,14 @@ class Names:
         return got
 
 
-def admin(client: Any) -> bool:
-    from tianjictl.client import ApiFailure
+TENANT_TOKEN_PREFIX = "tjt_"  # the controller's tenant tokens (controller/api/tenants.py): no need to ask
 
+
+def admin(client: Any) -> bool:
+    from tianji.api_client import ApiFailure
+
+    if (client.token or "").startswith(TENANT_TOKEN_PREFIX):
+        return False
     try:
         return client.get("/v1/whoami").get("kind") == "admin"
     except ApiFailure:

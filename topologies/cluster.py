@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tianji.southbound import GATEWAY_ROLES
-from topologies import dpdk_host, service_host
+from topologies import dpdk_host, netns, service_host
 from topologies.cluster_state import State, load_topology
 from topologies.control_plane import (  # noqa: F401 -- TIANJI, controller_env: imported from here
     CONTROLLER_MGMT_IP,
@@ -248,7 +248,7 @@ class Cluster(ControlPlane):
 
             return container_exec(self, name, cmd, timeout)
         ns = self.state.vms[name]["ns"] if name in self.state.vms else f"{self.state.name}-{name}"
-        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
+        r = netns.sh(*cmd, ns=ns, check=False, timeout=timeout)
         if check and r.returncode:
             raise RuntimeError(f"{name}: {' '.join(cmd)}: {r.stderr.strip()}")
         return r

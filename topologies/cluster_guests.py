@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from topologies import netns
 from topologies.control_plane import alive, stop_group
 from topologies.guest_image import build
 from topologies.guests import KvmGuest, accel, accel_reason
@@ -137,8 +138,7 @@ def kvm_migrate(c: Cluster, name: str, to_host: str, port: int = 4444, downtime_
 
 
 def _listening(ns: str, ip: str, port: int) -> bool:
-    r = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hltn", "src", f"{ip}:{port}"], capture_output=True,
-                       text=True)
+    r = netns.sh("ss", "-Hltn", "src", f"{ip}:{port}", ns=ns, check=False)
     return bool(r.stdout.strip())
 
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tianji.api_client import ApiFailure, Client
 from tianji.pki import Authority
 from tianji.tls import ClientTls
-from tianjictl.client import ApiFailure, Client
 from topologies.cluster_state import State
 from topologies.wiring import underlay_mtu
 

@@ -20,6 +20,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from topologies import netns
 from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
 from topologies.demo_analyzer import analyzer
@@ -57,8 +58,8 @@ def load_balancer(ea: dict, vpc: dict, subnet: dict, vms: dict) -> list[subproce
         tj(ea, "lb", "member-add", pool["id"], "--port", vms[f"acme/{name}"]["port_id"], "--protocol-port", "8080",
            show=False)
     tj(ea, "lb", "monitor-set", pool["id"], "--type", "http", "--interval", "1", "--timeout", "0.5", show=False)
-    backends = [subprocess.Popen(["ip", "netns", "exec", vms[f"acme/{n}"]["ns"], sys.executable, "-c", NAMED_HTTP,
-                                  n], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in ("web1", "web2")]
+    backends = [netns.popen(sys.executable, "-c", NAMED_HTTP, n, ns=vms[f"acme/{n}"]["ns"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in ("web1", "web2")]
     t0 = time.monotonic()
     while time.monotonic() - t0 < 20 and any(m["operating_status"] != "ONLINE"
                                               for m in tj(ea, "lb", "members", pool["id"], show=False)):
@@ -270,10 +271,9 @@ def main() -> None:
         backends = load_balancer(ea, avpc, aweb, vms)
 
         step("4. traffic")
-        web = subprocess.Popen(["ip", "netns", "exec", vms["acme/www"]["ns"], sys.executable, "-c",
-                                "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', 80), "
-                                "http.server.SimpleHTTPRequestHandler).serve_forever()"], cwd="/tmp",
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        web = netns.popen(sys.executable, "-c", "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', "
+                          "80), http.server.SimpleHTTPRequestHandler).serve_forever()", ns=vms["acme/www"]["ns"],
+                          cwd="/tmp", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         results = Table(title="what the tenants see", header_style="bold cyan")
         for col in ("check", "from", "to", "expect", "result", "latency", "TCP throughput"):
             results.add_column(col)
@@ -287,8 +287,8 @@ def main() -> None:
             return r.returncode == 0, f"{float(avg):.2f} ms" if avg else "-"
 
         def iperf(src: str, dst: str) -> str:
-            srv = subprocess.Popen(["ip", "netns", "exec", vms[dst]["ns"], "iperf3", "-s", "-1"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            srv = netns.popen("iperf3", "-s", "-1", ns=vms[dst]["ns"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
             time.sleep(0.3)
             out = c.vm_exec(vms[src]["name"], "iperf3", "-c", vms[dst]["ip"], "-t", "2", "-J").stdout
             srv.kill()
@@ -321,16 +321,16 @@ def main() -> None:
                         "[green]ok" if good else "[red]FAIL", f"{float(secs or 0) * 1000:.1f} ms", "-")
         row("security group: ICMP not allowed", "acme/app1", "acme/www", False)
         inet = c.state.nodes["inet"]
-        seen_as = subprocess.Popen(["ip", "netns", "exec", inet["ns"], sys.executable, "-c",
-                                    "import http.server, socketserver\n"
-                                    "class H(http.server.BaseHTTPRequestHandler):\n"
-                                    "    def do_GET(self):\n"
-                                    "        b = self.client_address[0].encode(); self.send_response(200)\n"
-                                    "        self.send_header('Content-Length', str(len(b))); self.end_headers()\n"
-                                    "        self.wfile.write(b)\n"
-                                    "    def log_message(self, *a): pass\n"
-                                    "socketserver.TCPServer(('0.0.0.0', 80), H).serve_forever()"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seen_as = netns.popen(sys.executable, "-c",
+                              "import http.server, socketserver\n"
+                              "class H(http.server.BaseHTTPRequestHandler):\n"
+                              "    def do_GET(self):\n"
+                              "        b = self.client_address[0].encode(); self.send_response(200)\n"
+                              "        self.send_header('Content-Length', str(len(b))); self.end_headers()\n"
+                              "        self.wfile.write(b)\n"
+                              "    def log_message(self, *a): pass\n"
+                              "socketserver.TCPServer(('0.0.0.0', 80), H).serve_forever()",
+                              ns=inet["ns"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         t0 = time.monotonic()
         got = ""

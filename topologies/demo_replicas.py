@@ -10,6 +10,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
+from topologies import netns
 from topologies.cluster import Cluster
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -28,8 +29,8 @@ def replica_failover(c: Cluster, vms: dict, results: Table, step: Callable[[str]
         return 1
     other = 1 - lead
     src, dst = vms["acme/web1"], vms["acme/web2"]
-    ping = subprocess.Popen(["ip", "netns", "exec", src["ns"], "ping", "-q", "-i", "0.01", "-W", "1", "-c", "300",
-                             dst["ip"]], stdout=subprocess.PIPE, text=True)
+    ping = netns.popen("ping", "-q", "-i", "0.01", "-W", "1", "-c", "300", dst["ip"], ns=src["ns"],
+                       stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
     t0 = time.monotonic()
     c.kill_controller(lead)

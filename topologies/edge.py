@@ -87,9 +87,8 @@ class EdgeRouter:
         for p in (self.dir, run, *self.dir.iterdir()):
             shutil.chown(p, "frr", "frr")
         for d in ("zebra", "bfdd", "bgpd"):
-            netns.sh("ip", "netns", "exec", self.ns, str(FRR / d), "-d", "-N", self.ns, "-f",
-                     str(self.dir / f"{d}.conf"), "-i", str(self.dir / f"{d}.pid"), "--log",
-                     f"file:{self.dir / d}.log")
+            netns.sh(str(FRR / d), "-d", "-N", self.ns, "-f", str(self.dir / f"{d}.conf"), "-i",
+                     str(self.dir / f"{d}.pid"), "--log", f"file:{self.dir / d}.log", ns=self.ns)
             self.st.pids.append(int((self.dir / f"{d}.pid").read_text().split()[0]))
             if d == "zebra":
                 wait_for_path(run / "zserv.api")
@@ -115,8 +114,7 @@ class EdgeRouter:
         return hops
 
     def inet_exec(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.inet_ns, *cmd], capture_output=True, text=True,
-                              timeout=timeout)
+        return netns.sh(*cmd, ns=self.inet_ns, check=False, timeout=timeout)
 
 
 __all__ = ["CLOUD_ASN", "EDGE_ASN", "INTERNET_HOST", "EdgeRouter", "ROUTER_IP", "speaker_address"]

@@ -76,7 +76,7 @@ class GatewayLab:
         """A tianji gateway instance of `role` on the lab's interfaces; `source`: where its config comes from."""
         self.log = self.dir / "gateway.log"
         host = GatewayHost(self.name, self.gw, f"{GW_VTEP}/24", role)
-        cmd = ["ip", "netns", "exec", self.gw, *host.command(TIANJI, list(source), self.dir, "--fastpath", fastpath)]
+        cmd = netns.argv(self.gw, *host.command(TIANJI, list(source), self.dir, "--fastpath", fastpath))
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -107,7 +107,7 @@ class GatewayLab:
         if others:
             mask = f"{sum(1 << c for c in others):x}"
             for ns, dev in ((self.client, "ul0"), (self.server, "eth0")):
-                sh("ip", "netns", "exec", ns, "sh", "-c", f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
+                sh("sh", "-c", f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus", ns=ns)
 
     def _kernel_gateway(self) -> None:
         g = self.gw
@@ -118,13 +118,13 @@ class GatewayLab:
         sh("ip", "-n", g, "neigh", "replace", VM_IP, "lladdr", VM_MAC, "dev", "vx0", "nud", "permanent")
         sh("ip", "-n", g, "addr", "add", f"{EIP}/32", "dev", "ext0")  # the kernel answers ARP for the EIP
         sh("ip", "-n", g, "route", "add", "198.51.100.0/24", "dev", "ext0", "src", EIP)  # on-link, as for tianji
-        sh("ip", "netns", "exec", g, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=g)
         # RPS: the kernel forwards on its own core, as the gateway's loop does, instead of in the sender's softirq
         cpu = max(os.sched_getaffinity(0))
-        sh("ip", "netns", "exec", g, "sh", "-c", f"echo {1 << cpu:x} > /sys/class/net/ul0/queues/rx-0/rps_cpus")
+        sh("sh", "-c", f"echo {1 << cpu:x} > /sys/class/net/ul0/queues/rx-0/rps_cpus", ns=g)
         for rule in ("add table ip nat", "add chain ip nat post { type nat hook postrouting priority 100 ; }",
                      f'add rule ip nat post oifname "ext0" snat to {EIP}'):
-            sh("ip", "netns", "exec", g, "nft", rule)
+            sh("nft", rule, ns=g)
 
     def config(self) -> dict:
         ep = {"port_id": "p1", "vpc_id": "v1", "vni": VNI, "ip": VM_IP, "mac": VM_MAC, "host": "hv",
@@ -167,7 +167,7 @@ class GatewayLab:
 
     # --- traffic -----------------------------------------------------------------------------------------------
     def exec(self, ns: str, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
+        r = netns.sh(*cmd, ns=ns, check=False, timeout=timeout)
         if check and r.returncode:
             raise RuntimeError(f"{ns}: {' '.join(cmd)}: {r.stdout.strip()} {r.stderr.strip()}")
         return r

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from topologies import netns
 from topologies.netns import sh
 from vswitch_agent.ovsdb import Ovsdb
 
@@ -30,8 +31,7 @@ def spawn(ns: str, cmd: list[str], log: Path, env: dict | None = None) -> int:
     """A long-running process in namespace `ns`, in its own session (stopped by its pid), output to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=f, stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True)
+        p = netns.popen(*cmd, ns=ns, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return p.pid
 
 
@@ -256,7 +256,7 @@ class Vm:
         return sh(*cmd, ns=self.ns, check=check, timeout=timeout)
 
     def popen(self, *cmd: str, **kw) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.ns, *cmd], **kw)
+        return netns.popen(*cmd, ns=self.ns, **kw)
 
 
 __all__ = ["GatewayHost", "Hypervisor", "Vm", "dhclient_pid", "own_resolv_conf", "resolv_conf", "ovs_env",

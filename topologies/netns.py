@@ -7,18 +7,9 @@ did not make: `delete` takes the names the caller recorded."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable
 
-
-def sh(*cmd: str, ns: str | None = None, check: bool = True, env: dict | None = None,
-       timeout: float = 30) -> subprocess.CompletedProcess:
-    """`cmd` (in namespace `ns`); with `check`, a failure raises RuntimeError naming the command and its error."""
-    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
-    r = subprocess.run(full, capture_output=True, text=True, env=env, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(full)} failed: {r.stderr.strip() or r.stdout.strip()}")
-    return r
+from tianji.netns import argv, popen, sh  # noqa: F401 -- commands in a namespace, re-exported for the labs
 
 
 def add(name: str) -> str:

@@ -45,13 +45,12 @@ class NamespaceNode(Host):
 
     def _popen(self, cmd: list[str], **params) -> subprocess.Popen:
         if cmd and cmd[0] == "mnexec" and not self.shell:
-            cmd = ["ip", "netns", "exec", self.nsname, *cmd]
+            cmd = netns.argv(self.nsname, *cmd)
         return super()._popen(cmd, **params)
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         """Run a command in this node's namespace without going through the Mininet shell."""
-        r = subprocess.run(["ip", "netns", "exec", self.nsname, *cmd], capture_output=True, text=True,
-                           timeout=timeout)
+        r = netns.sh(*cmd, ns=self.nsname, check=False, timeout=timeout)
         if check and r.returncode:
             raise RuntimeError(f"{self.name}: {' '.join(cmd)}: {r.stderr.strip() or r.stdout.strip()}")
         return r

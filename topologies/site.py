@@ -117,8 +117,8 @@ class SiteRouter:
         for p in (conf, run, *conf.iterdir()):
             shutil.chown(p, "frr", "frr")
         for d in ("zebra", "bfdd", "bgpd"):
-            netns.sh("ip", "netns", "exec", self.ns, str(FRR / d), "-d", "-N", self.ns, "-f", str(conf / f"{d}.conf"),
-                     "-i", str(conf / f"{d}.pid"), "--log", f"file:{conf / d}.log")
+            netns.sh(str(FRR / d), "-d", "-N", self.ns, "-f", str(conf / f"{d}.conf"), "-i", str(conf / f"{d}.pid"),
+                     "--log", f"file:{conf / d}.log", ns=self.ns)
             pid = int((conf / f"{d}.pid").read_text().split()[0])
             self.st.pids.append(pid)
             if d == "zebra":
@@ -139,8 +139,7 @@ class SiteRouter:
         return netns.sh("vtysh", "-N", self.ns, "-c", cmd).stdout
 
     def lan_exec(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.lan_ns, *cmd], capture_output=True, text=True,
-                              timeout=timeout)
+        return netns.sh(*cmd, ns=self.lan_ns, check=False, timeout=timeout)
 
 
 __all__ = ["Neighbor", "SiteRouter"]

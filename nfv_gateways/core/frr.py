@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pyroute2 import netns
 
+from tianji import netns as ns_exec
+
 log = logging.getLogger("tianji.gateway")
 FRR = Path("/usr/lib/frr")
 DAEMONS = ("zebra", "bfdd", "bgpd")  # in this order: zebra first (the others connect to it)
@@ -72,8 +74,8 @@ class FrrNamespace:
         netns.create(self.ns)
         # the speaker's kernel says nothing of its own on the wire (no IPv6 router solicitations, no DAD): only
         # what its daemons speak leaves through the instance
-        subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
-                        "net.ipv6.conf.default.disable_ipv6=1"], check=True, capture_output=True)
+        ns_exec.sh("sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                 ns=self.ns)
         fd = os.open("/dev/net/tun", os.O_RDWR)
         fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", self.tap.encode(), IFF_TAP | IFF_NO_PI))
         self.fd = fd
@@ -93,9 +95,9 @@ class FrrNamespace:
         (self.dir / "owner").write_text(self.owner)
         self._lifeline()
         for d in DAEMONS:  # they end with the instance, however it ends: the reaper (_lifeline) sees to it
-            self.procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", self.ns, str(FRR / d), "-N", self.ns, "-f", str(self.dir / f"{d}.conf"),
-                 "-i", str(self.dir / f"{d}.pid"), "--log", f"file:{self.dir / d}.log"],
+            self.procs.append(ns_exec.popen(
+                str(FRR / d), "-N", self.ns, "-f", str(self.dir / f"{d}.conf"), "-i", str(self.dir / f"{d}.pid"),
+                "--log", f"file:{self.dir / d}.log", ns=self.ns,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             if d == "zebra":
                 wait_for_path(run / "zserv.api")

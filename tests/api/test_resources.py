@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from tests.conftest import Controller
-from tianjictl.client import ApiFailure
+from tianji.api_client import ApiFailure
 
 
 def expect(status: int, fn, *args, field: str | None = None):

@@ -19,9 +19,9 @@ from controller.settings import Settings
 from controller.tls import reload_certificates
 from tests.conftest import pg_wanted, served
 from tests.support.controller import Controller, PgDatabase
+from tianji.api_client import ApiFailure, Client
 from tianji.pki import Authority
 from tianji.tls import ClientTls
-from tianjictl.client import ApiFailure, Client
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.conftest import Controller
+from tianji.api_client import Client
 from tianji.southbound import HostConfig
-from tianjictl.client import Client
 
 
 def setup_tenant(c: Controller, cidr: str = "10.0.0.0/16"):

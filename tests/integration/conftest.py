@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Controller
-from tianjictl.client import Client
+from tianji.api_client import Client
 from topologies.hosts import Fabric
 from topologies.machines import Hypervisor, Vm
 

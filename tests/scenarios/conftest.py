@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import pg_wanted
 from tests.support.controller import PgDatabase
 from tests.support.wait import wait_for  # noqa: F401 -- the scenarios import it from here
-from tianjictl.client import Client
+from tianji.api_client import Client
 from topologies.cluster import Cluster
 from topologies.cluster_state import State
 from topologies.dpdk_host import DPDK_VSWITCHD

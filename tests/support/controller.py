@@ -21,8 +21,8 @@ from controller.app import create_app
 from controller.serving import server_options
 from controller.settings import Settings
 from controller.tls import uvicorn_factory
+from tianji.api_client import Client
 from tianji.tls import ClientTls
-from tianjictl.client import Client
 
 PG_ADMIN_URL = os.environ.get("TIANJI_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 

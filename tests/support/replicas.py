@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from tests.support.wait import wait_for
-from tianjictl.client import ApiFailure, Client
+from tianji.api_client import ApiFailure, Client
 from topologies.cluster import Cluster
 
 WRITES_PER_S = 20

@@ -47,3 +47,18 @@ def test_namespaces_and_veths_are_made_by_the_one_toolkit() -> None:
                  and pattern.search(f.read_text())]
     assert offenders == [], f"make namespaces and veths with topologies.netns: {offenders}"
 
+
+def test_shipped_code_enters_namespaces_through_the_one_toolkit() -> None:
+    """What ships (the components, the command, the CNI plugin, the emulation) runs a command in a namespace with
+    `tianji.netns` (argv, sh, popen): nobody else spells `ip netns exec`."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r'"netns",\s*"exec"')
+    offenders = [str(f.relative_to(root)) for d in ("tianji", "tianji_cni", "tianjictl", "controller", "vswitch_agent",
+                                                     "nfv_gateways", "topologies")
+                 for f in (root / d).rglob("*.py")
+                 if f != root / "tianji" / "netns.py" and pattern.search(f.read_text())]
+    assert offenders == [], f"run commands in a namespace with tianji.netns: {offenders}"
+

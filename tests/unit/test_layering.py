@@ -73,6 +73,14 @@ def test_the_ground_floor_imports_nothing_above_it() -> None:
     assert bad == [], "\n".join(sorted(bad))
 
 
+def test_the_emulation_and_the_plugin_use_the_api_client_not_the_command() -> None:
+    """`topologies` and `tianji_cni` speak the API through `tianji.api_client`; only the command imports the
+    emulation (to register `tianji cluster`), never the other way round, not even inside a function."""
+    bad = [f"{f.relative_to(ROOT)} imports {i}" for p in ("topologies", "tianji_cni") for f in files(p)
+           for i in imports(f) if i.split(".")[0] == "tianjictl"]
+    assert bad == [], "\n".join(sorted(bad))
+
+
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

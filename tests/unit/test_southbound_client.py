@@ -209,7 +209,7 @@ def test_a_stalled_replica_loses_the_watch_as_soon_as_a_beat_moves_on(monkeypatc
 def test_the_last_replicas_5xx_is_the_answer_not_an_unreachable_controller() -> None:
     """With one controller (or the last of several) answering 5xx, the caller gets that answer: the CLI shows the
     controller's problem, not 'cannot reach the controller'."""
-    from tianjictl.client import ApiFailure, Client
+    from tianji.api_client import ApiFailure, Client
 
     with server(lambda _p: (500, b'{"detail": "the database is away", "status": 500}', {})) as (url, _):
         with pytest.raises(ApiFailure) as e:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from nfv_gateways.core.frr import FrrNamespace, bfdd_conf, frr_available, wait_for_path
+from tianji import netns
 
 log = logging.getLogger("tianji.gateway")
 MD5_RECENT_S = 10.0  # a signature failure this recent is why a session is down (the customer retries every second)
@@ -106,8 +106,7 @@ class SessionDaemons(FrrNamespace):
 
     def _md5_failures(self) -> int:
         """TCP segments the session's kernel dropped for their MD5 signature (wrong, missing or unexpected)."""
-        out = subprocess.run(["ip", "netns", "exec", self.ns, "cat", "/proc/net/netstat"], capture_output=True,
-                             text=True, timeout=10).stdout.splitlines()
+        out = netns.sh("cat", "/proc/net/netstat", ns=self.ns, check=False, timeout=10).stdout.splitlines()
         for names, values in zip(out[::2], out[1::2], strict=False):
             if names.startswith("TcpExt:"):
                 row = dict(zip(names.split()[1:], values.split()[1:], strict=False))

@@ -1,27 +1,48 @@
-"""A small client for the Tianji API, used by the CLI, the agent tests and the demo: on the southbound client's
-transport (TLS verified against TIANJI_CA or the system's store, several controllers tried in turn)."""
+"""The HTTP client of the tenant and operator API: the `tianji` command's, and the emulated cluster's, the tests' and
+the benches'. On the southbound client's transport (TLS verified against TIANJI_CA or the system's store, several
+controllers tried in turn), its requests on the standard library's HTTP (tianji/plain_http.py); imported only when
+the first client is made, so that a command that makes none (`tianji --help`) loads no HTTP."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tianji.southbound_client import Southbound, SouthboundError
-from tianji.tls import ClientTls
-from tianjictl.config import CONFIG_FILE, ApiFailure, load_cli_config  # noqa: F401 -- re-exported
+if TYPE_CHECKING:
+    from tianji.tls import ClientTls
+
+
+class ApiFailure(Exception):
+    """The controller refused (`status`, its `detail`, the `field` it names) or was not reached (status 0)."""
+
+    def __init__(self, status: int, detail: str, field: str | None = None, body: Any = None) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status, self.detail, self.field, self.body = status, detail, field, body
 
 
 class Client:
     def __init__(self, url: str, token: str | None, timeout: float = 30.0, tls: ClientTls | None = None) -> None:
-        self.transport = Southbound(url, token, timeout, tls)
+        from tianji.southbound_client import Southbound
+
+        self.transport = Southbound(url, token, timeout, tls, plain=True)
         self.url, self.token = self.transport.url, token
         self._next: str | None = None  # the last answer's X-Next-Marker
+        self._timeout = timeout
+        self._http: Any = None
 
     @property
     def http(self) -> Any:
-        """The raw httpx client of the controller in use (tests send what the CLI would not)."""
-        return self.transport.client(self.transport.url)
+        """An httpx client of the controller in use, with this token and TLS (tests send what the CLI would not)."""
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.Client(base_url=self.transport.url, verify=self.transport.verify,
+                                      timeout=self._timeout,
+                                      headers={"Authorization": f"Bearer {self.token}"} if self.token else {})
+        return self._http
 
     def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        from tianji.southbound_client import SouthboundError
+
         try:
             r = self.transport.send(method, path, idempotent=method in ("GET", "HEAD"), json=body,
                                     params={k: v for k, v in params.items() if v is not None})
