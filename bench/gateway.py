@@ -226,6 +226,7 @@ def main() -> None:
         return
     pkts = packets(1000)
     rows: list[tuple[str, float, str]] = []
+    figures: dict[str, float] = {}
     py = engine_pps(NatTable(CFG), pkts, args.seconds)
     fast = FastNat(CFG)
     c = engine_pps(fast, pkts, args.seconds)
@@ -243,6 +244,7 @@ def main() -> None:
         print(f"wire: VXLAN from a hypervisor stand-in -> gateway -> server, 64-byte UDP over 1,000 flows, {secs} s "
               "per path; then new TCP connections for the same time", file=sys.stderr)
         k_pps, k_off, k_cps, _ = wire("kernel", "", secs)
+        figures |= {"wire kernel packets/s": k_pps, "wire kernel conn/s": k_cps}
         rows.append(("wire: Linux kernel VXLAN + nftables SNAT (baseline)", k_pps, f"packets/s "
                      f"(offered {k_off:,.0f}), {k_cps:,.0f} new TCP conn/s"))
         for fp in args.paths.split(","):
@@ -251,6 +253,8 @@ def main() -> None:
             except Exception as e:  # a path this machine cannot run is reported, the rest go on
                 rows.append((f"wire: tianji --fastpath {fp}", float("nan"), f"unavailable: {str(e)[-200:]}"))
                 continue
+            figures |= {f"wire {fp} packets/s": pps, f"wire {fp} conn/s": cps,
+                        f"wire {fp} packets vs kernel": pps / k_pps, f"wire {fp} conn vs kernel": cps / k_cps}
             rows.append((f"wire: tianji --fastpath {fp} ({used})", pps, f"packets/s (offered {off:,.0f}), "
                          f"{cps:,.0f} new TCP conn/s; x{pps / k_pps:.2f} packets, x{cps / k_cps:.2f} conn vs kernel"))
         if args.cluster:
@@ -259,6 +263,7 @@ def main() -> None:
     width = max(len(r[0]) for r in rows)
     for name, value, unit in rows:
         print(f"{name:<{width}}  {value:>12,.0f} {unit}")
+    print(json.dumps(figures | {name: value for name, value, _ in rows[:4]}))  # for bench/ab.py
 
 
 if __name__ == "__main__":

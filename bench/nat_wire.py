@@ -197,4 +197,9 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=2.0, help="per offered rate")
     ap.add_argument("--paths", default="dpdk,xdp,packet")
     a = ap.parse_args()
-    report(compare(a.paths.split(","), a.seconds))
+    rows = compare(a.paths.split(","), a.seconds)
+    report(rows)
+    base = {proto: est for who, proto, est, _c, _o in rows if who == "Linux kernel"}
+    print(json.dumps({f"{who} {proto} established/s": est for who, proto, est, _c, _o in rows}  # for bench/ab.py
+                     | {f"{who} {proto} vs kernel": est / base[proto] for who, proto, est, _c, _o in rows
+                        if base.get(proto)}))

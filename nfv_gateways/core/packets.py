@@ -66,8 +66,6 @@ class PacketPath:
         while True:
             for port, frame in self.dp.punt(100):
                 self.handle_punt(port, frame)
-            with self.lock:  # at least every 100 ms: the loop's log of new mappings never fills while it is quiet
-                self.stage.absorb()
 
     def handle_punt(self, port: int, frame: bytes) -> None:
         try:

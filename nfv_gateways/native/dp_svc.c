@@ -15,14 +15,12 @@
 #define TCP_ACK 0x10
 #define TCP_SYN_FIN_RST 0x07
 
-/* a connection, and the flows of it that the XDP cache carries (bit d of `cached`: direction d, arriving on fport[d]
- * with key fk[d]; direction 0 is to the service, 1 back to the VM) */
+/* a connection (its state and last packet as C tracks them), and the flows of it that the XDP cache carries (bit d
+ * of `cached`: direction d, arriving on fport[d] with key fk[d]; direction 0 is to the service, 1 back to the VM) */
 typedef struct {
-    tj_svc_conn_t c; double last;
+    tj_svc_conn_t c;
     struct tj_flow_key fk[2]; uint8_t fport[2], cached, carried[2];
-    uint8_t state;  /* TJ_SVC_ESTABLISHED | TJ_SVC_CLOSING, as C tracks it */
 } svc_conn_t;
-#define SVC_EVENTS 4096  /* state changes kept between two drains (the reference drains every 100 ms) */
 
 static void no_lock(dp_t *dp) { (void)dp; }
 
@@ -43,21 +41,29 @@ static uint64_t conn_out(const tj_svc_conn_t *c) {
     return key_out(c->via_vni, c->proto, c->svc, c->port, c->source, c->sport);
 }
 
-static svc_conn_t *find_in(const dp_t *dp, uint32_t vni, const ip4_t *ip, uint16_t sp, uint16_t dport) {
+static svc_conn_t *lookup_in(const dp_t *dp, uint32_t vni, uint32_t vm, uint16_t vm_port, uint8_t proto,
+                             uint32_t ep_ip, uint16_t port) {
     uint64_t p;
-    if (!map_get(dp->svc_in, key_in(vni, ip->src, sp, ip->proto, ip->dst, dport), &p)) return NULL;
+    if (!map_get(dp->svc_in, key_in(vni, vm, vm_port, proto, ep_ip, port), &p)) return NULL;
     svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
     const tj_svc_conn_t *c = &s->c;
-    return c->vni == vni && c->vm == ip->src && c->vm_port == sp && c->proto == ip->proto && c->ep_ip == ip->dst &&
-           c->port == dport ? s : NULL;
+    return c->vni == vni && c->vm == vm && c->vm_port == vm_port && c->proto == proto && c->ep_ip == ep_ip &&
+           c->port == port ? s : NULL;
+}
+static svc_conn_t *lookup_out(const dp_t *dp, uint32_t via, uint8_t proto, uint32_t svc, uint16_t port,
+                              uint32_t source, uint16_t sport) {
+    uint64_t p;
+    if (!map_get(dp->svc_out, key_out(via, proto, svc, port, source, sport), &p)) return NULL;
+    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
+    const tj_svc_conn_t *c = &s->c;
+    return c->via_vni == via && c->proto == proto && c->svc == svc && c->port == port && c->source == source &&
+           c->sport == sport ? s : NULL;
+}
+static svc_conn_t *find_in(const dp_t *dp, uint32_t vni, const ip4_t *ip, uint16_t sp, uint16_t dport) {
+    return lookup_in(dp, vni, ip->src, sp, ip->proto, ip->dst, dport);
 }
 static svc_conn_t *find_out(const dp_t *dp, uint32_t via, const ip4_t *ip, uint16_t sp, uint16_t dport) {
-    uint64_t p;
-    if (!map_get(dp->svc_out, key_out(via, ip->proto, ip->src, sp, ip->dst, dport), &p)) return NULL;
-    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
-    const tj_svc_conn_t *c = &s->c;
-    return c->via_vni == via && c->proto == ip->proto && c->svc == ip->src && c->port == sp && c->source == ip->dst &&
-           c->sport == dport ? s : NULL;
+    return lookup_out(dp, via, ip->proto, ip->src, sp, ip->dst, dport);
 }
 
 /* TCP or UDP, whole, not a fragment, TTL to spare: what C may carry; the ports into *sp, *dport, TCP's flags into
@@ -75,14 +81,10 @@ static int plain(const uint8_t *b, const ip4_t *ip, uint16_t *sp, uint16_t *dpor
     return 1;
 }
 
-/* the connection's TCP state from a packet's flags, as the reference's ServiceTable._track; a change is logged */
-static void track(dp_t *dp, svc_conn_t *s, uint8_t flags, int from_vm) {
-    uint8_t was = s->state;
-    if (flags & (TCP_FIN | TCP_RST)) s->state |= TJ_SVC_CLOSING;
-    else if (from_vm && (flags & TCP_ACK) && !(flags & TCP_SYN)) s->state |= TJ_SVC_ESTABLISHED;
-    if (s->state == was) return;
-    if (dp->svc_nev == SVC_EVENTS || !dp->svc_ev) { dp->svc_ev_lost = 1; return; }
-    dp->svc_ev[dp->svc_nev++] = (tj_svc_event_t){.conn = s->c, .state = s->state};
+/* the connection's TCP state from a packet's flags, as the reference's ServiceTable._track */
+static void track(svc_conn_t *s, uint8_t flags, int from_vm) {
+    if (flags & (TCP_FIN | TCP_RST)) s->c.state |= TJ_SVC_CLOSING;
+    else if (from_vm && (flags & TCP_ACK) && !(flags & TCP_SYN)) s->c.state |= TJ_SVC_ESTABLISHED;
 }
 
 /* --- the XDP flow cache (include/tj_xdp.h) --- */
@@ -92,7 +94,7 @@ static void track(dp_t *dp, svc_conn_t *s, uint8_t flags, int from_vm) {
 static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj_flow_key *k, int out_port,
                   const uint8_t *o, uint32_t mtu) {
     if (++s->carried[dir] < dp->cache_after) return;
-    if (s->c.proto == 6 && !(s->state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
+    if (s->c.proto == 6 && !(s->c.state & TJ_SVC_ESTABLISHED)) return;  /* the establishing ACK must come through C */
     const uint8_t *ip = o + (out_port == DP_UL ? ENCAP : 0) + 14;
     if ((ip[0] & 0xf) != 5) return;  /* options: the program leaves those to us anyway */
     struct tj_flow_act a;
@@ -104,7 +106,7 @@ static void cache(dp_t *dp, svc_conn_t *s, int dir, int in_port, const struct tj
     }
 }
 
-/* the connection's flows read back from the cache (and dropped from it if `drop`): s->last brought up to date */
+/* the connection's flows read back from the cache (and dropped from it if `drop`): s->c.last brought up to date */
 static void cache_read(dp_t *dp, svc_conn_t *s, int drop) {
     if (!dp->be || !dp->be->flow_take) { s->cached = 0; return; }  /* closed: the cache went with the ports */
     struct timespec mono, wall;
@@ -114,7 +116,7 @@ static void cache_read(dp_t *dp, svc_conn_t *s, int drop) {
         if (!(s->cached & 1 << d) || dp->be->flow_take(dp, s->fport[d], &s->fk[d], drop, &ns) || !ns) continue;
         double ago = ((double)mono.tv_sec * 1e9 + (double)mono.tv_nsec - (double)ns) * 1e-9;
         double at = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9 - ago;
-        if (at > s->last) s->last = at;
+        if (at > s->c.last) s->c.last = at;
     }
     if (drop) s->cached = 0;
 }
@@ -142,7 +144,7 @@ static int to_vm(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, double 
     ip4_rewrite_addr(pkt, ip, 1, c->ep_ip);
     ip4_rewrite_addr(pkt, ip, 0, c->vm);
     ip4_rewrite_port(pkt, ip, 0, c->vm_port);
-    s->last = now;
+    s->c.last = now;
     uint8_t *e = pkt - 14;
     dp_encap_to(dp, e - ENCAP, e, ip->total + 14, ep->mac, rmac, nh, ep->vtep, c->back_vni);
     *out = e - ENCAP; *out_len = ENCAP + 14 + ip->total;
@@ -167,7 +169,7 @@ static int to_service(dp_t *dp, svc_conn_t *s, uint8_t *pkt, const ip4_t *ip, do
     ip4_rewrite_addr(pkt, ip, 1, c->source);
     ip4_rewrite_addr(pkt, ip, 0, c->svc);
     ip4_rewrite_port(pkt, ip, 1, c->sport);
-    s->last = now;
+    s->c.last = now;
     uint8_t *e = pkt - 14;
     dp->c[C_svc_out]++;
     if (c->via_vni) {
@@ -190,7 +192,7 @@ static int carry(dp_t *dp, svc_conn_t *s, int dir, int in_port, uint32_t vtep, u
     if (may_cache) dp_flow_key(&k, vtep, vni, ip->src, ip->dst, sp, dport, ip->proto);  /* before its rewrite */
     int port = dir ? to_vm(dp, s, pkt, ip, now, out, out_len) : to_service(dp, s, pkt, ip, now, out, out_len);
     if (port < 0) return port;
-    track(dp, s, flags, !dir);
+    track(s, flags, !dir);
     if (may_cache) cache(dp, s, dir, in_port, &k, port, *out, dir || s->c.via_vni ? s->c.mtu : SERVICE_MTU);
     return port;
 }
@@ -236,7 +238,13 @@ const stage_t STAGE_SVC = {.lock = no_lock, .unlock = no_lock, .decide = decide,
 void dp_use_svc(dp_t *dp) {
     pthread_mutex_lock(&dp->cfg);
     dp->stage = &STAGE_SVC;
-    if (!dp->svc_ev) dp->svc_ev = calloc(SVC_EVENTS, sizeof *dp->svc_ev);  /* NULL: every change is "lost" */
+    if (!dp->svc_timeout[0]) { dp->svc_timeout[0] = 3600; dp->svc_timeout[1] = 120; dp->svc_timeout[2] = 120; }
+    pthread_mutex_unlock(&dp->cfg);
+}
+
+void dp_svc_set_timeouts(dp_t *dp, double established, double transitory, double udp) {
+    pthread_mutex_lock(&dp->cfg);
+    dp->svc_timeout[0] = established; dp->svc_timeout[1] = transitory; dp->svc_timeout[2] = udp;
     pthread_mutex_unlock(&dp->cfg);
 }
 
@@ -244,11 +252,11 @@ int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn) {
     svc_conn_t *s = calloc(1, sizeof *s);
     if (!s) return -1;
     s->c = *conn;
-    s->state = conn->state;
     uint64_t ki = conn_in(conn), ko = conn_out(conn), p;
     pthread_mutex_lock(&dp->cfg);
     int r = 0;
-    if (map_get(dp->svc_in, ki, &p) || map_get(dp->svc_out, ko, &p)) r = 1;  /* taken (or a hash twin): Python's */
+    if (map_get(dp->svc_out, ko, &p)) r = TJ_SVC_OUT_TAKEN;  /* taken, or a hash twin: another port either way */
+    else if (map_get(dp->svc_in, ki, &p)) r = TJ_SVC_IN_TAKEN;  /* a hash twin of another connection's */
     else if (map_reserve(&dp->svc_in, 1) || map_reserve(&dp->svc_out, 1)) r = -1;
     else { map_put(dp->svc_in, ki, (uint64_t)(uintptr_t)s); map_put(dp->svc_out, ko, (uint64_t)(uintptr_t)s); }
     pthread_mutex_unlock(&dp->cfg);
@@ -256,31 +264,97 @@ int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn) {
     return r;
 }
 
-/* the connection's entry, if this very connection holds it (under dp->cfg) */
+/* under dp->cfg: the connection's copy, its last packet read from the XDP cache first */
+static int copy_out(dp_t *dp, svc_conn_t *s, tj_svc_conn_t *out) {
+    if (!s) return -1;
+    if (s->cached) cache_read(dp, s, 0);
+    *out = s->c;
+    return 0;
+}
+
+int dp_svc_get_in(dp_t *dp, uint32_t vni, uint32_t vm, uint16_t vm_port, uint8_t proto, uint32_t ep_ip,
+                  uint16_t port, tj_svc_conn_t *out) {
+    pthread_mutex_lock(&dp->cfg);
+    int r = copy_out(dp, lookup_in(dp, vni, vm, vm_port, proto, ep_ip, port), out);
+    pthread_mutex_unlock(&dp->cfg);
+    return r;
+}
+
+int dp_svc_get_out(dp_t *dp, uint32_t via_vni, uint8_t proto, uint32_t svc, uint16_t port, uint32_t source,
+                   uint16_t sport, tj_svc_conn_t *out) {
+    pthread_mutex_lock(&dp->cfg);
+    int r = copy_out(dp, lookup_out(dp, via_vni, proto, svc, port, source, sport), out);
+    pthread_mutex_unlock(&dp->cfg);
+    return r;
+}
+
+/* the connection itself, found by a record of it (under dp->cfg) */
 static svc_conn_t *held(const dp_t *dp, const tj_svc_conn_t *c) {
-    uint64_t p;
-    if (!map_get(dp->svc_in, conn_in(c), &p)) return NULL;
-    svc_conn_t *s = (svc_conn_t *)(uintptr_t)p;
-    return memcmp(&s->c, c, sizeof *c) == 0 ? s : NULL;
+    return lookup_in(dp, c->vni, c->vm, c->vm_port, c->proto, c->ep_ip, c->port);
+}
+
+int dp_svc_put(dp_t *dp, const tj_svc_conn_t *conn) {
+    pthread_mutex_lock(&dp->cfg);
+    svc_conn_t *s = held(dp, conn);
+    if (s) {
+        s->c.state |= conn->state;
+        if (conn->last > s->c.last) s->c.last = conn->last;
+    }
+    pthread_mutex_unlock(&dp->cfg);
+    return s ? 0 : -1;
+}
+
+/* under dp->cfg: out of both indexes, its cached flows dropped, freed */
+static void remove_(dp_t *dp, svc_conn_t *s) {
+    map_del(dp->svc_in, conn_in(&s->c));
+    map_del(dp->svc_out, conn_out(&s->c));
+    if (s->cached) cache_read(dp, s, 1);
+    free(s);
 }
 
 int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn) {
     pthread_mutex_lock(&dp->cfg);
     svc_conn_t *s = held(dp, conn);
-    if (s) { map_del(dp->svc_in, conn_in(conn)); map_del(dp->svc_out, conn_out(conn)); }
-    if (s && s->cached) cache_read(dp, s, 1);
+    if (s) remove_(dp, s);
     pthread_mutex_unlock(&dp->cfg);
-    free(s);
     return s ? 0 : -1;
 }
 
-double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn) {
+uint32_t dp_svc_list(dp_t *dp, uint32_t vni, uint8_t all, tj_svc_conn_t *out, uint32_t max, uint32_t *cursor) {
     pthread_mutex_lock(&dp->cfg);
-    svc_conn_t *s = held(dp, conn);
-    if (s && s->cached) cache_read(dp, s, 0);
-    double last = s ? s->last : -1.0;
+    map_t *m = dp->svc_in;
+    uint32_t k = 0, i = *cursor;
+    for (; m && i < m->cap && k < max; i++) {
+        svc_conn_t *s = (svc_conn_t *)(uintptr_t)m->vals[i];
+        if (m->keys[i] && (all || s->c.vni == vni)) copy_out(dp, s, &out[k++]);
+    }
+    *cursor = m ? i : 0;
     pthread_mutex_unlock(&dp->cfg);
-    return last;
+    return k;
+}
+
+/* the reference's timeout of a connection (ServiceTable's timeout_of) */
+static double timeout_of(const dp_t *dp, const tj_svc_conn_t *c) {
+    if (c->proto != 6) return dp->svc_timeout[2];
+    return (c->state & TJ_SVC_ESTABLISHED) && !(c->state & TJ_SVC_CLOSING) ? dp->svc_timeout[0] : dp->svc_timeout[1];
+}
+
+uint32_t dp_svc_expire(dp_t *dp, double now) {
+    pthread_mutex_lock(&dp->cfg);
+    map_t *m = dp->svc_in;
+    uint32_t gone = 0;
+    for (uint32_t i = 0; m && i < m->cap; i++) {
+        if (!m->keys[i]) continue;
+        svc_conn_t *s = (svc_conn_t *)(uintptr_t)m->vals[i];
+        if (now - s->c.last <= timeout_of(dp, &s->c)) continue;
+        if (s->cached) cache_read(dp, s, 0);  /* carried by the XDP cache meanwhile? */
+        if (now - s->c.last <= timeout_of(dp, &s->c)) continue;
+        remove_(dp, s);
+        gone++;
+        i--;  /* the map may have moved another entry into this slot (backward-shift deletion) */
+    }
+    pthread_mutex_unlock(&dp->cfg);
+    return gone;
 }
 
 uint32_t dp_svc_count(dp_t *dp) {
@@ -288,26 +362,4 @@ uint32_t dp_svc_count(dp_t *dp) {
     uint32_t n = dp->svc_in ? dp->svc_in->n : 0;
     pthread_mutex_unlock(&dp->cfg);
     return n;
-}
-
-int dp_svc_events(dp_t *dp, tj_svc_event_t *out, uint32_t max) {
-    pthread_mutex_lock(&dp->cfg);
-    int r = dp->svc_ev_lost ? -1 : (int)(dp->svc_nev < max ? dp->svc_nev : max);
-    if (r > 0) {
-        memcpy(out, dp->svc_ev, sizeof *out * (uint32_t)r);
-        memmove(dp->svc_ev, dp->svc_ev + r, sizeof *out * (dp->svc_nev - (uint32_t)r));
-        dp->svc_nev -= (uint32_t)r;
-    } else if (r < 0) {
-        dp->svc_ev_lost = 0; dp->svc_nev = 0;
-    }
-    pthread_mutex_unlock(&dp->cfg);
-    return r;
-}
-
-int dp_svc_state(dp_t *dp, const tj_svc_conn_t *conn) {
-    pthread_mutex_lock(&dp->cfg);
-    svc_conn_t *s = held(dp, conn);
-    int r = s ? s->state : -1;
-    pthread_mutex_unlock(&dp->cfg);
-    return r;
 }

@@ -78,7 +78,6 @@ class InstancePair:
         for p, f in self.dp.punt(0):
             self.native.packets.handle_punt(p, f)
         native = self.drain_native()
-        self.native.stage.absorb()  # what the loop decided, into Python (the punt loop does it every 100 ms)
         self.ref.packets.handle_punt(port, frame)
         return native, self.drain_ref()
 

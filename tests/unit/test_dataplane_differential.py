@@ -22,6 +22,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.core.edge import EdgeSpec
 from nfv_gateways.core.instance import EXT, UL, GatewayOptions
+from nfv_gateways.roles.nat.reference import NatTable
 from tests.support.frames import InstancePair, lab_options
 from tianji.southbound import GatewayConfig
 
@@ -67,12 +68,9 @@ class Pair(InstancePair):
         assert self.drain_native() == self.drain_ref()
 
 
-def table_state(t: object) -> dict:
-    ref = getattr(t, "ref", t)
-    if hasattr(t, "sync"):
-        t.sync()
-    return {k: (m.eip, m.eport, frozenset(m.peers), m.tcp_established, m.tcp_closing)
-            for k, m in ref.by_inside.items()}
+def table_state(t: NatTable) -> dict:
+    return {m.inside: (m.eip, m.eport, tuple(m.peers), m.tcp_established, m.tcp_closing)
+            for m in t.store.mappings()}
 
 
 # --- frames ----------------------------------------------------------------------------------------------------

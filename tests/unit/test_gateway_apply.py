@@ -81,11 +81,11 @@ def test_a_rule_change_in_one_vpc_keeps_the_others_mappings(tmp_path: Path) -> N
     for vni, src in ((1001, "10.1.0.5"), (1002, "10.2.0.5")):
         pkt = bytearray(bytes(IP(src=src, dst="192.0.2.9") / UDP(sport=5000, dport=53) / b"q"))
         assert t.outbound(vni, pkt, 0.0).direction == "out"
-    assert sorted(k[0] for k in t.by_inside) == [1001, 1002]
-    a_mapping = t.by_inside[(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP)]
+    assert sorted(m.vni for m in t.store.mappings()) == [1001, 1002]
+    a_mapping = t.store.find_in(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP)
     g.apply(config(2, ["203.0.113.1", "203.0.113.2"], snat_b="10.3.0.0/16"))  # B's rule no longer covers it
-    assert list(t.by_inside) == [(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP)]
-    assert t.by_inside[(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP)] is a_mapping  # A's flow untouched
+    assert [m.inside for m in t.store.mappings()] == [(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP)]
+    assert t.store.find_in(1001, ip2int("10.1.0.5"), 5000, PROTO_UDP) == a_mapping  # A's flow untouched
 
 
 def test_sections_applied_one_by_one_equal_the_whole_config(tmp_path: Path) -> None:

@@ -285,11 +285,11 @@ def test_a_released_tcp_port_is_held_before_another_endpoint_gets_it() -> None:
     assert public_port(VNI, "10.0.1.2", UDP(sport=40001, dport=53), 10) == 40001
     other = NatConfig.of(snat=(SnatRule(VNI_B, "10.0.0.0/16", (EIP1,)),))
     t.update_config(other)  # the first tenant's rule is gone: its mappings too
-    assert not t.by_inside
+    assert not t.store.mappings()
     assert public_port(VNI_B, "10.0.1.3", TCP(sport=40000, dport=80, flags="S"), 20) != 40000
     assert public_port(VNI_B, "10.0.1.3", UDP(sport=40001, dport=53), 20) == 40001  # UDP has no TIME_WAIT
     t.expire(10 + TCP_PORT_HOLD + 1)
-    assert not t.held
+    assert not t.store.held
     assert public_port(VNI_B, "10.0.1.4", TCP(sport=40000, dport=80, flags="S"), 10 + TCP_PORT_HOLD + 1) == 40000
 
 

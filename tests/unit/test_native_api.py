@@ -16,10 +16,10 @@ from nfv_gateways.roles.nat.native import LIB, load
 def test_prototypes_are_read_from_the_headers() -> None:
     load_dataplane("packet")
     p = native_api.prototypes(lib_path("packet"))
-    restype, args = p["nat_put"]
+    restype, args = p["nat_del"]
     assert restype is ctypes.c_int
-    assert args[:5] == [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8]
-    assert args[-1] is ctypes.c_double and len(args) == 13
+    assert args == [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint8,
+                    ctypes.c_double]
     assert p["dp_error"] == (ctypes.c_char_p, [ctypes.c_void_p])
     assert p["dp_nstats"] == (ctypes.c_uint32, [])
     assert p["dp_create"] == (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32])
@@ -43,11 +43,11 @@ def test_every_declared_function_is_exported_by_its_library() -> None:
 def test_structs_are_laid_out_as_c_lays_them_out() -> None:
     f = native_api.ffi()
     for name in ("tj_nat_vpc_t", "tj_snat_rule_t", "tj_static_eip_t", "tj_dnat_rule_t", "tj_endpoint_t",
-                 "tj_lb_listener_t", "tj_lb_member_t", "nat_event_t"):
+                 "tj_lb_listener_t", "tj_lb_member_t", "tj_nat_mapping_t"):
         cls, t = native_api.structure(name), f.typeof(name)
         assert ctypes.sizeof(cls) == f.sizeof(t)
         assert [(n, getattr(cls, n).offset) for n, _ in cls._fields_] == [(n, fld.offset) for n, fld in t.fields]
-    assert native_api.record_format("nat_event_t").size == f.sizeof("nat_event_t") == 32
+    assert f.sizeof("tj_nat_mapping_t") == 56  # what crosses per mapping read or written
 
 
 def test_constants_and_counter_names_come_from_the_library() -> None:

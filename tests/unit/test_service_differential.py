@@ -11,6 +11,7 @@ must produce the same output frames, byte for byte, and the connection tables mu
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from nfv_gateways.core.instance import EXT, UL
+from nfv_gateways.roles.service.reference import ServiceTable
 from tests.support.frames import InstancePair, lab_options
 from tianji.southbound import GatewayConfig
 
@@ -132,8 +134,8 @@ member_frame = st.builds(  # a published load balancer's member answering, from 
 frames = st.lists(st.one_of(vm_frame, vm_frame, service_frame, member_frame, peer_frame), min_size=1, max_size=40)
 
 
-def table_state(t: object) -> dict:
-    return {k: (c.svc, c.sport, c.established, c.closing, c.header_acked) for k, c in t.inside.items()}
+def table_state(t: ServiceTable) -> dict:
+    return {c.inside(): (c.svc, c.sport, c.established, c.closing, c.header_acked) for c in t.conns.conns()}
 
 
 def warm(p: Pair) -> None:
@@ -167,7 +169,8 @@ def pair(tmp_path: Path):
 
 def test_an_established_connection_stays_in_c(pair: Pair) -> None:
     """The SYN is Python's (admission); from the ACK that establishes on, both ways go through C alone, to the
-    service and into the published load balancer's VNI, the FIN too; C tells Python the state it tracked."""
+    service and into the published load balancer's VNI, the FIN too; the state C tracked is the connection's (C
+    holds it)."""
     vm = VM[(1001, "10.0.1.5")]
 
     def from_vm(ep: str, flags: str) -> tuple[int, bytes]:
@@ -183,7 +186,7 @@ def test_an_established_connection_stays_in_c(pair: Pair) -> None:
         for flags in ("S", "A"):  # admitted (Python's), then established (C's)
             n, r = pair.step(*from_vm(ep, flags))
             assert n == r and len(n) == 1
-    assert pair.dp.stats()["svc_out"] == 2 and all(c.established for c in pair.native.stage.inside.values())
+    assert pair.dp.stats()["svc_out"] == 2 and all(c.established for c in pair.native.stage.conns.conns())
     punts = pair.dp.stats()["punt"]
     for _ in range(5):
         for frame in (from_vm(EP, "PA"), back, from_vm("10.0.1.10", "A"), member):
@@ -217,3 +220,27 @@ def test_a_peered_vms_connection_stays_in_c_and_goes_back_in_its_vni(pair: Pair)
         inner = Ether(bytes(reply[UDP].payload)[8:])
         assert (inner.src, inner.dst, inner[IP].src, inner[IP].dst) == (R[PEER_VNI], PEER_MAC, EP, PEER_VM)
     assert pair.dp.stats()["punt"] == punts
+
+
+def test_what_c_declines_is_decided_over_cs_own_connection(pair: Pair) -> None:
+    """A connection C holds is C's alone: a packet of it that C declines (its TTL runs out here) is decided by the
+    reference over the same connection, with a lookup and a write (two calls into C), and C's expiry ends it by
+    the timeouts pushed down to it, in both stores alike."""
+    vm = VM[(1001, "10.0.1.5")]
+
+    def from_vm(flags: str, ttl: int = 64) -> tuple[int, bytes]:
+        return UL, vxlan("hv1", 1001, bytes(Ether(src=vm[0], dst="02:09:00:00:00:09") / IP(src="10.0.1.5", dst=EP,
+                                                                                        ttl=ttl)
+                                            / TCP(sport=40000, dport=80, flags=flags) / b"x"))
+
+    for flags in ("S", "A"):
+        n, r = pair.step(*from_vm(flags))
+        assert n == r and len(n) == 1
+    calls = pair.dp.crossed["calls"]
+    n, r = pair.step(*from_vm("PA", ttl=1))
+    assert n == r == [] and pair.dp.crossed["calls"] - calls == 2
+    assert table_state(pair.native.stage) == table_state(pair.ref.stage)
+    assert len(pair.native.stage.conns) == len(pair.ref.stage.conns) == 1
+    later = time.time() + 3601  # established: 3600 s idle
+    assert pair.native.stage.expire(later) == pair.ref.stage.expire(later) == 1
+    assert len(pair.native.stage.conns) == 0

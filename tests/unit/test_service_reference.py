@@ -90,7 +90,8 @@ def test_admission_by_service_port_and_the_endpoints_security_groups() -> None:
     assert t.counters["drop_port"] == 1 and t.counters["drop_security_group"] == 2
     assert out(t, 300, IP(src="10.0.1.5", dst=EP_IP) / TCP(sport=1234, dport=80, flags="S"))[0] is None
     t.update_vpc(100, None)  # the endpoint went: its connections with it
-    assert not t.inside and back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=1234, flags="SA"))[0] is None
+    assert not t.conns.conns()
+    assert back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=1234, flags="SA"))[0] is None
 
 
 def test_a_peered_vpcs_vm_reaches_the_endpoint_and_is_answered_in_its_own_vni() -> None:

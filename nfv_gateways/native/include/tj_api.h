@@ -14,9 +14,11 @@
 #define TJ_NAME(name, value) #name,
 #define TJ_VALUE(name, value) value,
 
-/* every exported constant: NAT verdicts, the data plane's ports, ring slot size, punt codes */
+/* every exported constant: NAT verdicts and refusals, the service table's refusals, the data plane's ports, ring
+ * slot size, punt codes */
 #define TJ_CONSTANTS(X)                                                                                             \
-    X(NAT_MISS, 0) X(NAT_OUT, 1) X(NAT_IN, 2) X(NAT_MAX_PEERS, 4) X(NAT_EVENTS, 1 << 18) X(NAT_EVENT_SIZE, 32)      \
+    X(NAT_MISS, 0) X(NAT_OUT, 1) X(NAT_IN, 2) X(NAT_MAX_PEERS, 4) X(NAT_NO_PORT, -1) X(NAT_TABLE_FULL, -2)          \
+    X(NAT_EXISTS, -3) X(TJ_SVC_OUT_TAKEN, 1) X(TJ_SVC_IN_TAKEN, 2)                                                  \
     X(DP_UL, 0) X(DP_EXT, 1) X(DP_SLOT, 4096) X(DP_DPDK_MAX_FRAME, 2048) X(DP_BURST, 64) X(DP_PUNT_TRANSLATED, 0x82)
 enum { TJ_CONSTANTS(TJ_ENUM) };
 

@@ -77,19 +77,30 @@ TJ_API int dp_remove_line(dp_t *dp, uint16_t vlan);
 TJ_API int dp_set_line_routes(dp_t *dp, uint32_t vni, const tj_line_route_t *routes, uint32_t n);
 /* a customer router's MAC on a VLAN (learned from its ARP by Python) */
 TJ_API int dp_set_line_neigh(dp_t *dp, uint16_t vlan, uint32_t ip, const uint8_t *mac);
-/* the service endpoint's stage (tj_svc.h); its connections added (0; 1 when the keys are taken, the connection
- * stays Python's; -1 out of memory), removed (0, or -1 when C did not hold it), and when C last carried one
- * (wall-clock seconds; 0 never; -1 not held) */
+/* the service endpoint's stage (tj_svc.h), and its connections' idle timeouts (TCP established, TCP opening or
+ * closing, UDP) */
 TJ_API void dp_use_svc(dp_t *dp);
+TJ_API void dp_svc_set_timeouts(dp_t *dp, double established, double transitory, double udp);
+/* a connection added: 0; TJ_SVC_OUT_TAKEN when its outside key is (another source port, then); TJ_SVC_IN_TAKEN
+ * when its inside key is (a hash twin: Python keeps it); -1 out of memory */
 TJ_API int dp_svc_add(dp_t *dp, const tj_svc_conn_t *conn);
+/* the connection under an inside key, or an outside key, copied to *out (its last packet read from the XDP cache
+ * too); 0, or -1 when there is none */
+TJ_API int dp_svc_get_in(dp_t *dp, uint32_t vni, uint32_t vm, uint16_t vm_port, uint8_t proto, uint32_t ep_ip,
+                         uint16_t port, tj_svc_conn_t *out);
+TJ_API int dp_svc_get_out(dp_t *dp, uint32_t via_vni, uint8_t proto, uint32_t svc, uint16_t port, uint32_t source,
+                          uint16_t sport, tj_svc_conn_t *out);
+/* what Python saw of a connection it read (last packet, state), merged: never back; 0, or -1 when it is gone */
+TJ_API int dp_svc_put(dp_t *dp, const tj_svc_conn_t *conn);
+/* a connection removed (its cached flows too); 0, or -1 when C did not hold it */
 TJ_API int dp_svc_del(dp_t *dp, const tj_svc_conn_t *conn);
-TJ_API double dp_svc_last(dp_t *dp, const tj_svc_conn_t *conn);
+/* up to max connections (of VPC vni; all when all), from *cursor on, which moves past them: call again until it
+ * returns fewer than max */
+TJ_API uint32_t dp_svc_list(dp_t *dp, uint32_t vni, uint8_t all, tj_svc_conn_t *out, uint32_t max,
+                            uint32_t *cursor);
+/* the connections idle past their timeout at `now` removed; how many */
+TJ_API uint32_t dp_svc_expire(dp_t *dp, double now);
 TJ_API uint32_t dp_svc_count(dp_t *dp);
-/* the state changes C made since the last call (up to max, oldest first); -1 when some were lost (more than C
- * keeps between two calls): then every connection's state is to be read again, with dp_svc_state (its state, or
- * -1 when C does not hold it) */
-TJ_API int dp_svc_events(dp_t *dp, tj_svc_event_t *out, uint32_t max);
-TJ_API int dp_svc_state(dp_t *dp, const tj_svc_conn_t *conn);
 TJ_API void dp_stats(dp_t *dp, uint64_t *out);
 TJ_API uint32_t dp_nstats(void);
 TJ_API const char *dp_counter_name(uint32_t i);

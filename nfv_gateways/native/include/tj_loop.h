@@ -120,8 +120,7 @@ struct dp {
     lb_maps_t lbm;
     line_maps_t line;
     map_t *svc_in, *svc_out;                   /* the service stage's connections (dp_svc.c): hash -> svc_conn_t * */
-    tj_svc_event_t *svc_ev;                    /* their state changes since the reference last drained them */
-    uint32_t svc_nev, svc_ev_lost;
+    double svc_timeout[3];                     /* TCP established, TCP opening or closing, UDP (dp_svc.c) */
     const backend_t *be;
     void *bs;                                   /* backend state */
     uint8_t mac[2][6];

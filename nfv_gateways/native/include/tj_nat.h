@@ -1,16 +1,21 @@
-/* The NAT translation stage: a table of mappings (inside vni/ip/port/proto <-> eip/eport), 1:1 EIPs and DNAT
- * rules, translating packets byte for byte as nfv_gateways/roles/nat/reference.py does, and creating mappings for new flows.
+/* The NAT translation stage: the table of mappings (inside vni/ip/port/proto <-> eip/eport), 1:1 EIPs and DNAT
+ * rules, translating packets byte for byte as nfv_gateways/roles/nat/reference.py does, and creating mappings for
+ * new flows.
  *
- * New flows: a packet out with no mapping gets one here when the reference would give it one (the VPC's SNAT
- * rules in their order, the paired EIP, port preservation, then the next free port after the per-(EIP, protocol)
- * cursor, TCP ports held after their mapping ended); a new peer of a mapping is recorded likewise. Each is logged
- * (nat_events) and Python's reference takes the log in before it decides anything, so it holds every mapping.
- * Python keeps the rest: configuration, the mappings its own slow path creates (through nat_reserve, so that
- * one allocator hands out every port), expiry (nat_idle finds the candidates, Python decides and deletes), and the
- * last-seen times and TCP state it reads back (established, closing: both only ever go from 0 to 1, so merging the
- * two views is an OR). Anything this stage is not sure about (no rule or no free port, a peer beyond
- * NAT_MAX_PEERS, hairpin, DNAT'd ports and their targets, ICMP errors, fragments, malformed headers, TTL about to
- * run out) returns NAT_MISS so Python decides: the C stage never disagrees with the reference, it only declines. */
+ * The mappings have one owner: this table. Python's reference decides what C declines over the same table through
+ * the calls below (nat_get_in, nat_get_out, nat_create_mapping, nat_put, nat_del, nat_list: its FlowStore,
+ * roles/nat/store.py), and expiry is C's (nat_expire, by the timeouts nat_set_timeouts pushed down). New flows: a
+ * packet out with no mapping gets one here when the reference would give it one (the VPC's SNAT rules in their
+ * order, the paired EIP, port preservation, then the next free port after the per-(EIP, protocol) cursor, TCP
+ * ports held after their mapping ended). Anything this stage is not sure about (no rule or no free port, a full
+ * table, hairpin, DNAT'd ports and their targets, ICMP errors, fragments, malformed headers, TTL about to run
+ * out, a packet over an MTU) returns NAT_MISS so Python decides: the C stage never disagrees with the reference,
+ * it only declines.
+ *
+ * When there is no room (the one rule, the same in the reference's store): a full table (three quarters of its
+ * slots) creates no mapping: the new flow's packet is dropped and counted `table_full`; a mapping remembers its
+ * last NAT_MAX_PEERS remote endpoints: sending to one more forgets the oldest (counted `peers_replaced`), whose
+ * packets are then filtered until the VM sends to it again. */
 #ifndef TJ_NAT_H
 #define TJ_NAT_H
 #include <stdint.h>
@@ -19,14 +24,16 @@
 
 typedef struct nat nat_t;
 
-/* what the loop created since Python last looked (nat_events): a mapping with its first peer (kind 0), or a peer
- * an existing mapping sent to (kind 1); NAT_EVENT_SIZE bytes (fastpath.EVENT is the same record in Python) */
+/* one mapping as the table holds it and as it crosses to Python: its remote endpoints (the filter) oldest first */
 typedef struct {
-    uint32_t vni, ip, eip, peer_ip;
-    uint16_t port, eport, peer_port;
-    uint8_t proto, kind;
-    double now;
-} nat_event_t;
+    uint32_t vni, ip, eip;
+    uint16_t port, eport;
+    uint8_t proto, established, closing, npeers;
+    uint8_t used;                      /* the table's own: 1 for a mapping (0 an empty slot, 2 a deleted one) */
+    uint32_t peer_ip[NAT_MAX_PEERS];
+    uint16_t peer_port[NAT_MAX_PEERS];
+    double last;                       /* the last packet's time */
+} tj_nat_mapping_t;
 
 TJ_API nat_t *nat_create(uint32_t cap_pow2);
 TJ_API void nat_destroy(nat_t *n);
@@ -34,6 +41,11 @@ TJ_API void nat_destroy(nat_t *n);
 TJ_API void nat_set_mtu(nat_t *n, uint32_t mtu);
 /* the internet side's MTU: a bigger packet out (from a VPC with a larger MTU) is Python's */
 TJ_API void nat_set_external_mtu(nat_t *n, uint32_t mtu);
+/* the slice of the port range this instance owns */
+TJ_API void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi);
+/* idle timeouts by protocol and TCP state, and how long a TCP port stays unused after its mapping ended */
+TJ_API void nat_set_timeouts(nat_t *n, double udp, double tcp_established, double tcp_transitory, double icmp,
+                             double tcp_hold);
 
 /* One VPC's NAT policy, handed over whole for that VPC alone (nat_set_vpc): the C form of roles/nat/policy.py's
  * VpcNat. A change to one tenant crosses into C as that tenant's record, never as every tenant's rules. */
@@ -58,35 +70,34 @@ TJ_API int nat_set_vpc(nat_t *n, const tj_nat_vpc_t *vpc);
 TJ_API int nat_remove_vpc(nat_t *n, uint32_t vni);
 /* how many VPCs' policies the table holds */
 TJ_API uint32_t nat_vpc_count(nat_t *n);
-/* insert or update Python's view of a mapping; 0, or -1 when the table is full */
-TJ_API int nat_put(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
-                   uint8_t established, uint8_t closing, const uint32_t *peer_ip, const uint16_t *peer_port,
-                   uint8_t npeers, double last);
-/* remove a mapping; a TCP one's port is not handed out again before hold_until (0: at once) */
+
+/* --- the table, for Python's slow path (roles/nat/store.py's CStore) ------------------------------------- */
+/* the mapping under an inside key, or an outside key, copied to *out; 0, or -1 when there is none */
+TJ_API int nat_get_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, tj_nat_mapping_t *out);
+TJ_API int nat_get_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto, tj_nat_mapping_t *out);
+/* a new mapping for m's inside key with EIP m->eip, its public port from the slice, its peers, TCP state and last
+ * time as given in *m; *m gets the port. 0, or NAT_NO_PORT (the slice has none free), NAT_TABLE_FULL, or
+ * NAT_EXISTS (the key has a mapping: *m is it) */
+TJ_API int nat_create_mapping(nat_t *n, tj_nat_mapping_t *m, double now);
+/* what Python's reference saw of a mapping it read (last time, new peers, TCP state), merged into the table's:
+ * never back (times only forward, TCP bits only set, peers only added); 0, or -1 when there is no such mapping */
+TJ_API int nat_put(nat_t *n, const tj_nat_mapping_t *m);
+/* remove a mapping; a TCP one's port is not handed out again before hold_until (0: at once); 0, or -1 */
 TJ_API int nat_del(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, double hold_until);
-/* the slice of the port range this instance owns */
-TJ_API void nat_set_ports(nat_t *n, uint32_t lo, uint32_t hi);
-/* Python's slow path creating a mapping its reference decided on (EIP *eip): the mapping already under that
- * inside key (its EIP at *eip), or a new one with a port from the slice; the public port, or -1 when the slice
- * has no free port, -2 when the table is full */
-TJ_API int32_t nat_reserve(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t *eip,
-                           double now);
-/* up to max of the loop's events (nat_event_t records, oldest first) copied to out and forgotten; how many */
-TJ_API uint32_t nat_events(nat_t *n, uint8_t *out, uint32_t max);
-/* the inside keys of up to max mappings idle past their timeout as this table sees them (last seen, TCP
- * state); how many. Python decides (the reference's timeouts) and deletes. */
-TJ_API uint32_t nat_idle(nat_t *n, double now, double udp, double tcp_established, double tcp_transitory,
-                         double icmp, uint32_t *vni, uint32_t *ip, uint16_t *port, uint8_t *proto, uint32_t max);
-/* forget held ports whose time has come */
-TJ_API void nat_prune_held(nat_t *n, double now);
+/* up to max mappings (of VPC vni; every VPC's when all), from slot *cursor on, which moves past them: call
+ * again until it returns fewer than max */
+TJ_API uint32_t nat_list(nat_t *n, uint32_t vni, uint8_t all, tj_nat_mapping_t *out, uint32_t max,
+                         uint32_t *cursor);
 /* how many mappings the table holds */
 TJ_API uint32_t nat_count(nat_t *n);
-/* last-seen time and TCP state bits (1 established, 2 closing); -1.0 when there is no such mapping */
-TJ_API double nat_state(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint8_t *bits);
+/* remove the mappings idle past their timeout at `now` (TCP ports held), and forget the held ports whose time
+ * has come; how many mappings */
+TJ_API uint32_t nat_expire(nat_t *n, double now);
+
 /* translate one packet in place (the IP header onwards): NAT_OUT / NAT_IN, or NAT_MISS untouched */
 TJ_API int nat_outbound(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now);
 TJ_API int nat_inbound(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip);
-/* fast_out, fast_in, misses, created (by the loop), events_full (new flows left to Python: the log was full) */
+/* fast_out, fast_in, misses (packets declined), created (mappings the loop made), peers_replaced (by the loop) */
 TJ_API void nat_stats(nat_t *n, uint64_t *out5);
 
 #endif

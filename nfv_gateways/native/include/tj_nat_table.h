@@ -1,6 +1,10 @@
-/* The NAT stage's table, shared by its two files (not an interface: Python sees tj_nat.h only).
- * nat_stage.c looks mappings up and translates; nat_create.c creates them (SNAT rules, the port allocator, held
- * ports), tells Python through the event log, and finds the idle ones for Python's expiry. */
+/* The NAT stage's table, shared by its files (not an interface: Python sees tj_nat.h only). One concept per file,
+ * each using only those above it in this list:
+ *   nat_table.c   the mappings: open addressing on the inside key, an index on the outside key
+ *   nat_vpcs.c    the VPCs' policies and the lookups across them
+ *   nat_flows.c   the flows' life: new mappings (SNAT rules, the port allocator, held ports), peers, updates,
+ *                 deletion and expiry; the table's calls for Python
+ *   nat_stage.c   the packets: lookups and translation, the loop's new flows; the table made and freed */
 #ifndef TJ_NAT_TABLE_H
 #define TJ_NAT_TABLE_H
 #include <pthread.h>
@@ -8,14 +12,7 @@
 #include "tj_map.h"
 #include "tj_nat.h"
 
-typedef struct {
-    uint32_t vni, ip, eip;
-    uint16_t port, eport;
-    uint8_t proto, used, established, closing, npeers;  /* used: 0 empty, 1 a mapping, 2 deleted (tombstone) */
-    uint32_t peer_ip[NAT_MAX_PEERS];
-    uint16_t peer_port[NAT_MAX_PEERS];
-    double last;
-} mapping_t;
+typedef tj_nat_mapping_t mapping_t;
 
 /* a VPC's policy as held: a copy of what nat_set_vpc was given (nat_vpcs.c) */
 typedef struct {
@@ -40,15 +37,15 @@ struct nat {
     map_t *served;           /* eip | 1 << 32 -> references: the EIPs the VPCs name */
     uint32_t mtu;            /* of VPCs whose policy names none: a bigger packet in is Python's */
     uint32_t ext_mtu;        /* the internet side's */
-    /* creating mappings (nat_create.c) */
+    /* the flows' life (nat_flows.c) */
     uint32_t port_lo, port_hi;
+    double timeout[4];       /* UDP, TCP established, TCP transitory, ICMP */
+    double tcp_hold;         /* a TCP port unused this long after its mapping's last packet */
     map_t *cursor;           /* (eip << 8 | proto) + 1 -> where the next port search starts */
     map_t *held;             /* (eip << 24 | port << 8 | proto) + 1 -> until (double bits): a TCP port not free */
     map_t *full;             /* (eip << 8 | proto) + 1 -> until (double bits): the slice was found full */
-    nat_event_t *events;     /* what the loop created, for Python: a ring of NAT_EVENTS */
-    uint32_t ev_head, ev_count;
-    uint64_t hits_out, hits_in, misses, created, events_full;
-    pthread_mutex_t mu;      /* Python's table updates vs the packet loop's bursts */
+    uint64_t hits_out, hits_in, misses, created, peers_replaced;
+    pthread_mutex_t mu;      /* Python's calls vs the packet loop's bursts */
 };
 
 static inline uint32_t h_in(uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto) {
@@ -65,6 +62,25 @@ static inline uint64_t dnat_out_key(uint32_t vni, uint32_t ip, uint16_t port, ui
     return (mix(((uint64_t)vni << 40) ^ ((uint64_t)ip << 8) ^ ((uint64_t)port << 24) ^ proto) |
             (uint64_t)mix((uint64_t)ip << 16 | port) << 32) | 1;
 }
+
+/* `return expr` under the table's lock */
+#define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)
+
+/* --- nat_table.c --------------------------------------------------------------------------------------- */
+int nat_table_init(nat_t *n, uint32_t cap_pow2);
+void nat_table_free(nat_t *n);
+int32_t nat_find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto);
+int32_t nat_find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto);
+/* a new mapping's slot, filled with its keys and no peers; -1 when the table is full (three quarters used) */
+int32_t nat_insert(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
+                   double now);
+/* the mapping in slot idx gone from both indexes (the caller holds its port: nat_flows.c); slots do not move */
+void nat_remove(nat_t *n, int32_t idx);
+/* after removals: the slots rehashed when tombstones are a quarter of them (slots move) */
+void nat_compact(nat_t *n);
+int nat_has_peer(const mapping_t *s, uint32_t ip, uint16_t port);
+
+/* --- nat_vpcs.c ---------------------------------------------------------------------------------------- */
 /* the policy of VPC vni, or NULL */
 static inline const vpc_nat_t *nat_vpc(const nat_t *n, uint32_t vni) {
     uint64_t p;
@@ -72,29 +88,19 @@ static inline const vpc_nat_t *nat_vpc(const nat_t *n, uint32_t vni) {
 }
 void nat_vpcs_free(nat_t *n);
 
-/* for the packet loop, which holds the table's lock over a whole burst */
+/* --- nat_flows.c --------------------------------------------------------------------------------------- */
+void nat_flows_init(nat_t *n);
+void nat_flows_free(nat_t *n);
+/* the loop's new mapping for a packet that has none (a rule covers it, a port is free, the table has room): its
+ * slot, its first peer recorded; -1 otherwise (Python decides, and counts why) */
+int32_t nat_create_for(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t peer_ip,
+                       uint16_t peer_port, double now);
+/* a remote endpoint the mapping sends to, remembered; 1 when the oldest was forgotten for it (NAT_MAX_PEERS) */
+int nat_add_peer(mapping_t *s, uint32_t peer_ip, uint16_t peer_port);
+
+/* --- nat_stage.c, for the packet loop, which holds the table's lock over a whole burst ------------------- */
 void nat_lock(nat_t *n);
 void nat_unlock(nat_t *n);
 int nat_outbound_locked(nat_t *n, uint32_t vni, uint8_t *b, uint32_t len, double now);
 int nat_inbound_locked(nat_t *n, uint8_t *b, uint32_t len, double now, uint32_t *out_vni, uint32_t *out_ip);
-
-
-/* `return expr` under the table's lock */
-#define LOCKED(n, expr) do { pthread_mutex_lock(&(n)->mu); __typeof__(expr) r_ = (expr); pthread_mutex_unlock(&(n)->mu); return r_; } while (0)
-
-int32_t nat_find_in(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto);
-int32_t nat_find_out(nat_t *n, uint32_t eip, uint16_t eport, uint8_t proto);
-/* a new mapping's slot, filled with its keys and no peers; -1 when the table is full */
-int32_t nat_insert(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t eip, uint16_t eport,
-                   double now);
-int nat_has_peer(const mapping_t *s, uint32_t ip, uint16_t port);
-/* the loop's new mapping for a packet that has none (a rule covers it, a port is free, the log has room): its
- * slot, its first peer recorded and logged; -1 otherwise (Python decides, and counts why) */
-int32_t nat_create_for(nat_t *n, uint32_t vni, uint32_t ip, uint16_t port, uint8_t proto, uint32_t peer_ip,
-                       uint16_t peer_port, double now);
-/* a peer the mapping has not sent to yet, added and logged; 0, or -1 (no room: Python decides) */
-int nat_add_peer(nat_t *n, mapping_t *s, uint32_t peer_ip, uint16_t peer_port, double now);
-void nat_snat_free(nat_t *n);
-/* a mapping of (eip, proto) was deleted: its slice is not full any more */
-void nat_port_freed(nat_t *n, uint32_t eip, uint8_t proto);
 #endif

@@ -1,12 +1,12 @@
-/* The service endpoint's stage: the established connections through an endpoint, in C. Python's reference
+/* The service endpoint's stage: the connections through an endpoint that C carries, in C. Python's reference
  * (nfv_gateways/roles/service/reference.py, ServiceTable) decides every new connection (admission, the source
- * port, PROXY v2) and hands C those it may carry alone (roles/service/native.py); C rewrites their packets both
- * ways and punts everything else, unchanged: new connections, TCP SYN/FIN/RST (Python keeps the connection's
- * state and timers), ICMP, fragments, what is bigger than the other side's MTU, TTL running out, unknown
- * neighbours and endpoints. A connection is handed over when the reference admits it (its first packet, the SYN);
- * from then on C carries its handshake and its end too, tracking its state as the reference does (established on
- * the VM's first ACK without SYN, closing on a FIN or RST either way) and telling the reference each change
- * (dp_svc_events, drained by its absorb()). */
+ * port, PROXY v2) and adds those C may carry alone (roles/service/conns.py, the native ConnStore): from then on the
+ * connection is C's alone, its handshake and its end included: C tracks its state as the reference does
+ * (established on the VM's first ACK without SYN, closing on a FIN or RST either way), its last packet (the XDP
+ * flow cache's too), and expires it by the timeouts Python pushed down (dp_svc_set_timeouts). What C declines
+ * (ICMP, fragments, what is bigger than the other side's MTU, TTL running out, unknown neighbours) Python decides
+ * over the same connection: a lookup (dp_svc_get_in, dp_svc_get_out) and a write (dp_svc_put). PROXY v2
+ * connections rewrite the stream: they are Python's alone and never here. */
 #ifndef TJ_SVC_H
 #define TJ_SVC_H
 #include <stdint.h>
@@ -20,14 +20,9 @@
 typedef struct {
     uint32_t vni, vm, ep_ip, svc, source, via_vni, mtu, back_vni;
     uint16_t vm_port, port, sport;
-    uint8_t proto, state;  /* state: TJ_SVC_ESTABLISHED | TJ_SVC_CLOSING, as the reference had it when handing over */
+    uint8_t proto, state;  /* state: TJ_SVC_ESTABLISHED | TJ_SVC_CLOSING */
+    double last;           /* its last packet (wall-clock seconds) */
 } tj_svc_conn_t;
 #define TJ_SVC_ESTABLISHED 1
 #define TJ_SVC_CLOSING 2
-
-/* a connection's state changed in C: the connection as handed over, and its state now */
-typedef struct {
-    tj_svc_conn_t conn;
-    uint8_t state, pad[3];
-} tj_svc_event_t;
 #endif

@@ -138,5 +138,3 @@ class LbStage:
     def expire(self, now: float) -> int:
         return self.conns.expire(now)
 
-    def absorb(self) -> None:
-        """Nothing to take in: the connection table is the C loop's own (or this one's, in Python)."""

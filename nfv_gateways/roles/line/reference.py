@@ -197,8 +197,6 @@ class LineTable:
     def expire(self, now: float) -> int:
         return 0
 
-    def absorb(self) -> None:
-        pass
 
 
 def _inside(p: Prefix, q: Prefix) -> bool:

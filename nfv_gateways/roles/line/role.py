@@ -67,8 +67,6 @@ class LineStage:
     def expire(self, now: float) -> int:
         return 0
 
-    def absorb(self) -> None:
-        pass
 
 
 def quiet_ipv6(ifname: str) -> None:

@@ -22,7 +22,7 @@ from tianji.ratelimit import TokenBucket
 
 class IcmpAnswers:
     settings: NatSettings
-    counters: Counter[str]
+    count: Counter[str]
     icmp_limit: TokenBucket
     static_in: dict[tuple[int, int], int]
 
@@ -38,7 +38,7 @@ class IcmpAnswers:
         needed (next-hop MTU: the external one) to the VM, from its EIP, so its path MTU discovery learns it."""
         eip = self._eip_of(vni, ip.src)
         if eip is None:
-            self.counters["drop_no_rule"] += 1
+            self.count["drop_no_rule"] += 1
             return None
         start = ip.l4 - ip.ihl
         quoted = bytes(buf[start:ip.l4 + 8])
@@ -51,7 +51,7 @@ class IcmpAnswers:
         """Replace `buf` with ICMP time exceeded for it, from `src`, sent as `to` says; None (dropped, counted)
         without an address to answer from."""
         if src is None:
-            self.counters["drop_ttl"] += 1
+            self.count["drop_ttl"] += 1
             return None
         start = ip.l4 - ip.ihl
         quoted = bytes(buf[start:min(start + ip.total, ip.l4 + 8)])
@@ -66,11 +66,11 @@ class IcmpAnswers:
         (dropped, counted) for an error about an ICMP error, or beyond the rate limit (RFC 1812 4.3.2.8)."""
         ihl = (about[0] & 0xF) * 4
         if about[9] == PROTO_ICMP and (len(about) <= ihl or about[ihl] not in (ICMP_ECHO, ICMP_ECHO_REPLY)):
-            self.counters[f"drop_{what}"] += 1
+            self.count[f"drop_{what}"] += 1
             return None
         if self.icmp_limit.take(now):
-            self.counters[f"drop_{what}_rate"] += 1
+            self.count[f"drop_{what}_rate"] += 1
             return None
         buf[:] = icmp_error(about, typ, code, struct.unpack_from("!I", about, 16)[0] if src is None else src, rest)
-        self.counters[what] += 1
+        self.count[what] += 1
         return Verdict("out")

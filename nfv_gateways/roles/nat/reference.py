@@ -18,14 +18,15 @@ Behaviour:
   ICMP 60 s.
 * Each instance owns a disjoint slice of the port range; when it is full the packet is dropped and
   `port_exhausted` counted: a live mapping is never reused.
+
+The mappings live in a `FlowStore` (store.py): dicts here by default, the C table the packet loop translates with
+on a native data plane. This module decides; the store holds, allocates ports, and expires (its rules: store.py).
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from nfv_gateways.core.packet import (
     ICMP_ECHO,
@@ -50,49 +51,27 @@ from nfv_gateways.core.reassembly import Reassembler
 from nfv_gateways.roles.nat.answers import IcmpAnswers
 from nfv_gateways.roles.nat.index import PolicyIndex
 from nfv_gateways.roles.nat.policy import NatConfig, NatSettings, SnatRule, Timeouts, VpcNat, changed_vpcs
+from nfv_gateways.roles.nat.store import NO_PORT, TCP_PORT_HOLD, DictStore, FlowStore, Mapping, add_peer
 from tianji.inet import checksum
 from tianji.ratelimit import TokenBucket
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
-# A TCP port whose mapping was removed (its rule went away with a released EIP, which the next tenant may get) is
-# not handed to another internal endpoint for this long after its last packet: the server may hold the old
-# connection in TIME_WAIT (2MSL), and a new connection on the same addresses and ports is refused until it ends
-# (PAWS drops the SYN when the new client's timestamps are behind the old one's). Expired mappings are past it.
-TCP_PORT_HOLD = 120.0
-
-
-@dataclass(slots=True)
-class Mapping:
-    vni: int
-    ip: int
-    port: int
-    proto: int
-    eip: int
-    eport: int
-    last: float
-    peers: set[tuple[int, int]] = field(default_factory=set)
-    tcp_established: bool = False
-    tcp_closing: bool = False
-
-
 HELD = Verdict("held")  # a fragment kept until its datagram is whole: nothing to send yet
 ICMP_ERROR_RATE, ICMP_ERROR_BURST = 100.0, 100  # time-exceeded answers a second, and their burst
 
 
 class NatTable(IcmpAnswers):
-    """The mappings, and each VPC's policy with the indexes a packet is looked up in across VPCs, kept per VPC:
-    a change to one tenant's rules costs that tenant."""
+    """The decisions, over the mappings in `store`, and each VPC's policy with the indexes a packet is looked up in
+    across VPCs, kept per VPC: a change to one tenant's rules costs that tenant."""
 
-    def __init__(self, config: NatConfig) -> None:
+    def __init__(self, config: NatConfig, store: FlowStore | None = None) -> None:
         self.settings: NatSettings = config.settings()
+        self.store: FlowStore = store if store is not None else DictStore()
+        self.store.configure(self.settings)
         self.vpcs: dict[int, VpcNat] = {}
-        self.by_inside: dict[tuple[int, int, int, int], Mapping] = {}
-        self.by_outside: dict[tuple[int, int, int], Mapping] = {}
-        self.counters: Counter[str] = Counter()
-        self.cursor: dict[tuple[int, int], int] = {}
-        self.held: dict[tuple[int, int, int], float] = {}  # (EIP, port, TCP): not handed out before this time
+        self.count: Counter[str] = Counter()  # what it decided (`counters`: with what a native table did alone)
         self.icmp_limit = TokenBucket(ICMP_ERROR_RATE, ICMP_ERROR_BURST, 0.0)  # the ICMP errors it answers with
-        self.reassembly = Reassembler(self.counters)
+        self.reassembly = Reassembler(self.count)
         self.index = PolicyIndex()
         self.vpcs, self.static_in, self.static_out = self.index.vpcs, self.index.static_in, self.index.static_out
         self.dnat, self.dnat_rev, self.served = self.index.dnat, self.index.dnat_rev, self.index.served
@@ -112,46 +91,29 @@ class NatTable(IcmpAnswers):
         if (old.snat if old else ()) == (policy.snat if policy else ()):
             return []
         rules = policy.snat if policy else ()
-        gone = [m for m in self.by_inside.values() if m.vni == vni
-                and not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in rules)]
+        gone = [m for m in self.store.mappings(vni)
+                if not any(r.covers(m.vni, m.ip) and m.eip in r.eips for r in rules)]
         for m in gone:
-            self._remove(m)
+            self.store.delete(m, m.last + TCP_PORT_HOLD if m.proto == PROTO_TCP else 0.0)
         return gone
 
     def update_config(self, config: NatConfig) -> list[Mapping]:
         """A whole config: its settings, and the policies of the VPCs that differ (`update_vpc`)."""
         self.settings = config.settings()
+        self.store.configure(self.settings)
         return [m for vni, policy in changed_vpcs(self.vpcs, config) for m in self.update_vpc(vni, policy)]
 
-    # --- helpers -------------------------------------------------------------------------------------------
-    def _timeout(self, m: Mapping) -> float:
-        t = self.settings.timeouts
-        if m.proto == PROTO_TCP:
-            return t.tcp_established if m.tcp_established and not m.tcp_closing else t.tcp_transitory
-        return t.udp if m.proto == PROTO_UDP else t.icmp
-
-    def _remove(self, m: Mapping) -> None:
-        self.by_inside.pop((m.vni, m.ip, m.port, m.proto), None)
-        self.by_outside.pop((m.eip, m.eport, m.proto), None)
-        if m.proto == PROTO_TCP:
-            self.held[(m.eip, m.eport, m.proto)] = m.last + TCP_PORT_HOLD
+    @property
+    def counters(self) -> Counter[str]:
+        return self.count
 
     def expire(self, now: float) -> int:
-        return len(self.expire_mappings(now))
+        """The store's expiry (its timeouts are the settings'); how many mappings went."""
+        n = self.store.expire(now)
+        self.count["expired"] += n
+        return n
 
-    def expire_mappings(self, now: float, candidates: Iterable[Mapping] | None = None) -> list[Mapping]:
-        """Remove the mappings idle past their timeout, among `candidates` (all by default: the native table
-        passes those its own sweep found); returns them."""
-        dead = [m for m in (self.by_inside.values() if candidates is None else candidates)
-                if now - m.last > self._timeout(m)]
-        for m in dead:
-            self._remove(m)
-        self.held = {k: until for k, until in self.held.items() if until > now}
-        self.counters["expired"] += len(dead)
-        return dead
-
-    def absorb(self) -> None:
-        """Nothing is decided elsewhere (the native table takes in what its C loop created here)."""
+    # --- helpers -------------------------------------------------------------------------------------------
 
     def _pick_eip(self, vni: int, ip: int) -> int | None:
         v = self.vpcs.get(vni)
@@ -160,48 +122,20 @@ class NatTable(IcmpAnswers):
                 return r.eips[(ip * 2654435761) % len(r.eips)]  # paired: a function of the internal address
         return None
 
-    def _new_mapping(self, vni: int, ip: int, port: int, proto: int, now: float) -> Mapping | None:
-        """A mapping for an internal endpoint that has none: its rule's EIP and a free port; None (counted)."""
+    def _new_mapping(self, vni: int, ip: int, port: int, proto: int, now: float, peer: tuple[int, int],
+                     closing: bool) -> Mapping | None:
+        """A mapping for an internal endpoint that has none, with its first peer: its rule's EIP and a free port;
+        None (counted)."""
         eip = self._pick_eip(vni, ip)
         if eip is None:
-            self.counters["drop_no_rule"] += 1
+            self.count["drop_no_rule"] += 1
             return None
-        got = self._reserve(vni, ip, port, proto, eip, now)
-        if got is None:
-            self.counters["port_exhausted"] += 1
+        got = self.store.create(Mapping(vni, ip, port, proto, eip, 0, now, [peer], False, closing), now)
+        if isinstance(got, int):
+            self.count["port_exhausted" if got == NO_PORT else "table_full"] += 1
             return None
-        m = Mapping(vni, ip, port, proto, got[0], got[1], now)
-        self.by_inside[(vni, ip, port, proto)] = m
-        self.by_outside[(m.eip, m.eport, proto)] = m
-        self.counters["mappings_created"] += 1
-        return m
-
-    def _reserve(self, vni: int, ip: int, port: int, proto: int, eip: int, now: float) -> tuple[int, int] | None:
-        """The public (EIP, port) of a new mapping; None when the slice has no free port. (The native table's
-        allocator, which also hands out the ports of the mappings its C loop creates, replaces this.)"""
-        eport = self._alloc_port(eip, proto, port, now)
-        return None if eport is None else (eip, eport)
-
-    def _alloc_port(self, eip: int, proto: int, want: int, now: float) -> int | None:
-        """The internal port itself if free (port preservation), else the next free one after a per-(EIP,
-        protocol) cursor: O(1) while ports are plentiful, a full scan only when the slice is nearly full. A TCP
-        port whose mapping ended less than TCP_PORT_HOLD ago is not free (see there)."""
-        lo, hi = self.settings.port_lo, self.settings.port_hi
-
-        def free(p: int) -> bool:
-            key = (eip, p, proto)
-            return key not in self.by_outside and (key not in self.held or self.held[key] <= now)
-
-        if lo <= want <= hi and free(want):
-            return want
-        size = hi - lo + 1
-        start = self.cursor.get((eip, proto), lo)
-        for i in range(size):
-            p = lo + (start - lo + i) % size
-            if free(p):
-                self.cursor[(eip, proto)] = lo + (p - lo + 1) % size
-                return p
-        return None
+        self.count["mappings_created"] += 1
+        return got
 
     @staticmethod
     def _tcp_flags(buf: bytes | bytearray, ip: Ip4) -> int:
@@ -212,7 +146,7 @@ class NatTable(IcmpAnswers):
         """A packet from VPC `vni` towards the internet, translated in place; None: drop (counted)."""
         ip = parse_ip4(buf)
         if ip is None:
-            self.counters["drop_malformed"] += 1
+            self.count["drop_malformed"] += 1
             return None
         if ip.is_fragment and (ip := self._reassembled(vni, buf, ip, now)) is None:
             return HELD
@@ -220,7 +154,7 @@ class NatTable(IcmpAnswers):
             return self._time_exceeded(buf, ip, now, self._eip_of(vni, ip.src), Verdict("in", vni, ip.src))
         ports = l4_ports(buf, ip)
         if ports is None:
-            self.counters["drop_unsupported"] += 1
+            self.count["drop_unsupported"] += 1
             return None
         if ip.total > self.settings.external_mtu and buf[ip.l4 - ip.ihl + 6] & 0x40 and ip.dst not in self.served:
             return self._frag_needed_out(vni, buf, ip, now)
@@ -231,23 +165,27 @@ class NatTable(IcmpAnswers):
             rewrite_addr(buf, ip, src=rev.eip)
             rewrite_port(buf, ip, src=rev.port)
         else:
-            m = self.by_inside.get((vni, ip.src, sport, ip.proto))
-            if m is None and (m := self._new_mapping(vni, ip.src, sport, ip.proto, now)) is None:
-                return None
-            m.last = now
-            m.peers.add((ip.dst, dport if ip.proto != PROTO_ICMP else 0))
-            flags = self._tcp_flags(buf, ip)
-            if flags & (TCP_FIN | TCP_RST):
-                m.tcp_closing = True
+            peer = (ip.dst, dport if ip.proto != PROTO_ICMP else 0)
+            closing = bool(self._tcp_flags(buf, ip) & (TCP_FIN | TCP_RST))
+            m = self.store.find_in(vni, ip.src, sport, ip.proto)
+            if m is None:
+                if (m := self._new_mapping(vni, ip.src, sport, ip.proto, now, peer, closing)) is None:
+                    return None
+            else:
+                m.last = now
+                if add_peer(m, peer):
+                    self.count["peers_replaced"] += 1
+                m.tcp_closing |= closing
+                self.store.put(m)
             rewrite_addr(buf, ip, src=m.eip)
             rewrite_port(buf, ip, src=m.eport)
-        self.counters["out"] += 1
+        self.count["out"] += 1
         if ip.dst in self.served:  # hairpin: straight back in (one hop: inbound takes the TTL down)
-            self.counters["hairpin"] += 1
+            self.count["hairpin"] += 1
             return self.inbound(buf, now, hairpin=True)
         dec_ttl(buf, ip)
         if ip.total > self.settings.external_mtu:  # from a VPC with a larger MTU, without DF: cut to fit
-            self.counters["fragmented_out"] += 1
+            self.count["fragmented_out"] += 1
             return Verdict("out", fragments=fragment(bytes(buf[:ip.total]), self.settings.external_mtu))
         return Verdict("out")
 
@@ -263,16 +201,16 @@ class NatTable(IcmpAnswers):
             return v
         if struct.unpack_from("!H", buf, 6)[0] & 0x4000:  # DF
             return self._icmp_error(buf, head, ICMP_UNREACH, 4, struct.pack("!HH", 0, mtu), now, "frag_needed")
-        self.counters["fragmented"] += 1
+        self.count["fragmented"] += 1
         return Verdict("in", v.vni, v.ip, fragment(bytes(buf[:ip.total]), mtu))
 
     def _inbound(self, buf: bytearray, now: float, hairpin: bool) -> Verdict | None:
         ip = parse_ip4(buf)
         if ip is None:
-            self.counters["drop_malformed"] += 1
+            self.count["drop_malformed"] += 1
             return None
         if ip.dst not in self.served:
-            self.counters["drop_not_ours"] += 1
+            self.count["drop_not_ours"] += 1
             return None
         if ip.is_fragment and (ip := self._reassembled(0, buf, ip, now)) is None:
             return HELD
@@ -282,7 +220,7 @@ class NatTable(IcmpAnswers):
             vni, internal = st
             rewrite_addr(buf, ip, dst=internal)
             dec_ttl(buf, ip)
-            self.counters["in"] += 1
+            self.count["in"] += 1
             return Verdict("in", vni, internal)
         if ip.proto == PROTO_ICMP and len(buf) > ip.l4 and buf[ip.l4] in (ICMP_UNREACH, ICMP_TIME_EXCEEDED):
             v = self._icmp_error_in(buf, ip)
@@ -291,32 +229,32 @@ class NatTable(IcmpAnswers):
             return v
         ports = l4_ports(buf, ip)
         if ports is None:
-            self.counters["drop_unsupported"] += 1
+            self.count["drop_unsupported"] += 1
             return None
         sport, dport = ports
         if ip.proto == PROTO_ICMP and buf[ip.l4] == ICMP_ECHO and not hairpin:
-            self.counters["drop_unsolicited"] += 1  # pings to a shared EIP are not forwarded inside
+            self.count["drop_unsolicited"] += 1  # pings to a shared EIP are not forwarded inside
             return None
         if (d := self.dnat.get((ip.dst, ip.proto, dport))) is not None and ip.proto != PROTO_ICMP:
             rewrite_addr(buf, ip, dst=d.ip)
             rewrite_port(buf, ip, dst=d.iport)
             dec_ttl(buf, ip)
-            self.counters["in"] += 1
+            self.count["in"] += 1
             return Verdict("in", d.vni, d.ip)
         return self._to_mapping(buf, ip, now, sport, dport)
 
     def _to_mapping(self, buf: bytearray, ip: Ip4, now: float, sport: int, dport: int) -> Verdict | None:
         """An inbound packet to a dynamic mapping, through its filter."""
-        m = self.by_outside.get((ip.dst, dport, ip.proto))
+        m = self.store.find_out(ip.dst, dport, ip.proto)
         if m is None:
-            self.counters["drop_no_mapping"] += 1
+            self.count["drop_no_mapping"] += 1
             return None
         # filtering applies to hairpinned packets too (RFC 4787, REQ-9 and section 6): they arrive from the
         # sender's external endpoint, and a VM receives from its neighbour's mapping only what it would receive
         # from that endpoint on the internet, i.e. after sending to it
         peer = (ip.src, sport if ip.proto != PROTO_ICMP else 0)
         if peer not in m.peers:
-            self.counters["drop_filtered"] += 1
+            self.count["drop_filtered"] += 1
             return None
         m.last = now
         flags = self._tcp_flags(buf, ip)
@@ -324,13 +262,14 @@ class NatTable(IcmpAnswers):
             m.tcp_closing = True
         elif flags & TCP_ACK:
             m.tcp_established = True
+        self.store.put(m)
         rewrite_addr(buf, ip, dst=m.ip)
         if ip.proto == PROTO_ICMP:
             rewrite_port(buf, ip, src=m.port)  # the echo identifier
         else:
             rewrite_port(buf, ip, dst=m.port)
         dec_ttl(buf, ip)
-        self.counters["in"] += 1
+        self.count["in"] += 1
         return Verdict("in", m.vni, m.ip)
 
     def _reassembled(self, scope: int, buf: bytearray, ip: Ip4, now: float) -> Ip4 | None:
@@ -347,21 +286,21 @@ class NatTable(IcmpAnswers):
         inner_off = ip.l4 + 8
         inner = parse_inner(buf, inner_off)
         if inner is None or inner.src != ip.dst:
-            self.counters["drop_malformed"] += 1
+            self.count["drop_malformed"] += 1
             return None
         if len(buf) < inner.l4 + 8:
-            self.counters["drop_malformed"] += 1
+            self.count["drop_malformed"] += 1
             return None
         if inner.proto in (PROTO_TCP, PROTO_UDP):
             sport = struct.unpack_from("!H", buf, inner.l4)[0]
         elif inner.proto == PROTO_ICMP and buf[inner.l4] == ICMP_ECHO:
             sport = struct.unpack_from("!H", buf, inner.l4 + 4)[0]
         else:
-            self.counters["drop_unsupported"] += 1
+            self.count["drop_unsupported"] += 1
             return None
-        m = self.by_outside.get((inner.src, sport, inner.proto))
+        m = self.store.find_out(inner.src, sport, inner.proto)
         if m is None:
-            self.counters["drop_no_mapping"] += 1
+            self.count["drop_no_mapping"] += 1
             return None
         # embedded header: source address and port back to the internal endpoint, its IP checksum recomputed
         struct.pack_into("!I", buf, inner.l4 - inner.ihl + 12, m.ip)
@@ -376,8 +315,9 @@ class NatTable(IcmpAnswers):
         struct.pack_into("!H", buf, ip.l4 + 2, 0)
         struct.pack_into("!H", buf, ip.l4 + 2, checksum(bytes(buf[ip.l4:end])))
         rewrite_addr(buf, ip, dst=m.ip)
-        self.counters["in_icmp_error"] += 1
+        self.count["in_icmp_error"] += 1
         return Verdict("in", m.vni, m.ip)
 
 
-__all__ = ["ICMP_ECHO_REPLY", "NatConfig", "NatTable", "SnatRule", "Timeouts", "Verdict", "ip2int"]
+__all__ = ["ICMP_ECHO_REPLY", "TCP_PORT_HOLD", "Mapping", "NatConfig", "NatTable", "SnatRule", "Timeouts", "Verdict",
+           "ip2int"]

@@ -14,6 +14,7 @@ from nfv_gateways.core.role import PacketStage, apply_by_vni
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, VpcNat
 from nfv_gateways.roles.nat.reference import NatTable
+from nfv_gateways.roles.nat.store import DictStore, capacity_of
 from tianji.southbound import GatewaySection
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class NatRole:
 
     def attach(self, dp: NativeDataPlane | None) -> PacketStage:
         if dp is None or dp.lib is None:  # no C library: the reference (behind a frames interface in tests)
-            self.table = NatTable(NatConfig())
+            self.table = NatTable(NatConfig(), DictStore(capacity_of(self.o.nat_mappings)))
             return self.table
         from nfv_gateways.roles.nat.native import FastNat
 
@@ -68,8 +69,8 @@ class NatRole:
 
     def status(self) -> dict:
         """The mappings held, the NAT's counters and, on the native table, what C did alone (fast_out, fast_in,
-        slow: packets that went to the reference, created: mappings the loop made, events_full)."""
+        slow: packets it declined to the reference, created: mappings the loop made, peers_replaced)."""
         t = self.table
         native = t.stats() if hasattr(t, "stats") else {}
-        return {"mappings": len(getattr(t, "ref", t).by_inside), "nat": dict(t.counters), "nat_native": native,
+        return {"mappings": len(t.store), "nat": dict(t.counters), "nat_native": native,
                 "nat_crossed": dict(getattr(t, "crossed", {}))}

@@ -20,13 +20,16 @@ endpoints, two sources.
   SACK is not offered to the service and the VM's MSS leaves room for the header; every UDP datagram to the service
   carries the header in front of its payload.
 * Timeouts: TCP established 3600 s, TCP opening or closing 120 s, UDP 120 s.
+
+The connections live in a `ConnStore` (conns.py): dicts here by default, C for those it carries on a native data
+plane. This module decides; the store holds and expires.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 from nfv_gateways.core.packet import (
     ICMP_ECHO,
@@ -47,57 +50,31 @@ from nfv_gateways.core.packet import (
     set_l4_checksum,
 )
 from nfv_gateways.roles.service import proxy_protocol as pp
+from nfv_gateways.roles.service.conns import Conn, ConnStore, DictConns
 from nfv_gateways.roles.service.policy import EndpointPolicy
 from tianji.inet import checksum, icmp_error
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 ERRORS = (3, 11)  # ICMP destination unreachable, time exceeded: translated back to the VM
 SEQ = 1 << 32
-TIMEOUT_ESTABLISHED, TIMEOUT_TRANSITORY, TIMEOUT_UDP = 3600.0, 120.0, 120.0
 SERVICE_MTU = 1500  # the service network's
 FIRST_PORT = 1024  # below it a VM's port is moved: the service may treat privileged sources apart
-Inside = tuple[int, int, int, int, int, int]  # (vni, VM ip, VM port, proto, endpoint ip, port)
-Outside = tuple[int, int, int, int, int, int]  # (via VNI, proto, service ip, port, source, source port)
-
-
-@dataclass(slots=True)
-class Conn:
-    ep: EndpointPolicy
-    vm: int
-    vm_port: int
-    proto: int
-    port: int  # the service's, the same on both sides
-    svc: int
-    sport: int  # on the endpoint's source address
-    last: float
-    established: bool = False
-    closing: bool = False
-    back: int = 0  # the VNI replies go back in: the endpoint's, or a peered VPC's (EndpointPolicy.back_vni)
-    pp: bytes | None = None  # the PROXY header of a proxy-protocol connection
-    isn: int = 0  # the VM's initial sequence number
-    header_acked: bool = False
-
-    def inside(self) -> Inside:
-        return self.ep.vni, self.vm, self.vm_port, self.proto, self.ep.ip, self.port
-
-    def outside(self) -> Outside:
-        return self.ep.via_vni, self.proto, self.svc, self.port, self.ep.source, self.sport
 
 
 class ServiceTable:
     """The endpoints served here by (VNI, address), and the connections through them."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: ConnStore | None = None) -> None:
         self.endpoints: dict[tuple[int, int], EndpointPolicy] = {}
         self.sides: dict[tuple[int, int], EndpointPolicy] = {}  # (VNI, provider port's address): a published LB's
         self.by_vni: dict[int, tuple[EndpointPolicy, ...]] = {}
-        self.inside: dict[Inside, Conn] = {}
-        self.outside: dict[Outside, Conn] = {}
+        self.conns: ConnStore = store if store is not None else DictConns()
         self.counters: Counter[str] = Counter()
 
     # --- policy ------------------------------------------------------------------------------------------------
     def update_vpc(self, vni: int, eps: tuple[EndpointPolicy, ...] | None) -> None:
         """One VPC's endpoints replaced; the connections of an endpoint that went or changed end."""
+        held = self.conns.conns(vni) if vni in self.by_vni else []  # with the endpoints they were made through
         for e in self.by_vni.pop(vni, ()):
             self.endpoints.pop((e.vni, e.ip), None)
             if e.via_vni:
@@ -107,23 +84,9 @@ class ServiceTable:
             self.by_vni[vni] = eps
             self.endpoints.update(((e.vni, e.ip), e) for e in eps)
             self.sides.update(((e.via_vni, e.source), e) for e in eps if e.via_vni)
-        for c in [c for c in self.inside.values() if c.ep.vni == vni and c.ep not in keep]:
-            self._drop(c)
-
-    def _drop(self, c: Conn) -> None:
-        self.inside.pop(c.inside(), None)
-        self.outside.pop(c.outside(), None)
-        self._forget(c)
-
-    # what a native stage mirrors (native.NativeServiceTable): a connection it may carry, one gone, its last packet
-    def _carry(self, c: Conn) -> None:
-        """A new connection (admitted now): the reference carries it itself."""
-
-    def _forget(self, c: Conn) -> None:
-        """A connection gone."""
-
-    def _seen(self, c: Conn) -> float:
-        return c.last
+        for c in held:
+            if c.ep not in keep:
+                self.conns.drop(c)
 
     # --- packets -----------------------------------------------------------------------------------------------
     def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
@@ -147,12 +110,15 @@ class ServiceTable:
         if ports is None or not ep.serves(ip.proto, ports[1]):
             self.counters["drop_port"] += 1
             return None
-        c = self.inside.get((vni, ip.src, ports[0], ip.proto, ip.dst, ports[1]))
+        c = self.conns.find_in((vni, ip.src, ports[0], ip.proto, ip.dst, ports[1]))
         flags = buf[ip.l4 + 13] if ip.proto == PROTO_TCP else 0
-        if c is None and (c := self._admit(ep, buf, ip, ports, flags, now)) is None:
-            return None
-        c.last = now
-        self._track(c, flags, from_vm=True)
+        if c is None:
+            if (c := self._admit(ep, buf, ip, ports, flags, now)) is None:
+                return None
+        else:
+            c.last = now
+            self._track(c, flags, from_vm=True)
+            self.conns.put(c)
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > SERVICE_MTU and _df(buf, ip):  # the VM learns the service network's MTU
@@ -184,13 +150,14 @@ class ServiceTable:
         ports = l4_ports(buf, ip)
         if ip.proto == PROTO_TCP and not _tcp_whole(buf, ip):
             ports = None
-        c = self.outside.get((via, ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
+        c = self.conns.find_out((via, ip.proto, ip.src, ports[0], ip.dst, ports[1])) if ports else None
         if c is None:
             self.counters["drop_no_connection"] += 1
             return None
         c.last = now
         flags = buf[ip.l4 + 13] if ip.proto == PROTO_TCP else 0
         self._track(c, flags, from_vm=False)
+        self.conns.put(c)
         if not dec_ttl(buf, ip):
             return self._expired()
         if ip.total > c.ep.mtu and _df(buf, ip):  # the service learns the VPC's MTU
@@ -209,7 +176,7 @@ class ServiceTable:
         end = ip.l4 - ip.ihl + ip.total
         inner = parse_inner(buf, ip.l4 + 8) if end - ip.l4 >= 8 + 28 and buf[ip.l4] in ERRORS else None
         quoted = struct.unpack_from("!HH", buf, inner.l4) if inner is not None and inner.l4 + 4 <= end else None
-        c = self.outside.get((via, inner.proto, inner.dst, quoted[1], inner.src, quoted[0])) \
+        c = self.conns.find_out((via, inner.proto, inner.dst, quoted[1], inner.src, quoted[0])) \
             if inner is not None and quoted is not None else None
         if c is None or not dec_ttl(buf, ip):
             self.counters["drop_icmp_in"] += 1
@@ -225,17 +192,8 @@ class ServiceTable:
         return Verdict("in", c.back, c.vm)
 
     def expire(self, now: float) -> int:
-        gone = []
-        for c in [c for c in self.inside.values() if now - c.last > self._timeout(c)]:
-            c.last = max(c.last, self._seen(c))  # carried in C meanwhile?
-            if now - c.last > self._timeout(c):
-                gone.append(c)
-        for c in gone:
-            self._drop(c)
-        return len(gone)
-
-    def absorb(self) -> None:
-        """Nothing to take in: this table decides everything itself (NativeServiceTable takes C's state changes)."""
+        """The store's expiry (conns.py's timeouts); how many connections went."""
+        return self.conns.expire(now)
 
     # --- parts -------------------------------------------------------------------------------------------------
     def _admit(self, ep: EndpointPolicy, buf: bytearray, ip: Ip4, ports: tuple[int, int], flags: int,
@@ -249,33 +207,18 @@ class ServiceTable:
             self.counters["drop_security_group"] += 1
             return None
         svc = ep.addresses[hash((ep.vni, ip.src, vm_port)) % len(ep.addresses)]
-        sport = self._port(ep.via_vni, ep.source, ip.proto, svc, port, vm_port, ip.src)
-        if sport is None:
-            self.counters["port_exhausted"] += 1
-            return None
-        c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, sport, now, back=ep.back_vni(ip.src))
+        c = Conn(ep, ip.src, vm_port, ip.proto, port, svc, 0, now, back=ep.back_vni(ip.src))
+        self._track(c, flags, from_vm=True)
         if ep.proxy_protocol and ip.proto == PROTO_TCP:
             c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id)
             c.isn = struct.unpack_from("!I", buf, ip.l4 + 4)[0]
         elif ep.proxy_protocol and ip.proto == PROTO_UDP:
             c.pp = pp.header(ip.src, vm_port, ep.ip, port, ep.id, pp.DGRAM)
-        self.inside[c.inside()] = c
-        self.outside[c.outside()] = c
-        self.counters["connections"] += 1
-        self._carry(c)  # a native stage carries the rest of it, its handshake and its end included (not PROXY v2)
-        return c
-
-    def _port(self, via: int, source: int, proto: int, svc: int, port: int, want: int, vm: int) -> int | None:
-        """The VM's own port if free on the source address toward this service port, else the first free one of a
-        sequence the connection's own numbers decide: any instance (a survivor after a failover, the C stage's
-        twin in the tests) picks the same one for the same connection and the same table."""
-        if want >= FIRST_PORT and (via, proto, svc, port, source, want) not in self.outside:
-            return want
-        span = 65536 - FIRST_PORT
-        for i in range(64):
-            p = FIRST_PORT + hash((vm, want, proto, i)) % span
-            if (via, proto, svc, port, source, p) not in self.outside:
-                return p
+        for c.sport in _ports(ip.src, vm_port, ip.proto):  # the first its outside key is free for
+            if self.conns.add(c):
+                self.counters["connections"] += 1
+                return c
+        self.counters["port_exhausted"] += 1
         return None
 
     @staticmethod
@@ -285,12 +228,6 @@ class ServiceTable:
             c.closing = True
         elif from_vm and flags & TCP_ACK and not flags & TCP_SYN:
             c.established = True
-
-    @staticmethod
-    def _timeout(c: Conn) -> float:
-        if c.proto != PROTO_TCP:
-            return TIMEOUT_UDP
-        return TIMEOUT_ESTABLISHED if c.established and not c.closing else TIMEOUT_TRANSITORY
 
     def _echo(self, vni: int, buf: bytearray, ip: Ip4, ep: EndpointPolicy) -> Verdict | None:
         """The endpoint answers ping like a host of the subnet."""
@@ -360,6 +297,17 @@ class ServiceTable:
                 ack = (c.isn + 1) % SEQ  # the header only partly acknowledged: none of the VM's bytes yet
             struct.pack_into("!I", buf, l4 + 8, ack)
         set_l4_checksum(buf, ip)
+
+
+def _ports(vm: int, want: int, proto: int) -> Iterator[int]:
+    """A new connection's source ports, in the order tried: the VM's own, else a sequence the connection's own
+    numbers decide (any instance, a survivor after a failover or the C stage's twin in the tests, picks the same
+    one for the same connection and the same table)."""
+    if want >= FIRST_PORT:
+        yield want
+    span = 65536 - FIRST_PORT
+    for i in range(64):
+        yield FIRST_PORT + hash((vm, want, proto, i)) % span
 
 
 def _tcp_whole(buf: bytearray, ip: Ip4) -> bool:

@@ -4,9 +4,9 @@ them onto the service network, from the endpoint's own source address, and the r
 instance answers ARP on the service network for the source addresses of the endpoints it serves (the section's
 `eips`).
 
-With a native data plane, the C stage (native/dp_svc.c) carries the established connections both ways; every new
-connection, and what C is not sure about, is decided here by the reference (native.NativeServiceTable hands C the
-connections it may carry alone)."""
+With a native data plane, the C stage (native/dp_svc.c) holds and carries the connections both ways; every new
+connection, and what C is not sure about, is decided here by the reference over the same connections
+(native.NativeConns: one owner for each)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class ServiceRole:
         """The endpoints served here (each with its connections now) and the stage's counters."""
         t = self.table
         # copies first: the status is made outside the instance's lock, while a config or a packet changes these
-        endpoints, conns = list(t.endpoints.values()), list(t.inside.values())
+        endpoints, conns = list(t.endpoints.values()), t.conns.conns()
         held = Counter(c.ep.id for c in conns)
         first = sorted(endpoints, key=lambda e: (e.vni, e.ip))[:STATUS_ENDPOINTS]
         served = [{"id": e.id, "vni": e.vni, "ip": _ip(e.ip), "source": _ip(e.source),
