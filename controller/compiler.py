@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 from sqlalchemy.orm import Session
 
 from controller.fragments import FRAGMENTS, cached, store
-from controller.lb_compiler import by_listener
-from controller.line_compiler import line_route_infos
+from controller.gateway_roles.lb import by_listener
+from controller.gateway_roles.line import line_route_infos
 from controller.placement import home, nat_buckets
 from controller.reads import (
     Q_DNS,
@@ -73,6 +73,10 @@ class Topology(NamedTuple):
     lb_instances: dict[str, str]
     line_instances: dict[str, str]  # private line
     service_instances: dict[str, str]  # service endpoints' (the VPC gateway to the cluster's services)
+
+    def live(self, role: str) -> dict[str, str]:
+        """The live instances of a gateway role (the fields follow GATEWAY_ROLES' order)."""
+        return self[1 + GATEWAY_ROLES.index(role)]
 
 
 def hosts_fragment(rows: list) -> Topology:

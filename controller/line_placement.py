@@ -16,7 +16,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.line_compiler import LINE_ROLE, live_line_instances
+from controller.gateway_roles.line import LINE_ROLE, live_line_instances
 from controller.placement import line_hosts
 
 

@@ -20,8 +20,8 @@ from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.compiler import compile_host
 from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
+from controller.gateway_roles.line import LINE_ROLE
 from controller.host_deltas import compile_host_delta
-from controller.line_compiler import LINE_ROLE
 from controller.line_placement import instance_changed
 from controller.liveness import beat_pace
 from controller.models import now

@@ -29,7 +29,7 @@ from controller.api.line_schemas import (
 from controller.api.ops_schemas import LineReportAnswer
 from controller.auth import Principal, own_host, require_admin, require_infra, require_tenant_api
 from controller.errors import conflict, invalid, not_found
-from controller.line_compiler import LINE_ROLE, live_line_instances, pairs_of, session_instances
+from controller.gateway_roles.line import LINE_ROLE, live_line_instances, pairs_of, session_instances
 from controller.line_placement import placed_of, settle
 from controller.placement import line_sessions
 

@@ -27,8 +27,8 @@ from controller.api.common import (
 from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
+from controller.gateway_roles.line import line_route_infos, live_line_instances
 from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
-from controller.line_compiler import line_route_infos, live_line_instances
 from controller.models import now
 from controller.reads import Q_LINE_ROUTES
 from tianji.southbound import VXLAN_OVERHEAD

@@ -112,3 +112,17 @@ def test_no_module_level_import_cycle() -> None:
 def _parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def test_every_gateway_role_has_its_room_and_the_rooms_stay_below_the_gateway_compiler() -> None:
+    """Each role the hosts may have is compiled by its own module of `controller/gateway_roles/`, registered once;
+    a role's room never imports the gateway compiler (which dispatches through the registry) nor another role's."""
+    from controller.gateway_roles.registry import ROLES
+    from tianji.southbound import GATEWAY_ROLES
+
+    assert sorted(ROLES) == sorted(GATEWAY_ROLES)
+    rooms = {f.stem for f in files("controller/gateway_roles")} - {"__init__", "role", "registry"}
+    bad = [f"{f.relative_to(ROOT)} imports {i}" for f in files("controller/gateway_roles") if f.stem in rooms
+           for i in imports(f) if i.startswith("controller.gateway_compiler")
+           or any(i.startswith(f"controller.gateway_roles.{r}") for r in rooms - {f.stem})]
+    assert bad == [], "\n".join(bad)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.fragments import digest_of
+from controller.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.placement import home
+from controller.reads import Q_LB_MEMBERS
 from tianji.served import LbListenerServed, LbMemberServed, LbServed
-from tianji.southbound import GatewaySection, GatewayVpc
 
 DOWN = "OFFLINE"
 
@@ -41,16 +41,15 @@ def _members(rows: list) -> list[LbMemberServed]:
     return sorted(out, key=lambda x: x.id)
 
 
-def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str, tuple],
-                lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
-    """The sections of these VPCs for LB instance `name` (Q_LB_MEMBERS' rows); `vpcs`: id -> (revision, VNI,
-    router MAC, MTU). Every instance serves a load balancer's EIP alike (the same Maglev tables: an edge router may
-    spread it over all of them, and any of them may carry a member's reply); it is homed on one, which answers ARP
-    for it on a flat external segment."""
+def lb_sections(c: CompileInputs) -> Sections:
+    """The sections of these VPCs for LB instance `c.name` (Q_LB_MEMBERS' rows). Every instance serves a load
+    balancer's EIP alike (the same Maglev tables: an edge router may spread it over all of them, and any of them may
+    carry a member's reply); it is homed on one, which answers ARP for it on a flat external segment."""
+    name, vpcs, lb_instances = c.name, c.vpcs, c.live
     by_vpc: dict[str, list[LbServed]] = {}
     member_ips: dict[str, set[str]] = {}
     homed: set[str] = set()
-    for r, lb_listeners in by_listener(rows).values():
+    for r, lb_listeners in by_listener(c.rows["lbs"]).values():
         eip = r.eip if r.eip_id else None
         if eip and home(f"eip:{r.eip_id}", lb_instances) == name:
             homed.add(eip)
@@ -66,11 +65,10 @@ def lb_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str
             id=r.id, vni=vpcs[r.vpc_id].vni, vip=r.vip_address, eip=eip, listeners=listeners))
     out = {}
     for vid, served in by_vpc.items():
-        v = vpcs[vid]
         ips = member_ips.get(vid, set())
-        sec = GatewaySection.model_construct(
-            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
-            static=[], dnat=[], endpoints=[e for e in endpoints[vid] if e.ip in ips],
-            eips=sorted(b.eip for b in served if b.eip in homed), lbs=served)
-        out[vid] = (sec, digest_of(sec.model_dump_json()))
+        out[vid] = section_of(vid, vpcs[vid], endpoints=[e for e in c.endpoints[vid] if e.ip in ips],
+                              eips=sorted(b.eip for b in served if b.eip in homed), lbs=served)
     return out
+
+
+ROLE = RoleCompiler("lb", (("lbs", Q_LB_MEMBERS),), lb_sections)

@@ -14,11 +14,12 @@ from collections import defaultdict
 from typing import Any
 
 from controller.compiler import groups_fragments, service_home
-from controller.fragments import digest_of
+from controller.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.placement import home
+from controller.reads import Q_GROUP_MEMBERS, Q_GROUP_RULES, Q_PROVIDER_SIDES, Q_SERVICE_ENDPOINTS, Q_SERVICE_PEERS
 from controller.service_models import may_use
 from tianji.served import ServiceEndpointServed, ServicePeerServed, ServicePortServed, ServiceRuleServed
-from tianji.southbound import Endpoint, GatewaySection, GatewayVpc
+from tianji.southbound import Endpoint
 
 SERVICE_ROLE = "service"
 
@@ -35,13 +36,13 @@ def _rules(groups: list[str], vpc_groups: dict) -> list[ServiceRuleServed]:
     return out
 
 
-def service_sections(name: str, vpcs: dict[str, Any], rows: dict[str, list], endpoints: dict[str, tuple],
-                     live: dict[str, str], lb_instances: dict[str, str]) -> dict[str, tuple[GatewaySection, str]]:
-    """The sections of these VPCs for service instance `name`: the endpoints homed here that may carry traffic
+def service_sections(c: CompileInputs) -> Sections:
+    """The sections of these VPCs for service instance `c.name`: the endpoints homed here that may carry traffic
     (a source allocated, the tenant still allowed), each VPC's ports (the replies' way back); for a VPC whose
     load balancer is published with endpoints homed here, its VIP, reached through one of its LB instances (the
     provider's side of those endpoints: their provider ports are the VPC's, homed here); and for a VPC peered with
     one that has endpoints, its ports alone (its VMs reach those endpoints; the replies go back in its VNI)."""
+    name, vpcs, rows, live, lb_instances = c.name, c.vpcs, c.rows, c.live, c.topology.lb_instances
     peers: dict[str, list[ServicePeerServed]] = defaultdict(list)
     for r in rows["peers"]:
         peers[r.vpc_id].append(ServicePeerServed.model_construct(cidr=r.cidr, vni=r.vni))
@@ -56,12 +57,9 @@ def service_sections(name: str, vpcs: dict[str, Any], rows: dict[str, list], end
     out = {}
     # a peer: the view holds it for its peering with a VPC that has endpoints (their homes are not known here)
     for vid in served.keys() | vips.keys() | (peers.keys() & vpcs.keys()):
-        v, mine = vpcs[vid], served.get(vid, [])
-        sec = GatewaySection.model_construct(
-            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
-            static=[], dnat=[], endpoints=[*endpoints[vid], *vips.get(vid, {}).values()],
-            eips=sorted(e.source for e in mine if not e.via_vni), lbs=[], lines=[], services=mine)
-        out[vid] = (sec, digest_of(sec.model_dump_json()))
+        mine = served.get(vid, [])
+        out[vid] = section_of(vid, vpcs[vid], endpoints=[*c.endpoints[vid], *vips.get(vid, {}).values()],
+                              eips=sorted(e.source for e in mine if not e.via_vni), services=mine)
     return out
 
 
@@ -94,4 +92,5 @@ def _served(name: str, vpcs: dict[str, Any], rows: dict[str, list], live: dict[s
     return served
 
 
-__all__ = ["SERVICE_ROLE", "service_sections"]
+ROLE = RoleCompiler(SERVICE_ROLE, (("svc", Q_SERVICE_ENDPOINTS), ("sides", Q_PROVIDER_SIDES), ("rules", Q_GROUP_RULES),
+                                   ("members", Q_GROUP_MEMBERS), ("peers", Q_SERVICE_PEERS)), service_sections)

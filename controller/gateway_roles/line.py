@@ -12,10 +12,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controller import models as m
-from controller.fragments import digest_of
+from controller.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.placement import line_buckets, line_hosts, line_sessions
+from controller.reads import Q_LINES
 from tianji.served import LineSessionServed, PrivateLineServed
-from tianji.southbound import GatewaySection, GatewayVpc, RouteInfo
+from tianji.southbound import RouteInfo
 
 LINE_ROLE = "private-line"  # the gateway role that carries private lines
 
@@ -80,13 +81,13 @@ def line_route_infos(rows: list, live: dict[str, str], taken: set[str]) -> list[
     return out
 
 
-def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[str, tuple],
-                  live: dict[str, str], asn: int) -> dict[str, tuple[GatewaySection, str]]:
-    """The sections of these VPCs for private-line instance `name`: each line with its sessions placed here (a
+def line_sections(c: CompileInputs) -> Sections:
+    """The sections of these VPCs for private-line instance `c.name`: each line with its sessions placed here (a
     line whose sessions are all elsewhere has nothing to do here), with the VPC's endpoints to deliver to."""
+    name, vpcs, live = c.name, c.vpcs, c.live
     lines: dict[str, list] = defaultdict(list)
     statics: dict[str, list[str]] = defaultdict(list)
-    for r in rows:
+    for r in c.rows["lines"]:
         if not lines[r.id]:
             lines[r.id].append(r)
         if r.destination is not None:
@@ -99,14 +100,11 @@ def line_sections(name: str, vpcs: dict[str, Any], rows: list, endpoints: dict[s
             continue
         v = vpcs[r.vpc_id]
         by_vpc[r.vpc_id].append(PrivateLineServed.model_construct(
-            id=line_id, vni=v.vni, vlan_id=r.vlan_id, local_asn=asn, customer_asn=r.customer_asn,
+            id=line_id, vni=v.vni, vlan_id=r.vlan_id, local_asn=c.asn, customer_asn=r.customer_asn,
             md5_password=r.md5_password, max_prefixes=r.max_prefixes, vpc_cidr=r.vpc_cidr, mtu=v.mtu,
             sessions=here, static_routes=statics[line_id]))
-    out = {}
-    for vid, served in by_vpc.items():
-        v = vpcs[vid]
-        sec = GatewaySection.model_construct(
-            vpc=GatewayVpc.model_construct(id=vid, vni=v.vni, router_mac=v.router_mac, mtu=v.mtu, snat=[]),
-            static=[], dnat=[], endpoints=list(endpoints[vid]), eips=[], lbs=[], lines=served)
-        out[vid] = (sec, digest_of(sec.model_dump_json()))
-    return out
+    return {vid: section_of(vid, vpcs[vid], endpoints=list(c.endpoints[vid]), lines=served)
+            for vid, served in by_vpc.items()}
+
+
+ROLE = RoleCompiler(LINE_ROLE, (("lines", Q_LINES),), line_sections)
