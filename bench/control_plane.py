@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import subprocess
 
-from controller.compiler import compile_host
-from controller.db import Database
-from controller.fragments import FRAGMENTS
+from controller.southbound.compiler import compile_host
+from controller.southbound.fragments import FRAGMENTS
+from controller.state.db import Database
 from tests.support.controller import PgDatabase, free_port
 from tianji.api_client import Client
 from tianji.host_delta import apply_delta

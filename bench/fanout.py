@@ -102,7 +102,7 @@ class SimHost:
 
     def go_silent(self) -> None:
         """The agent dies: its connections close (its kernel would go on acknowledging a stream it no longer
-        reads, and the controller rightly counts that as a live host: controller/open_streams.py)."""
+        reads, and the controller rightly counts that as a live host: controller/southbound/open_streams.py)."""
         self.silent.set()
         self.api.close()
 

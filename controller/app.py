@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -37,18 +36,19 @@ from controller.api import (
 )
 from controller.api.ops_schemas import Healthz, Readyz
 from controller.auth import cached_principal, forget_credentials
-from controller.db import Database
 from controller.guards import Guard
 from controller.idempotency import Idempotency
-from controller.liveness import Beats, beat_every, held_down, mark_silent_hosts_down
-from controller.open_streams import OpenStreams
 from controller.replicas import Leadership, admin_credential, shared_settings
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
-from controller.stream_hub import StreamHub
+from controller.southbound import liveness_loop
+from controller.southbound.liveness import Beats
+from controller.southbound.open_streams import OpenStreams
+from controller.southbound.stream_hub import StreamHub
+from controller.southbound.watch import Broadcaster
+from controller.state.db import Database
 from controller.telemetry import Metrics, Telemetry
 from controller.tls import reload_certificates
-from controller.watch import Broadcaster
 from tianji import logs
 
 log = logging.getLogger("tianji.controller")
@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
         app.state.leadership.start()
         limit_threads()
         _take_signals(app, loop, reload_certificates)
-        task = asyncio.create_task(_liveness(app))
+        task = asyncio.create_task(liveness_loop.run(app.state))
         try:
             yield
         finally:
@@ -208,62 +208,3 @@ def _take_signals(app: FastAPI, loop: asyncio.AbstractEventLoop, reload_certific
 
         with suppress(ValueError):  # not the main thread (the tests' in-process controllers): never stopped so
             signal.signal(sig, on_signal)
-
-
-async def _ask_held_down_for_reports(app: FastAPI) -> None:
-    """A host the database holds down whose stream is open here (marked down while a stall kept its beats from
-    being written) is asked for its report on its stream, which brings it and its ports back."""
-    try:
-        held = await asyncio.to_thread(held_down, app.state.db, app.state.open_streams.hosts())
-        if held and (n := app.state.open_streams.ask_reports(held)):
-            log.warning("asked %d streaming host(s) held down for their reports (%s)", n,
-                        ", ".join(sorted(held)[:5]))
-    except Exception as e:  # the next round looks again
-        log.warning("looking for streaming hosts held down failed: %s", e)
-
-
-async def _liveness(app: FastAPI) -> None:
-    """On the leader (controller.replicas): marks silent hosts down, checking every quarter of the shortest
-    silence allowed (at least every 2 s). A check that comes late (this process was stalled: beats that arrived
-    meanwhile may not be written yet) marks nobody down: a stalled controller must not fail over gateways that
-    kept beating; the round after it judges (its tick let the queued beats in). Followers only write the beats
-    they received."""
-    s: Settings = app.state.settings
-    bc: Broadcaster = app.state.broadcaster
-    tick = max(0.05, min(2.0, s.host_down_after / 4, s.gateway_down_after / 4))
-    every = beat_every(s.host_down_after)
-    streams_noted = streams_judged = 0.0
-    skipped = False
-    while True:
-        t0 = time.monotonic()
-        await asyncio.sleep(tick)
-        # the wake itself late: the loop stalled, and beats may be queued behind the stall (the work of this round
-        # below is not lateness); judged anyway after one skipped round, or a loaded process never judges at all
-        late = time.monotonic() - t0 > tick + min(0.25, s.gateway_down_after / 4) and not skipped
-        if t0 - streams_noted >= every / 2:  # the open streams' beats: what their hosts last acknowledged
-            app.state.open_streams.note_beats(app.state.beats, every)
-            streams_noted = t0
-        if t0 - streams_judged >= s.host_down_after:  # streaming hosts held down: their agents must report
-            streams_judged = t0
-            await _ask_held_down_for_reports(app)
-        app.state.collector.tick(bc.recent[-1] if bc.recent else None)
-        skipped = late
-        if late or not app.state.leadership.leading() or app.state.stopping:
-            # the beats are written even late (a worker stalled at every tick under load kept its hosts' beats
-            # to itself, and the leader marked them down); only the judging waits a round for the beats that
-            # queued behind the stall. A follower writes the beats it received; the leader judges them.
-            try:
-                await asyncio.to_thread(app.state.beats.flush, app.state.db)
-            except Exception as e:
-                log.warning("writing heartbeats failed: %s", e)
-            continue
-        try:
-            # a thousand hosts whose streams were on a replica that died (or on this process before a restart)
-            # reconnect with jitter: no hypervisor is judged until it had a whole silence to find this one
-            settled = time.monotonic() - app.state.leadership.since >= s.host_down_after
-            down = await asyncio.to_thread(mark_silent_hosts_down, app.state.db, s.host_down_after,
-                                           s.gateway_down_after, app.state.beats, settled)
-            for name in down:
-                log.warning("host %s silent too long: marked down, its ports DOWN", name)
-        except Exception as e:  # keep checking through transient database errors
-            log.warning("liveness check failed: %s", e)

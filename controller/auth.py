@@ -14,8 +14,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select, text
 from starlette.concurrency import run_in_threadpool
 
-from controller import models as m
 from controller.errors import ApiError
+from controller.state import models as m
 
 # A token's principal is cached per process. On PostgreSQL a revocation is announced to every process
 # (NOTIFY tianji_credentials, `revoke_everywhere`), and a process that hears those keeps a principal for an hour;

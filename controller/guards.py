@@ -15,7 +15,7 @@
 5. The body, read whole up to the limit (413 beyond it, for a body sent without a length), then handed on.
 
 Limits are per controller process: with N workers or replicas a client may get N times the rate.
-A write by the admin, a tenant or an orchestrator is entered in the audit log (`controller.audit`)."""
+A write by the admin, a tenant or an orchestrator is entered in the audit log (`controller.state.audit`)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 
-from controller import audit
 from controller.auth import Principal, authenticate, cached_principal
 from controller.errors import ApiError, problem
+from controller.state import audit
 from tianji.ratelimit import TokenBucket
 
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}

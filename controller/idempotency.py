@@ -6,7 +6,7 @@ refused create is refused again the same way). A retry with another body is refu
 kept, so the retry runs again.
 
 Crash-safe by construction: the key is inserted in the transaction of the write the request makes
-(`controller/idempotent_writes.py`, called by `Database.write`), with the path of the row that write created. So
+(`controller/state/idempotent_writes.py`, called by `Database.write`), with the path of the row that write created. So
 the key and the change commit together or not at all, whichever process dies when:
   - before the commit: neither exists; the retry (on any replica) runs the create, once;
   - after the commit, before the answer is kept: the key says what was created, and the retry answers that
@@ -32,8 +32,8 @@ from starlette.concurrency import run_in_threadpool
 from controller import failpoints
 from controller.errors import problem
 from controller.guards import replay
-from controller.idempotency_models import CLAIM, Claim, IdempotencyKey
-from controller.table_base import now
+from controller.state.idempotency_models import CLAIM, Claim, IdempotencyKey
+from controller.state.table_base import now
 
 HEADER = b"idempotency-key"
 KEEP_S = 24 * 3600

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from controller import models as m
 from controller.auth import new_token, token_hash
-from controller.db import LEADER_LOCK, Database
 from controller.settings import Settings
+from controller.state import models as m
+from controller.state.db import LEADER_LOCK, Database
 
 log = logging.getLogger("tianji.controller")
 

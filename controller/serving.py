@@ -35,7 +35,8 @@ def _nodelay(transport: asyncio.BaseTransport) -> None:
 def _with_peer(protocol: Any, transport: asyncio.BaseTransport) -> None:
     """In every request's `state` on this connection (uvicorn copies the protocol's app_state into each request's
     scope): the names in the client's verified certificate (`tls_peer`), and the connection's socket
-    (`tcp_socket`: a config stream asks the kernel whether its host still acknowledges, controller/open_streams)."""
+    (`tcp_socket`: a config stream asks the kernel whether its host still acknowledges,
+    controller/southbound/open_streams)."""
     extra: dict[str, Any] = {"tcp_socket": transport.get_extra_info("socket")}
     if transport.get_extra_info("sslcontext") is not None:
         extra["tls_peer"] = peer_names(transport.get_extra_info("peercert"))

@@ -28,7 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 
-from controller import models as m
+from controller.state import models as m
 from tianji import metrics_http
 
 log = logging.getLogger("tianji.access")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from controller.db import Database
+from controller.state.db import Database
 from tests.support.controller import Controller, PgDatabase, free_port
 
 __all__ = ["Controller", "PgDatabase", "free_port", "backends", "pg_wanted", "served"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StringConstraints
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictInt, StringConstraints, Tag
 
 from tianji.memo import Memo
 from tianji.served import LbServed, PrivateLineServed, ServiceEndpointServed
@@ -269,18 +269,56 @@ class GatewayConfig(Versioned):
     services: list[ServiceEndpointServed] = Field(default_factory=list)
 
 
-class GatewaySection(Wire):
-    """One VPC's part of a gateway instance's config: the VPC with the SNAT rules it serves here, its 1:1 EIPs and
-    DNAT rules, where each of its ports lives, and the EIPs of this VPC this instance answers ARP for."""
+class SectionBase(Wire):
+    """What every role's section of a VPC has: the VPC, where each of its ports lives (the replies' way back), and
+    the addresses of this VPC this instance answers ARP for."""
 
     vpc: GatewayVpc
-    static: list[StaticEip] = Field(default_factory=list)
-    dnat: list[DnatInfo] = Field(default_factory=list)
     endpoints: list[Endpoint] = Field(default_factory=list)
     eips: list[str] = Field(default_factory=list)
+
+
+class NatSection(SectionBase):
+    """A NAT instance's: the VPC with the SNAT rules it serves here (`vpc.snat`), its 1:1 EIPs and DNAT rules."""
+
+    role: Literal["nat"] = "nat"
+    static: list[StaticEip] = Field(default_factory=list)
+    dnat: list[DnatInfo] = Field(default_factory=list)
+
+
+class LbSection(SectionBase):
+    role: Literal["lb"] = "lb"
     lbs: list[LbServed] = Field(default_factory=list)
+
+
+class LineSection(SectionBase):
+    role: Literal["private-line"] = "private-line"
     lines: list[PrivateLineServed] = Field(default_factory=list)
+
+
+class ServiceSection(SectionBase):
+    role: Literal["service"] = "service"
     services: list[ServiceEndpointServed] = Field(default_factory=list)
+
+
+SECTION_TYPES: dict[str, type[SectionBase]] = {
+    c.model_fields["role"].default: c for c in (NatSection, LbSection, LineSection, ServiceSection)}
+
+
+def _section_role(v: Any) -> str | None:
+    return v.get("role") if isinstance(v, dict) else getattr(v, "role", None)
+
+
+# One VPC's part of a gateway instance's config, of the instance's role (schema 1.2). A gateway of schema 1.1 reads
+# it as its one GatewaySection that had every role's fields (it ignores `role`, and the others' fields are empty
+# lists by default); a gateway of 1.2 refuses the sections of a 1.1 controller, which have no role, before it
+# applies anything: the controller is upgraded first (docs/southbound.md).
+GatewaySection = Annotated[
+    Annotated[NatSection, Tag("nat")] | Annotated[LbSection, Tag("lb")]
+    | Annotated[LineSection, Tag("private-line")] | Annotated[ServiceSection, Tag("service")],
+    Discriminator(_section_role, custom_error_type="section_role",
+                  custom_error_message="a gateway section without its role: the controller is older than this "
+                                       "gateway (southbound schema 1.2); upgrade the controller first")]
 
 
 class GatewayConfigDelta(Versioned):
@@ -303,10 +341,14 @@ def gateway_config_of(name: str, revision: int, vtep_ip: str | None, sections: l
     """The whole config made of these sections (in VPC id order)."""
     return GatewayConfig.model_construct(  # from validated parts: nothing to validate again
         name=name, revision=revision, vtep_ip=vtep_ip, vpcs=[x.vpc for x in sections],
-        static=[e for x in sections for e in x.static], dnat=[d for x in sections for d in x.dnat],
-        endpoints=[e for x in sections for e in x.endpoints], eips=sorted({a for x in sections for a in x.eips}),
-        vteps=vteps, lbs=[b for x in sections for b in x.lbs], lines=[x for sec in sections for x in sec.lines],
-        services=[e for x in sections for e in x.services])
+        static=_all(sections, "static"), dnat=_all(sections, "dnat"), endpoints=_all(sections, "endpoints"),
+        eips=sorted({a for x in sections for a in x.eips}), vteps=vteps, lbs=_all(sections, "lbs"),
+        lines=_all(sections, "lines"), services=_all(sections, "services"))
+
+
+def _all(sections: list[GatewaySection], name: str) -> list:
+    """What the sections of the roles that have field `name` list in it, in order."""
+    return [e for x in sections for e in getattr(x, name, ())]
 
 
 @dataclass

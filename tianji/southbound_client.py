@@ -45,7 +45,8 @@ REPORT_REFRESH_S = 300.0
 KEEPALIVE_S = 10.0  # a stream's keep-alive lines: a controller stalled but connected is left after three missed
 # A controller that vanished (its machine, the network) is noticed by TCP first: the kernel probes a stream silent
 # for 2 s and drops it when nothing was acknowledged for 6 s, without a byte from the controller's process.
-# (Its side probes back: controller/open_streams.py. Keep-alive lines every 2 s were 7% of its core at 1,000.)
+# (Its side probes back: controller/southbound/open_streams.py. Keep-alive lines every 2 s were 7% of its core
+# at 1,000.)
 STREAM_SOCKET_OPTIONS = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 2),
                          (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1),
                          (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 6000)]

@@ -20,10 +20,10 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from controller import models as m
 from controller.auth import Principal
-from controller.db import Database
 from controller.errors import ApiError, not_found
+from controller.state import models as m
+from controller.state.db import Database
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

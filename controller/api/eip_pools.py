@@ -9,14 +9,14 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
 from controller.api.common import WriteRoute, db_of
+from controller.api.ipam import overlaps
 from controller.api.nat_schemas import EipPoolCreate
 from controller.api.ops_schemas import EipPoolOut
 from controller.auth import Principal, require_admin
 from controller.errors import conflict, not_found
-from controller.ipam import overlaps
 from controller.settings import Settings
+from controller.state import models as m
 
 router = APIRouter(tags=["nat"], route_class=WriteRoute)
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
-from controller.gateway_compiler import GatewayCompiled, compile_gateway_sections
-from controller.reads import may_serve
 from controller.serving import watch_thread
-from controller.watch import Held, Wake, long_poll
+from controller.southbound.gateway_compiler import GatewayCompiled, compile_gateway_sections
+from controller.southbound.watch import Held, Wake, long_poll
+from controller.state.reads import may_serve
 from tianji.southbound import GatewayConfig, GatewayConfigDelta
 
 router = APIRouter(tags=["gateways"], route_class=WriteRoute)

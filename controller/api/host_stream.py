@@ -9,16 +9,15 @@ a WebSocket another protocol and library for a channel that is one-way anyway). 
 replaces, a busy watcher costs one write per change instead of a request's whole parse, routing, middleware
 and authentication, and an idle one nothing but its keep-alive line.
 
-Every stream woken by the same writes is compiled in one batch (controller/stream_hub.py). The open stream is
+Every stream woken by the same writes is compiled in one batch (controller/southbound/stream_hub.py). The open stream is
 also the host's heartbeat, so an agent that streams need not send a request every 2 s to stay up: each liveness
-tick notes a beat at the moment the host's TCP stack last acknowledged (controller/open_streams.py); a stream
+tick notes a beat at the moment the host's TCP stack last acknowledged (controller/southbound/open_streams.py); a stream
 without a TCP socket notes one at every event and keep-alive line instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
@@ -30,16 +29,15 @@ from controller.api import traces
 from controller.api.common import MAX_BIGINT, db_of
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import not_found
-from controller.host_deltas import Asked
-from controller.liveness import beat_every
-from controller.open_streams import prove
-from controller.patches import Sent
-from controller.reads import host_revision
 from controller.serving import watch_thread
-from controller.watch import Broadcaster, Subscription, Wake, next_wake
+from controller.southbound import stream_steps as steps
+from controller.southbound.liveness import beat_every
+from controller.southbound.open_streams import prove
+from controller.southbound.stream_steps import StreamState
+from controller.southbound.watch import Broadcaster, Subscription, Wake, next_wake
+from controller.state.reads import host_revision
 
 router = APIRouter(tags=["hosts"])
-RECHECK_S = 0.1  # how soon a VTEP list change not yet confirmed by the commit order is looked at again
 JOIN_COALESCE_S = 1.0  # while hosts join in a mass, how often a stream takes the new VTEP entries
 
 @router.get("/hosts/{name}/config/stream",
@@ -71,69 +69,51 @@ async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-
 
 
 async def _events(request: Request, name: str, after: int, form: str, keepalive: float) -> AsyncIterator[str]:
+    """The stream's turns (controller/southbound/stream_steps.py decides; this waits and writes)."""
     state = request.app.state
     bc, beats, hub = state.broadcaster, state.beats, state.stream_hub
     every = beat_every(state.settings.host_down_after)
-    sent = Sent() if form == "objects" else None  # what this stream sent (controller/patches.py)
+    st = StreamState(name, after, form)
     sock = request.scope.get("state", {}).get("tcp_socket")
     proven = prove(sock, state.settings.host_down_after)  # then its beats are the kernel's (open_streams.py)
     sub = bc.subscribe(name)
     key = state.open_streams.add(name, sock, sub) if proven else None
     state.metrics.streams.inc()
     beats.note(name, every)  # a connection just made: heard from now
-    claim: int | None = None
-    unconfirmed: list[Wake] = []  # VTEP list wakes newer than what the commit order confirmed: looked at again
-    asked = True  # questions put before this stream subscribed (a reconnect, or a question racing the connect)
-    told: set[str] = set()  # each question once per stream (a wake may come after the first look already sent it)
+    beat = None if proven else lambda: beats.note(name, every)  # a stream without a socket: its lines are beats
     try:
         while True:
-            if not proven:
-                beats.note(name, every)
-            if claim is None:
+            if beat is not None:
+                beat()
+            if st.claim is None:
                 bc.hear_all(sub)  # until its VPCs are known again: a write to one it is about to hold must wake it
-            compiling = asyncio.ensure_future(hub.compile(Asked(name, after, form, sent, claim)))
-            beat = None if proven else lambda: beats.note(name, every)
+            compiling = asyncio.ensure_future(hub.compile(steps.question(st)))
             async for line in _keepalives_until(compiling, keepalive, beat):
                 yield line
             d = compiling.result()
-            if d is None:
-                yield "event: gone\ndata: {}\n\n"  # the host was deleted
+            if st.claim is None and d is not None:
+                bc.keys(sub, steps.held_vpcs(st, d))
+            events, done = steps.delta_events(st, d)
+            for e in events:
+                yield e
+            if done:
                 return
-            if claim is None:
-                bc.keys(sub, frozenset((sent.vpc_ids if sent else d.vpc_ids) or ()))
-            if d.revision > after or after < 0 or d.vtep_updates or d.vteps_removed:
-                yield f"event: delta\nid: {d.revision}\ndata: {d.model_dump_json()}\n\n"
-                after = d.revision
-            if asked:  # after the delta, which a trace question must never hold up (api/traces.py)
-                for q in await _questions(state.db, name, told):
-                    yield f"event: trace\ndata: {json.dumps(q)}\n\n"
+            if st.asked:  # after the delta, which a trace question must never hold up (api/traces.py)
+                for e in steps.trace_events(st, await watch_thread(lambda: traces.pending(state.db, name))):
+                    yield e
             vpcs = set(sub.vpcs)
-            while (w := await next_wake(sub.queue, time.monotonic() + (RECHECK_S if unconfirmed else keepalive),
-                                        lambda w, v=vpcs: w.concerns(name, v))) is None and not unconfirmed:
-                if not proven:
-                    beats.note(name, every)
-                yield ": keepalive\n\n"
-            woken, unconfirmed = unconfirmed, []
+            while (w := await next_wake(sub.queue, time.monotonic() + steps.wait_for(st, keepalive),
+                                        lambda w, v=vpcs: w.concerns(name, v))) is None and not st.unconfirmed:
+                if beat is not None:
+                    beat()
+                yield steps.KEEPALIVE
+            woken, st.unconfirmed = st.unconfirmed, []
             if w is not None:
-                woken += await _with_the_rest(w, sub, bc, state.settings.watch_coalesce, name, vpcs,
-                                                keepalive)
-            if any(x.report for x in woken):  # held down while streaming: only the host's report brings it back
-                woken = [x for x in woken if not x.report]
-                yield "event: report\ndata: {}\n\n"
-            asked = any(name in x.traces or x.unknown for x in woken)  # a live trace question for this switch
-            # (the objects form only: the sections form answers a whole config to a VTEP list change)
-            claim = _vteps_only(name, vpcs, woken, after, bc.confirmed) if sent else None
-            if claim is not None:
-                unconfirmed = [x for x in woken if x.revision > claim and x.concerns(name, vpcs)]
+                woken += await _with_the_rest(w, sub, bc, state.settings.watch_coalesce, name, vpcs, keepalive)
+            for e in steps.after_wakes(st, woken, vpcs, bc.confirmed):
+                yield e
     finally:
         _closed(state, sub, key)
-
-
-async def _questions(db: Any, name: str, told: set[str]) -> list[dict]:
-    """The live trace questions for `name` this stream has not sent yet (api/traces.py)."""
-    new = [q for q in await watch_thread(lambda: traces.pending(db, name)) if q["id"] not in told]
-    told.update(q["id"] for q in new)
-    return new
 
 
 def _closed(state: Any, sub: Subscription, key: Any) -> None:
@@ -151,7 +131,7 @@ async def _keepalives_until(task: asyncio.Future, keepalive: float,
     while not (await asyncio.wait({task}, timeout=keepalive))[0]:
         if beat is not None:  # a stream without a TCP socket to prove it: its lines are its beats
             beat()
-        yield ": keepalive\n\n"
+        yield steps.KEEPALIVE
 
 
 async def _with_the_rest(w: Wake, sub: Subscription, bc: Broadcaster, coalesce: float, name: str,
@@ -161,25 +141,9 @@ async def _with_the_rest(w: Wake, sub: Subscription, bc: Broadcaster, coalesce: 
     watcher's patience is a few): a thousand agents booting were a thousand events for each of a thousand streams,
     and the controller's CPU for a minute and more."""
     await bc.settle(coalesce)
-    if _entries_alone(w, name, vpcs) and bc.joining():
+    if steps.entries_alone(w, name, vpcs) and bc.joining():
         await asyncio.sleep(min(JOIN_COALESCE_S, keepalive / 2))
     woken = [w]
     while not sub.queue.empty():
         woken.append(sub.queue.get_nowait())
     return woken
-
-
-def _entries_alone(w: Wake, name: str, vpcs: set[str]) -> bool:
-    """`w` changes nothing of `name`'s config but VTEP entries (a host joined, left or moved)."""
-    return w.vteps and not w.unknown and name not in w.hosts and vpcs.isdisjoint(w.vpcs)
-
-
-def _vteps_only(name: str, vpcs: set[str], woken: list[Wake], after: int, confirmed: int) -> int | None:
-    """A host joining wakes every stream: for one it changes nothing else for (every wake since its last event
-    concerns it by the VTEP list alone), the revision its delta of VTEP entries may claim: the newest of those
-    wakes the database's order confirms (an older write of another process to one of its VPCs may still be on
-    its way); None: compile it whole."""
-    concerning = [x for x in woken if x.concerns(name, vpcs)]
-    if not all(_entries_alone(x, name, vpcs) for x in concerning):
-        return None
-    return max([after, *(x.revision for x in concerning if x.revision <= confirmed)])

@@ -12,22 +12,22 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from controller import models as m
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of, one_hop
 from controller.api.ops_schemas import HostStatusAnswer
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
-from controller.compiler import compile_host
-from controller.db import Database
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.gateway_roles.line import LINE_ROLE
-from controller.host_deltas import compile_host_delta
-from controller.line_placement import instance_changed
-from controller.liveness import beat_pace
-from controller.models import now
-from controller.reads import host_revision
 from controller.serving import watch_thread
-from controller.watch import Held, Wake, long_poll
+from controller.southbound.compiler import compile_host
+from controller.southbound.gateway_roles.line import LINE_ROLE
+from controller.southbound.host_deltas import compile_host_delta
+from controller.southbound.line_placement import instance_changed
+from controller.southbound.liveness import beat_pace
+from controller.southbound.watch import Held, Wake, long_poll
+from controller.state import models as m
+from controller.state.db import Database
+from controller.state.models import now
+from controller.state.reads import host_revision
 from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
 
 router = APIRouter(tags=["hosts"], route_class=WriteRoute)
@@ -203,7 +203,7 @@ def host_status(name: str, body: PortStatusReport, request: Request,
 
     A thousand agents' reports and every gateway's beat (10 a second each) come here, so a beat that changes
     nothing must cost little: one read, and its `last_seen` noted in memory, written with every other host's at
-    the next liveness tick (controller/liveness.py); one thread hop (`one_hop`)."""
+    the next liveness tick (controller/southbound/liveness.py); one thread hop (`one_hop`)."""
     own_host(p, name)
     if body.revision_applied is not None or body.errors is not None:
         request.app.state.reports[name] = AgentReport(body.revision_applied, time.time(), body.errors,
@@ -264,7 +264,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
     answer; only a wake without detail (another process, a huge change) is checked in the database."""
     db: Database = db_of(request)
     settings = request.app.state.settings
-    request.app.state.beats.note(name)  # a watching host is alive (controller/liveness.py)
+    request.app.state.beats.note(name)  # a watching host is alive (controller/southbound/liveness.py)
 
     def check() -> tuple[int, set[str]] | None:
         with db.snapshot() as s:

@@ -12,8 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.lb_schemas import (
     HealthMonitorOut,
@@ -33,6 +32,7 @@ from controller.api.ports import insert_ports
 from controller.api.schemas import PortCreate
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
+from controller.state import models as m
 
 router = APIRouter(tags=["load balancers"], route_class=WriteRoute)
 DOWN = ("OFFLINE",)

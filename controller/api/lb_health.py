@@ -11,12 +11,12 @@ from pydantic import Field, StringConstraints
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controller import models as m
 from controller.api.common import WriteRoute, db_of
 from controller.api.ops_schemas import HealthAnswer
 from controller.api.schemas import Req
 from controller.auth import Principal, own_host, require_infra
 from controller.errors import ApiError
+from controller.state import models as m
 
 router = APIRouter(tags=["load balancers"], route_class=WriteRoute)
 
@@ -31,7 +31,7 @@ def report_health(name: str, body: HealthReport, request: Request, p: Principal 
     """Only for members whose port is on this host, whose pool is monitored and that are not draining."""
     own_host(p, name, "hypervisor")
 
-    def tenants(s: Session) -> list[str]:  # of the members on this host (the lock order, controller/db.py)
+    def tenants(s: Session) -> list[str]:  # of the members on this host (the lock order, controller/state/db.py)
         return list(s.execute(select(m.LbMember.tenant_id).distinct().join(m.Port, m.Port.id == m.LbMember.port_id)
                               .where(m.Port.host == name)).scalars())
 

@@ -12,8 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.nat_schemas import (
     DnatRuleCreate,
@@ -29,8 +28,9 @@ from controller.api.nat_schemas import (
 from controller.api.vpcs import effective_routes
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.models import now
-from controller.placement import home
+from controller.southbound.placement import home
+from controller.state import models as m
+from controller.state.models import now
 
 router = APIRouter(tags=["nat"], route_class=WriteRoute)
 

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, tenant_of, visible
+from controller.api.ipam import overlaps
 from controller.api.schemas import PeeringCreate, PeeringOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.ipam import overlaps
+from controller.state import models as m
 
 router = APIRouter(tags=["peerings"], route_class=WriteRoute)
 
@@ -69,7 +69,7 @@ def get_peering(peering_id: str, request: Request, p: Principal = Depends(requir
 
 
 def _tenants(peering_id: str) -> Callable[[Session], list[str]]:
-    """Both sides' tenants: a peering's row is both tenants' (for the lock order, controller/db.py)."""
+    """Both sides' tenants: a peering's row is both tenants' (for the lock order, controller/state/db.py)."""
     return lambda s: list(s.execute(select(m.Peering.requester_tenant_id, m.Peering.accepter_tenant_id)
                                     .where(m.Peering.id == peering_id)).one_or_none() or [])
 

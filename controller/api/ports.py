@@ -11,8 +11,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import BigInteger, bindparam, cast, func, insert, null, select, tuple_
 from sqlalchemy.orm import Session, selectinload
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import (
     Page,
     WriteRoute,
@@ -26,12 +25,13 @@ from controller.api.common import (
     visible,
     with_retries,
 )
+from controller.api.ipam import IpamError, check_fixed_ip, next_free, random_mac
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, may_bind, require_port_api
-from controller.db import TenantsOf, WriteTxn
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.ipam import IpamError, check_fixed_ip, next_free, random_mac
-from controller.sqlset import fetch_all, in_ids
+from controller.state import models as m
+from controller.state.db import TenantsOf, WriteTxn
+from controller.state.sqlset import fetch_all, in_ids
 
 router = APIRouter(tags=["ports"], route_class=WriteRoute)
 
@@ -81,7 +81,7 @@ def _default_groups(s: Session, vpc_id: str) -> list[str]:
 # The create path's statements, built once (see compiler.py: SQLAlchemy finds their compiled form by a memoised
 # cache key instead of building and hashing a statement per request).
 _PORTS, _SUBNETS, _HOSTS, _PSG = m.Port.__table__, m.Subnet.__table__, m.Host.__table__, m.PortSecurityGroup.__table__
-# step 1 of the lock order (controller/db.py) for a port create: the tenants of the subnets named
+# step 1 of the lock order (controller/state/db.py) for a port create: the tenants of the subnets named
 _TENANTS = m.Tenant.__table__
 Q_LOCK_TENANTS_OF_SUBNETS = select(_TENANTS.c.id).where(_TENANTS.c.id.in_(
     select(_SUBNETS.c.tenant_id).where(in_ids(_SUBNETS.c.id, "subnets")))) \

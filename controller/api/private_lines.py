@@ -1,7 +1,7 @@
 """Private lines: a customer's data center into a VPC over a VLAN on the gateways' handoff, with BGP.
 
 The tenant creates a line (`POST /v1/private-lines`); the live gateway instances of role `private-line` carry its
-sessions (controller/placement.line_sessions) and report what their BGP daemons learned
+sessions (controller/southbound/placement.line_sessions) and report what their BGP daemons learned
 (`PUT /v1/gateways/{name}/private-lines/{id}`). Accepted prefixes become routes of the VPC (origin `bgp`, target
 `private-line:ID`) through the instances that learned them; a prefix inside the VPC's CIDR is refused and shown."""
 
@@ -13,8 +13,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, visible
 from controller.api.line_schemas import (
     LearnedRoute,
@@ -29,9 +28,10 @@ from controller.api.line_schemas import (
 from controller.api.ops_schemas import LineReportAnswer
 from controller.auth import Principal, own_host, require_admin, require_infra, require_tenant_api
 from controller.errors import conflict, invalid, not_found
-from controller.gateway_roles.line import LINE_ROLE, live_line_instances, pairs_of, session_instances
-from controller.line_placement import placed_of, settle
-from controller.placement import line_sessions
+from controller.southbound.gateway_roles.line import LINE_ROLE, live_line_instances, pairs_of, session_instances
+from controller.southbound.line_placement import placed_of, settle
+from controller.southbound.placement import line_sessions
+from controller.state import models as m
 
 router = APIRouter(tags=["private lines"], route_class=WriteRoute)
 

@@ -18,8 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from controller.api.ipam import IpamError, parse_cidr
 from controller.api.label_schemas import LabelsIn, LabelsOut, LabelsPatch
-from controller.ipam import IpamError, parse_cidr
 from controller.settings import DEFAULT_QUOTAS
 from tianji.southbound import GatewayRole
 

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import (
     MAX_INT,
     Page,
@@ -24,8 +23,9 @@ from controller.api.common import (
 )
 from controller.api.schemas import Rename, RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
-from controller.db import WriteTxn
 from controller.errors import conflict, invalid, not_found
+from controller.state import models as m
+from controller.state.db import WriteTxn
 
 router = APIRouter(tags=["security-groups"], route_class=WriteRoute)
 

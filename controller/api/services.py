@@ -17,17 +17,17 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.ports import insert_ports
 from controller.api.schemas import PortCreate
 from controller.api.service_schemas import EndpointCreate, EndpointOut, ServiceCreate, ServiceOut, ServiceUpdate
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid
-from controller.service_models import may_use
 from controller.settings import Settings
-from controller.table_base import new_id
+from controller.state import models as m
+from controller.state.service_models import may_use
+from controller.state.table_base import new_id
 
 router = APIRouter(tags=["services"], route_class=WriteRoute)
 

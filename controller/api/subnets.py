@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, rename, scoped, tenant_of
+from controller.api.ipam import gateway_ip, overlaps, usable_range
 from controller.api.schemas import Rename, SubnetCreate, SubnetOut
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import conflict, invalid
-from controller.ipam import gateway_ip, overlaps, usable_range
+from controller.state import models as m
 
 router = APIRouter(tags=["subnets"], route_class=WriteRoute)
 

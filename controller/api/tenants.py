@@ -7,8 +7,7 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import delete, select
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, paged
 from controller.api.ops_schemas import WhoAmI
 from controller.api.schemas import (
@@ -36,6 +35,7 @@ from controller.auth import (
     token_hash,
 )
 from controller.errors import conflict, invalid, not_found
+from controller.state import models as m
 
 router = APIRouter(tags=["tenants"], route_class=WriteRoute)
 

@@ -11,12 +11,12 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import delete, select, update
 
-from controller import models as m
 from controller.api.common import WriteRoute, db_of
 from controller.auth import Principal, own_host, require_infra
-from controller.db import Database
 from controller.errors import not_found
-from controller.models import now
+from controller.state import models as m
+from controller.state.db import Database
+from controller.state.models import now
 
 router = APIRouter(tags=["hosts"], route_class=WriteRoute)
 FRESH_S = 30.0  # a question older than this is not sent (its asker has given up)

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from controller import models as m
-from controller import quotas
+from controller.api import quotas
 from controller.api.common import (
     Page,
     WriteRoute,
@@ -24,13 +23,14 @@ from controller.api.common import (
     tenant_of,
     with_retries,
 )
+from controller.api.ipam import IpamError, next_vni, router_mac, vpc_space_error
 from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.gateway_roles.line import line_route_infos, live_line_instances
-from controller.ipam import IpamError, next_vni, router_mac, vpc_space_error
-from controller.models import now
-from controller.reads import Q_LINE_ROUTES
+from controller.southbound.gateway_roles.line import line_route_infos, live_line_instances
+from controller.state import models as m
+from controller.state.models import now
+from controller.state.reads import Q_LINE_ROUTES
 from tianji.southbound import VXLAN_OVERHEAD
 
 router = APIRouter(tags=["vpcs"], route_class=WriteRoute)

@@ -13,14 +13,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controller import models as m
 from controller.auth import Principal
-from controller.compiler import compile_host
 from controller.errors import ApiError, invalid, not_found
-from controller.gateway_compiler import compile_gateway_sections
 from controller.reachability.explain import Step
 from controller.reachability.live import compare
 from controller.reachability.walk import EPHEMERAL_PORT, Hop, Leg, Walk
+from controller.southbound.compiler import compile_host
+from controller.southbound.gateway_compiler import compile_gateway_sections
+from controller.state import models as m
 from tianji.southbound import GatewayConfig, HostConfig
 
 

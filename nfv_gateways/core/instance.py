@@ -139,7 +139,7 @@ class Instance:
     def apply(self, cfg: GatewayConfig) -> None:
         """Apply a whole config (a config file, tests): what differs from what is held, as apply_parts does."""
         self.apply_parts(cfg.revision, cfg.eips, cfg.vteps,
-                         {v: self.parts_of(x) for v, x in sections_of(cfg).items()}, whole=True)
+                         {v: self.parts_of(x) for v, x in sections_of(cfg, self.role.name).items()}, whole=True)
 
     def apply_sections(self, held: GatewayHeld, changed: set[str]) -> None:
         """Apply a delta's outcome: the sections of `changed` (a VPC whose section went is gone)."""

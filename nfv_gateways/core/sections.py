@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from nfv_gateways.core.packet import ip2int
 from nfv_gateways.core.underlay import mac_bytes
-from tianji.southbound import Endpoint, GatewayConfig, GatewaySection, GatewayVpc
+from tianji.southbound import SECTION_TYPES, Endpoint, GatewayConfig, GatewaySection, GatewayVpc
 
 EndpointKey = tuple[int, int]  # (VNI, IP)
 
@@ -44,8 +44,8 @@ def wire_parts(vpc: GatewayVpc, endpoints: list[Endpoint], policy: Hashable) -> 
     return VpcParts(vpc.vni, mac_bytes(vpc.router_mac), eps, policy)
 
 
-def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
-    """A whole config cut into its VPCs' sections (a VNI names one VPC)."""
+def sections_of(cfg: GatewayConfig, role: str) -> dict[str, GatewaySection]:
+    """A whole config cut into its VPCs' sections of this instance's role (a VNI names one VPC)."""
     static, dnat, eps, lbs, lines, services = (defaultdict(list) for _ in range(6))
     for e in cfg.services:
         services[e.vni].append(e)
@@ -59,9 +59,10 @@ def sections_of(cfg: GatewayConfig) -> dict[str, GatewaySection]:
         dnat[d.vni].append(d)
     for e in cfg.endpoints:
         eps[e.vni].append(e)
-    return {v.id: GatewaySection.model_construct(vpc=v, static=static[v.vni], dnat=dnat[v.vni],
-                                                 endpoints=eps[v.vni], eips=[], lbs=lbs[v.vni],
-                                                 lines=lines[v.vni], services=services[v.vni])
+    cls = SECTION_TYPES[role]
+    lists = {"static": static, "dnat": dnat, "lbs": lbs, "lines": lines, "services": services}
+    return {v.id: cls.model_construct(vpc=v, endpoints=eps[v.vni], eips=[],
+                                      **{k: by[v.vni] for k, by in lists.items() if k in cls.model_fields})
             for v in cfg.vpcs}
 
 

@@ -108,7 +108,7 @@ def test_stream_follows_writes_on_one_connection(controller: Controller) -> None
 def test_an_open_stream_is_the_heartbeat(backend: str, tmp_path: Path) -> None:
     """hv1 streams, asking for no keep-alive line within a minute, and never beats; hv2 neither streams nor
     beats: only hv2 goes down, and hv1 is still up two silences later. hv1's beats are its TCP stack's answers
-    to the kernel's probes (controller/open_streams.py), not lines the controller writes."""
+    to the kernel's probes (controller/southbound/open_streams.py), not lines the controller writes."""
     with served(backend, tmp_path, host_down_after=3.0) as c:
         tokens, _ = _setup(c, ["hv1", "hv2"])
         f = Follower(c, "hv1", tokens["hv1"], keepalive=60)
@@ -171,7 +171,7 @@ def test_many_streams_one_write_wakes_only_its_watchers(controller: Controller, 
         wait_for(lambda: all(f[h].events > before[h] for h in hosts[:10]), 10, "v0's hosts told")
         time.sleep(0.5)
         assert all(f[h].events == before[h] for h in hosts[10:])
-        # the ten woken streams compiled together: far fewer batches than streams (controller/stream_hub.py)
+        # the ten woken streams compiled together: far fewer batches than streams (controller/southbound/stream_hub.py)
         assert hub.compiled - compiled == 10 and hub.batches - batches <= 5, (hub.batches - batches)
     finally:
         for x in f.values():
@@ -220,7 +220,7 @@ def test_a_streaming_host_held_down_is_asked_to_report(backend: str, tmp_path: P
     """A host the controller holds down while its stream is open (marked down while a stall kept its beats from
     being written) only comes back up with a report: the controller asks for it on the stream, and the agent,
     which reports when asked (and on every new stream), reports."""
-    from controller import models as m
+    from controller.state import models as m
 
     with served(backend, tmp_path, host_down_after=2.0) as c:
         tokens, _ = _setup(c, ["hv1"])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller import models as m
 from controller.auth import token_hash
+from controller.state import models as m
 from tests.conftest import Controller
 
 

@@ -1,5 +1,5 @@
-"""Stamps are derived from the rows a write changes (controller/stamps.py), never said by the write: random creates,
-updates and deletes of every kind of object, through the API, and after each one every host's and every gateway
+"""Stamps are derived from the rows a write changes (controller/state/stamps.py), never said by the write: random
+creates, updates and deletes of every kind of object, through the API, and after each one every host's and every gateway
 instance's config, as its delta watch brings it, equals its whole config compiled from scratch (the fragment cache
 emptied). A row kind whose effect the stamps miss leaves a cached fragment or a delta stale, and fails here."""
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from controller import models as m
-from controller.compiler import compile_host
-from controller.fragments import FRAGMENTS
-from controller.gateway_compiler import compile_gateway_sections
-from controller.host_deltas import Asked, compile_host_deltas
-from controller.patches import Sent
-from controller.stamps import CHANGES
+from controller.southbound.compiler import compile_host
+from controller.southbound.fragments import FRAGMENTS
+from controller.southbound.gateway_compiler import compile_gateway_sections
+from controller.southbound.host_deltas import Asked, compile_host_deltas
+from controller.southbound.patches import Sent
+from controller.state import models as m
+from controller.state.stamps import CHANGES
 from tests.conftest import Controller, backends, served
 from tianji.host_delta import apply_delta
 from tianji.southbound import (
@@ -59,7 +59,7 @@ class Fleet:
         self.hosts: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)
         self.objects: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # watching with form=objects
         self.streamed: dict[str, HostConfig | None] = dict.fromkeys(HOSTS)  # as the config stream sends
-        self.sent = {h: Sent() for h in HOSTS}  # each stream's record (controller/patches.py)
+        self.sent = {h: Sent() for h in HOSTS}  # each stream's record (controller/southbound/patches.py)
         self.gateways: dict[str, GatewayHeld] = {g: GatewayHeld() for g in GATEWAYS}
 
     def cold(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -334,7 +334,7 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
         with controller.db.write() as w:
             w.session.execute(update(m.Host.__table__).where(m.Host.__table__.c.name == h)
                               .values(last_seen=m.now().replace(year=2000)))
-        from controller.liveness import mark_silent_hosts_down
+        from controller.southbound.liveness import mark_silent_hosts_down
 
         mark_silent_hosts_down(controller.db, 60)
         controller.raw(controller.admin_token).post(f"/v1/hosts/{h}/status", json={"ports": {}})
@@ -344,7 +344,7 @@ def test_every_kind_of_write_reaches_every_host_and_gateway(quiet: Controller) -
         with controller.db.write() as w:
             w.session.execute(update(m.Host.__table__).where(m.Host.__table__.c.name == g)
                               .values(last_seen=m.now().replace(year=2000)))
-        from controller.liveness import mark_silent_hosts_down
+        from controller.southbound.liveness import mark_silent_hosts_down
 
         mark_silent_hosts_down(controller.db, 60)
         fleet.sync(f"step {n} (gateway {g} down)")

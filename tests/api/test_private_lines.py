@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.placement import line_sessions
+from controller.southbound.placement import line_sessions
 from tests.api.test_resources import expect, make_vpc
 from tests.conftest import Controller
 
@@ -162,7 +162,7 @@ def test_the_instances_sections(controller: Controller) -> None:
     assert controller.admin.get(f"/v1/gateways/{other}/config")["lines"] == []
     # the instance carrying the session goes down: the session moves to the other
     with controller.db.write() as t:
-        from controller import models as m
+        from controller.state import models as m
 
         t.session.get(m.Host, inst).status = "down"
     assert [s["instance"] for s in a.get(f"/v1/private-lines/{line['id']}")["sessions"]] == [other]
@@ -196,7 +196,7 @@ def test_sessions_stay_where_they_run_when_an_instance_comes_back(controller: Co
     """The instance carrying a session dies (the liveness check): the session moves to the other; the first
     comes back: the session stays where it runs (moving it would take it down), until the operator rebalances.
     What the dead instance learned is gone with it: it routes nothing when it comes back."""
-    from controller.liveness import mark_silent_hosts_down
+    from controller.southbound.liveness import mark_silent_hosts_down
 
     a, vpc, _ = setup(controller)
     line = a.post("/v1/private-lines", LINE | {"vpc_id": vpc["id"]})
@@ -209,7 +209,7 @@ def test_sessions_stay_where_they_run_when_an_instance_comes_back(controller: Co
     for h in others:
         hosts.post(f"/v1/hosts/{h}/status", json={"ports": {}})
     with controller.db.write() as t:
-        from controller import models as m
+        from controller.state import models as m
 
         t.session.get(m.Host, first).last_seen = t.session.get(m.Host, first).last_seen.replace(year=2000)
     assert first in mark_silent_hosts_down(controller.db, 3600, 3600)

@@ -58,7 +58,7 @@ def test_hosts_watches_are_kept_apart_from_the_apis_latency(controller: Controll
              if s.name.endswith("_count")}
     assert api["/v1/hosts/{name}/config"] == 2 and watch["/v1/hosts/{name}/config"] == 1
     slow = [s for s in m["tianji_controller_watch_duration_seconds"] if s.name.endswith("_sum")]
-    assert slow[0].value >= 0.3
+    assert slow[0].value >= 0.25  # the wait's duration went there (the loop's timer may wake a hair early)
 
 
 def test_the_standard_process_metrics_are_exported(controller: Controller) -> None:

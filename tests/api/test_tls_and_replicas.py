@@ -188,7 +188,7 @@ def test_one_leader_and_a_handover_when_it_dies(tmp_path: Path) -> None:
     election ticks, never two at once."""
     if not pg_wanted():
         pytest.skip("PostgreSQL half disabled (TIANJI_TEST_PG=0)")
-    from controller.db import Database
+    from controller.state.db import Database
 
     pg = PgDatabase()
     dbs = [Database(pg.url) for _ in range(3)]

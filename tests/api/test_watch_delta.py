@@ -9,7 +9,7 @@ import time
 
 from sqlalchemy import update
 
-from controller import models as m
+from controller.state import models as m
 from tests.conftest import Controller
 from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
@@ -162,7 +162,7 @@ def test_topology_events_cost_other_hosts_an_entry(controller: Controller) -> No
     assert all(d is not None and d.vteps_removed == ["joiner"] and not d.vtep_updates for d in deltas().values())
     assert all("joiner" not in {v.host for v in cfg.vteps} for cfg in held.values())
 
-    from controller.liveness import mark_silent_hosts_down
+    from controller.southbound.liveness import mark_silent_hosts_down
     for _ in range(10):  # hv3 silent: down, then back (a beat the app flushes meanwhile makes it live again: retry)
         with controller.db.write() as w:
             w.session.execute(update(m.Host.__table__).where(m.Host.__table__.c.name == "hv3")
@@ -180,8 +180,8 @@ def test_an_entries_only_delta_holds_the_entries_up_to_its_claim(controller: Con
     """A stream told of joins claims only the revisions the commit order confirmed (controller/api/host_stream.py);
     the entries of newer ones come with its next delta, not with this one as well (sent twice, a mass join cost
     SQLite's streams 719 bytes per host instead of 360)."""
-    from controller.host_deltas import Asked, compile_host_deltas
-    from controller.patches import Sent
+    from controller.southbound.host_deltas import Asked, compile_host_deltas
+    from controller.southbound.patches import Sent
 
     adm = controller.admin
     adm.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})

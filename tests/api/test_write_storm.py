@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text, update
 
-from controller import models as m
 from controller.api.common import WriteRoute, retrying
-from controller.db import Database, TenantNotLocked
+from controller.state import models as m
+from controller.state.db import Database, TenantNotLocked
 from tests.conftest import backends, pg_wanted, served
 from tests.support.controller import PgDatabase
 from tests.support.storm import storm, verify
@@ -51,7 +51,7 @@ def test_a_tenants_rows_changed_without_its_lock_are_refused(tmp_path: Path) -> 
         t.session.add(m.Vpc(tenant_id="t1", name="v", cidr="10.0.0.0/16", vni=5, router_mac="02:00:00:00:00:05"))
     with db.write(tenants=["t1"]) as t:  # named: fine
         t.session.add(m.Vpc(tenant_id="t1", name="v", cidr="10.0.0.0/16", vni=5, router_mac="02:00:00:00:00:05"))
-    from controller import quotas
+    from controller.api import quotas
 
     with pytest.raises(TenantNotLocked), db.write() as t:
         quotas.check(t.session, {r: -1 for r in quotas.RESOURCES}, "t1", "vpcs")

@@ -1,8 +1,8 @@
 """A config stream whose far end vanishes (its link cut: no FIN, no RST, nothing more acknowledged) is noticed by
 TCP on both ends, with no keep-alive line in the meantime: the controller marks the host down one silence after
-it stopped acknowledging (controller/open_streams.py), and the agent's client drops the stream within about 6 s
-(tianji/southbound_client.STREAM_SOCKET_OPTIONS) to look for a controller again. Real kernels: the host's agent
-client runs in a network namespace behind a veth pair, and the link is cut under it."""
+it stopped acknowledging (controller/southbound/open_streams.py), and the agent's client drops the stream within
+about 6 s (tianji/southbound_client.STREAM_SOCKET_OPTIONS) to look for a controller again. Real kernels: the host's
+agent client runs in a network namespace behind a veth pair, and the link is cut under it."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def test_the_wheel_builds_and_loads_the_data_plane(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("nfv_gateways/native/Makefile", "nfv_gateways/native/include/tj_dp.h",
                    "nfv_gateways/native/include/tj_nat.h", "nfv_gateways/native/nat_stage.c",
-                   "controller/migrations/versions/0008_snat_eip_rows_token_roles.py"):
+                   "controller/state/migrations/versions/0008_snat_eip_rows_token_roles.py"):
         assert needed in names, f"{needed} is not in the wheel"
     assert not [n for n in names if n.endswith(".so")], "a compiled library was shipped"
     # the CNI plugin is in it, with its command (container hosts install the wheel, then link the command into

@@ -345,7 +345,7 @@ def test_nat_8_failover(cluster, tenants, internet) -> None:
 def test_nat_10_one_gateway_spread_over_both_instances(cluster, tenants, internet) -> None:
     """A NAT gateway with EIPs homed on both instances: VMs are split by source address between them, each VM's
     flows leave with an EIP of the instance serving its bucket, and both instances carry traffic."""
-    from controller.placement import NAT_BUCKETS, home, nat_buckets
+    from controller.southbound.placement import NAT_BUCKETS, home, nat_buckets
 
     live = {"gw1": "x", "gw2": "x"}
     n = tenants()

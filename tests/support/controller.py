@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 from sqlalchemy import create_engine, func, select, text
 
-from controller import models as m
 from controller.app import create_app
 from controller.serving import server_options
 from controller.settings import Settings
+from controller.state import models as m
 from controller.tls import uvicorn_factory
 from tianji.api_client import Client
 from tianji.tls import ClientTls

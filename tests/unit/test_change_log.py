@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from controller import change_log
-from controller.db import Database
-from controller.watch import Broadcaster, Wake
+from controller.southbound.watch import Broadcaster, Wake
+from controller.state import change_log
+from controller.state.db import Database
 
 
 def next_wake(loop: asyncio.AbstractEventLoop, q: asyncio.Queue) -> Wake:

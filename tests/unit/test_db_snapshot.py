@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from controller import models as m
-from controller.db import Database
+from controller.state import models as m
+from controller.state.db import Database
 
 
 def test_snapshot_sees_one_state(database: Database) -> None:

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from controller import models as m
-from controller.db import Database
+from controller.state import models as m
+from controller.state.db import Database
 
 HOSTS = m.Host.__table__
 INSERT_HOST = insert(HOSTS).values({c: bindparam(c) for c in ("name", "vtep_ip", "kind", "status", "last_seen",
@@ -31,7 +31,7 @@ def test_deferred_inserts_land_with_the_stamp(database: Database) -> None:
         vteps = s.execute(select(m.Counter.value).where(m.Counter.name == "vteps")).scalar()
         entries = dict(s.execute(select(HOSTS.c.name, HOSTS.c.vtep_revision)).all())
     assert db.revision() == before + 1
-    # stamped from the rows (controller/stamps.py), after the insert, in the same transaction: the hosts, their
+    # stamped from the rows (controller/state/stamps.py), after the insert, in the same transaction: the hosts, their
     # VTEP entries and the VTEP list
     assert rows == {"hv1": before + 1, "hv2": before + 1} == entries and vteps == before + 1
 

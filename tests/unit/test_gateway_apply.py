@@ -91,11 +91,11 @@ def test_a_rule_change_in_one_vpc_keeps_the_others_mappings(tmp_path: Path) -> N
 def test_sections_applied_one_by_one_equal_the_whole_config(tmp_path: Path) -> None:
     """An instance fed deltas (one VPC's section at a time, sections going away) ends in the state a whole config
     gives: the same NAT rules, endpoints and router MACs; a section's change touches only its VPC's parts."""
-    from tianji.southbound import GatewayConfigDelta, GatewayHeld, GatewaySection, apply_gateway_delta
+    from tianji.southbound import GatewayConfigDelta, GatewayHeld, GatewaySection, NatSection, apply_gateway_delta
 
     def section(v: int, ports: int, cidr: str = "10.0.0.0/16") -> GatewaySection:
         vid = f"V{v}"
-        return GatewaySection(
+        return NatSection(
             vpc=GatewayVpc(id=vid, vni=2000 + v, router_mac=f"0a:58:00:00:00:{v:02x}",
                            snat=[SnatInfo(cidr=cidr, eips=[f"203.0.113.{v}"])]),
             endpoints=[Endpoint(port_id=f"p{v}.{i}", vpc_id=vid, vni=2000 + v, ip=f"10.0.0.{i + 2}",

@@ -25,6 +25,8 @@ from tianji.southbound import (
     GatewayHeld,
     GatewaySection,
     GatewayVpc,
+    LbSection,
+    NatSection,
     SnatInfo,
     Vtep,
     apply_gateway_delta,
@@ -84,8 +86,8 @@ def test_nat_policies_per_vpc_in_c_are_the_references(seq: list) -> None:
         fast.close()
 
 
-def section(v: int, ports: int, mac_byte: int = 1, vtep: str = "172.31.0.1", lb_port: int | None = None
-            ) -> GatewaySection:
+def section(v: int, ports: int, mac_byte: int = 1, vtep: str = "172.31.0.1", lb_port: int | None = None,
+            role: str = "nat") -> GatewaySection:
     vid, eip = f"V{v}", f"203.0.{v // 250}.{v % 250 + 1}"
     eps = [Endpoint(port_id=f"p{v}.{i}", vpc_id=vid, vni=2000 + v, ip=f"10.0.0.{i + 2}",
                     mac=f"02:{mac_byte:02x}:{v >> 8:02x}:{v & 255:02x}:00:{i:02x}", host="hv1", vtep_ip=vtep)
@@ -93,10 +95,11 @@ def section(v: int, ports: int, mac_byte: int = 1, vtep: str = "172.31.0.1", lb_
     lbs = [] if lb_port is None else [LbServed(id=f"lb{v}", vni=2000 + v, vip="10.0.0.100", listeners=[
         LbListenerServed(protocol="tcp", port=lb_port, idle_timeout_s=60, table_size=251,
                          members=[LbMemberServed(id=f"m{v}", ip="10.0.0.2", weight=1)])])]
-    return GatewaySection(vpc=GatewayVpc(id=vid, vni=2000 + v,
-                                         router_mac=f"0a:58:{mac_byte:02x}:00:{v >> 8:02x}:{v & 255:02x}",
-                                         snat=[SnatInfo(cidr="10.0.0.0/16", eips=[eip])]),
-                          endpoints=eps, eips=[eip], lbs=lbs)
+    vpc = GatewayVpc(id=vid, vni=2000 + v, router_mac=f"0a:58:{mac_byte:02x}:00:{v >> 8:02x}:{v & 255:02x}",
+                     snat=[SnatInfo(cidr="10.0.0.0/16", eips=[eip])] if role == "nat" else [])
+    if role == "lb":
+        return LbSection(vpc=vpc, endpoints=eps, lbs=lbs)
+    return NatSection(vpc=vpc, endpoints=eps, eips=[eip])
 
 
 def instance(tmp: Path, role: str) -> tuple[Instance, NativeDataPlane]:
@@ -166,7 +169,7 @@ def test_what_c_holds_after_per_vpc_changes_is_what_python_holds(tmp_path_factor
                 secs = []
             else:
                 ids.add(f"V{v}")
-                secs = [section(v, change[0], change[1], lb_port=change[2])]
+                secs = [section(v, change[0], change[1], lb_port=change[2], role="lb")]
             held = feed(g, held, rev, secs, ids)
         assert dp.held() == {"vpcs": len(g.fwd.router_mac), "endpoints": len(g.fwd.endpoints)}
         assert c_endpoints(dp, g) == {k: (e.vtep_int, e.mac) for k, e in g.fwd.endpoints.items()}

@@ -7,7 +7,7 @@ import ipaddress
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.ipam import IpamError, check_fixed_ip, next_free, parse_cidr, random_mac, usable_range
+from controller.api.ipam import IpamError, check_fixed_ip, next_free, parse_cidr, random_mac, usable_range
 
 nets = st.builds(lambda addr, plen: ipaddress.IPv4Network((addr, plen), strict=False),
                  st.integers(0, 2**32 - 1), st.integers(20, 28))
@@ -74,7 +74,7 @@ def test_random_mac_is_local_unicast() -> None:
 def test_next_vni_moves_forward_wraps_and_skips_taken_and_quarantined() -> None:
     import pytest
 
-    from controller.ipam import IpamError, next_vni
+    from controller.api.ipam import IpamError, next_vni
 
     def taken_of(used: set[int], held: set[int]):
         return lambda a, b: ({v for v in used if a <= v <= b}, {v for v in held if a <= v <= b})

@@ -115,14 +115,66 @@ def _parents(name: str) -> list[str]:
 
 
 def test_every_gateway_role_has_its_room_and_the_rooms_stay_below_the_gateway_compiler() -> None:
-    """Each role the hosts may have is compiled by its own module of `controller/gateway_roles/`, registered once;
-    a role's room never imports the gateway compiler (which dispatches through the registry) nor another role's."""
-    from controller.gateway_roles.registry import ROLES
+    """Each role the hosts may have is compiled by its own module of `controller/southbound/gateway_roles/`,
+    registered once; a role's room never imports the gateway compiler (which dispatches through the registry) nor
+    another role's."""
+    from controller.southbound.gateway_roles.registry import ROLES
     from tianji.southbound import GATEWAY_ROLES
 
     assert sorted(ROLES) == sorted(GATEWAY_ROLES)
-    rooms = {f.stem for f in files("controller/gateway_roles")} - {"__init__", "role", "registry"}
-    bad = [f"{f.relative_to(ROOT)} imports {i}" for f in files("controller/gateway_roles") if f.stem in rooms
-           for i in imports(f) if i.startswith("controller.gateway_compiler")
-           or any(i.startswith(f"controller.gateway_roles.{r}") for r in rooms - {f.stem})]
+    rooms = {f.stem for f in files("controller/southbound/gateway_roles")} - {"__init__", "role", "registry"}
+    bad = [f"{f.relative_to(ROOT)} imports {i}" for f in files("controller/southbound/gateway_roles") if f.stem in rooms
+           for i in imports(f) if i.startswith("controller.southbound.gateway_compiler")
+           or any(i.startswith(f"controller.southbound.gateway_roles.{r}") for r in rooms - {f.stem})]
     assert bad == [], "\n".join(bad)
+
+
+CONTROLLER_LEAVES = {"controller.errors", "controller.failpoints", "controller.settings", "controller.tls",
+                     "controller.serving", "controller.auth", "controller.telemetry"}
+ROOM_MAY_IMPORT = {  # the controller's rooms, each with what of the controller it may import besides itself
+    "controller.state": {"controller.errors", "controller.failpoints"},
+    "controller.southbound": {"controller.state", *CONTROLLER_LEAVES},
+    "controller.reachability": {"controller.state", "controller.southbound", *CONTROLLER_LEAVES},
+}
+
+
+def test_the_controllers_rooms_import_only_downward() -> None:
+    """state below southbound below the API: what each room may import of the controller (see each room's
+    `__init__.py`); the API imports anything below it and nothing imports the API but the app."""
+    bad = []
+    for room, allowed in ROOM_MAY_IMPORT.items():
+        for f in files(room.replace(".", "/")):
+            for i in imports(f):
+                if i.startswith("controller.") and not i.startswith(room) \
+                        and not any(i == a or i.startswith(a + ".") for a in allowed):
+                    bad.append(f"{f.relative_to(ROOT)} imports {i}")
+    for f in files("controller"):
+        if "controller/api/" not in str(f) and f.name != "app.py":
+            bad += [f"{f.relative_to(ROOT)} imports {i}" for i in imports(f) if i.startswith("controller.api")]
+    assert bad == [], "imports across the controller's rooms that run back up:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_circle_joins_files_of_different_packages() -> None:
+    """Counting imports inside functions too: files that import each other, however indirectly, live in one
+    package (a circle across packages is two concepts that cannot be understood apart)."""
+    modules = {module_name(f): f for p in PACKAGES for f in files(p)}
+    graph = {m: sorted(i for i in imports(f) if i in modules and i != m) for m, f in modules.items()}
+    reach: dict[str, set[str]] = {}
+
+    def reachable(m: str) -> set[str]:
+        if m not in reach:
+            seen, todo = set(), [m]
+            while todo:
+                for n in graph[todo.pop()]:
+                    if n not in seen:
+                        seen.add(n)
+                        todo.append(n)
+            reach[m] = seen
+        return reach[m]
+
+    def package(m: str) -> str:
+        return m if modules[m].name == "__init__.py" else m.rsplit(".", 1)[0]
+
+    bad = sorted({f"{a} <-> {b}" for a in graph for b in reachable(a)
+                  if a < b and package(a) != package(b) and a in reachable(b)})
+    assert bad == [], "import circles across packages:\n" + "\n".join(bad)

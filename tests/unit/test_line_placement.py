@@ -1,11 +1,12 @@
-"""Private-line placement (controller/placement.line_hosts) and the underlay's neighbours the agent resolves."""
+"""Private-line placement (controller/southbound/placement.line_hosts) and the underlay's neighbours the agent
+resolves."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.placement import line_hosts
+from controller.southbound.placement import line_hosts
 from vswitch_agent.underlay_neighbours import arp_request, cached
 
 NAMES = st.lists(st.sampled_from([f"pl{i}" for i in range(6)]), min_size=0, max_size=6, unique=True)

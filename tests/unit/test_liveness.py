@@ -7,9 +7,9 @@ from datetime import UTC, timedelta
 
 from sqlalchemy import event, insert, select
 
-from controller import models as m
-from controller.db import Database
-from controller.liveness import Beats, mark_silent_hosts_down
+from controller.southbound.liveness import Beats, mark_silent_hosts_down
+from controller.state import models as m
+from controller.state.db import Database
 
 HOSTS = m.Host.__table__
 

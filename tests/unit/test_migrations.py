@@ -9,10 +9,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, select, text
 
-from controller import models as m
 from controller.auth import token_hash
-from controller.db import Database
-from controller.schema import MIGRATIONS
+from controller.state import models as m
+from controller.state.db import Database
+from controller.state.schema import MIGRATIONS
 
 
 def test_0004_keeps_tenant_tokens_and_vnis(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.placement import LINE_BUCKETS, NAT_BUCKETS, home, line_buckets, nat_buckets
+from controller.southbound.placement import LINE_BUCKETS, NAT_BUCKETS, home, line_buckets, nat_buckets
 
 ids = st.text(alphabet="0123456789abcdef", min_size=8, max_size=8)
 

@@ -9,11 +9,23 @@ import threading
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tests.unit.test_southbound_client import server
 from tianji import southbound_client
-from tianji.southbound import GatewayConfigDelta, HostConfig, HostConfigDelta
+from tianji.served import LbServed
+from tianji.southbound import (
+    SECTION_TYPES,
+    GatewayConfig,
+    GatewayConfigDelta,
+    GatewayVpc,
+    HostConfig,
+    HostConfigDelta,
+    LbSection,
+    NatSection,
+    SnatInfo,
+    StaticEip,
+)
 from tianji.southbound_client import Southbound
 from tianji.wire import SCHEMA_VERSION
 from vswitch_agent.flows import compute_flows
@@ -66,3 +78,51 @@ def test_the_watch_applies_nothing_of_a_newer_major_version_and_keeps_its_revisi
                                    lambda d, _a: applied.append(d), errors.append, stop)
     assert applied == [] and len(errors) == 2 and "upgrade" in str(errors[0])
     assert all("after=7" in p for p, _, _ in seen)  # still asking from what it holds
+
+
+class Section11(BaseModel):
+    """A gateway section as a gateway of schema 1.1 parses it: one type with every role's fields."""
+
+    vpc: dict
+    static: list = []
+    dnat: list = []
+    endpoints: list = []
+    eips: list[str] = []
+    lbs: list = []
+    lines: list = []
+    services: list = []
+
+
+def test_a_gateway_of_the_previous_minor_version_reads_each_roles_section() -> None:
+    """Schema 1.2 gives each role its own section type; a 1.1 gateway reads them as its one type: `role` ignored,
+    the other roles' fields empty."""
+    vpc = GatewayVpc(id="v1", vni=5001, router_mac="0a:58:00:00:00:01", snat=[SnatInfo(cidr="10.0.0.0/24",
+                                                                                       eips=["203.0.113.1"])])
+    nat = NatSection(vpc=vpc, eips=["203.0.113.1"], static=[StaticEip(vni=5001, ip="10.0.0.5", eip="203.0.113.2")])
+    lb = LbSection(vpc=vpc, lbs=[LbServed(id="lb1", vni=5001, vip="10.0.0.100", listeners=[])])
+    d = GatewayConfigDelta(name="gw1", revision=3, base=-1, vpc_ids=["v1"], sections=[nat, lb])
+    old = [Section11.model_validate(x) for x in json.loads(d.model_dump_json())["sections"]]
+    assert old[0].eips == ["203.0.113.1"] and old[0].static[0]["eip"] == "203.0.113.2" and old[0].lbs == []
+    assert old[1].lbs[0]["id"] == "lb1" and old[1].static == [] and old[1].vpc["snat"][0]["cidr"] == "10.0.0.0/24"
+    assert [type(x) for x in GatewayConfigDelta.model_validate_json(d.model_dump_json()).sections] == \
+        [NatSection, LbSection]
+
+
+def test_a_gateway_refuses_sections_without_a_role_saying_to_upgrade_the_controller() -> None:
+    raw = {"name": "gw1", "revision": 3, "base": -1, "vpc_ids": ["v1"], "schema_version": "1.1",
+           "sections": [Section11(vpc={"id": "v1", "vni": 5001, "router_mac": "0a:58:00:00:00:01"}).model_dump()]}
+    with pytest.raises(ValidationError) as e:
+        GatewayConfigDelta.model_validate(raw)
+    assert "upgrade the controller first" in str(e.value)
+
+
+def test_a_whole_config_cut_into_sections_of_each_role_gives_that_roles_type() -> None:
+    from nfv_gateways.core.sections import sections_of
+
+    vpc = GatewayVpc(id="v1", vni=5001, router_mac="0a:58:00:00:00:01")
+    cfg = GatewayConfig(name="gw1", revision=1, vpcs=[vpc],
+                        lbs=[LbServed(id="lb1", vni=5001, vip="10.0.0.100", listeners=[])])
+    for role, cls in SECTION_TYPES.items():
+        (sec,) = sections_of(cfg, role).values()
+        assert type(sec) is cls and sec.vpc == vpc
+    assert sections_of(cfg, "lb")["v1"].lbs == cfg.lbs

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from sqlalchemy import event, select
 from sqlalchemy.exc import StatementError
 
-from controller import models as m
-from controller.db import Database
-from controller.sqlset import in_ids
+from controller.state import models as m
+from controller.state.db import Database
+from controller.state.sqlset import in_ids
 
 HOSTS = [f"hv{i}" for i in range(12)] + ["with'quote", 'with"dq', "ünï"]
 Q = select(m.Host.name).where(in_ids(m.Host.__table__.c.name, "names")).order_by(m.Host.name)

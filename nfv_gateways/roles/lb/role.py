@@ -23,7 +23,7 @@ from nfv_gateways.roles.lb import maglev
 from nfv_gateways.roles.lb.reference import LbTable
 from nfv_gateways.roles.lb.stage import LbStage, PoolSpec, VpcLb
 from tianji.served import LbListenerServed, LbServed
-from tianji.southbound import GatewaySection
+from tianji.southbound import LbSection
 
 if TYPE_CHECKING:
     from nfv_gateways.native.dataplane import NativeDataPlane
@@ -69,7 +69,7 @@ class LbRole:
         self.maglev, self.stage = NativeMaglev(), LbStage(conns)
         return self.stage
 
-    def policy_of(self, section: GatewaySection) -> tuple[LbServed, ...]:
+    def policy_of(self, section: LbSection) -> tuple[LbServed, ...]:
         return tuple(section.lbs)
 
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:

@@ -30,7 +30,7 @@ from nfv_gateways.roles.line.handoff import BROADCAST, Handoff, arp_frame, untag
 from nfv_gateways.roles.line.policy import line_of, specs_of
 from nfv_gateways.roles.line.reference import LineTable, LineVerdict, prefix_of
 from tianji.served import PrivateLineServed
-from tianji.southbound import GatewaySection
+from tianji.southbound import LineSection
 from tianji.southbound_client import SouthboundError
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class LineRole:
         self.inst = inst
         return lambda frame: self.from_handoff(*untag(frame, []))
 
-    def policy_of(self, section: GatewaySection) -> tuple[PrivateLineServed, ...]:
+    def policy_of(self, section: LineSection) -> tuple[PrivateLineServed, ...]:
         return tuple(section.lines)
 
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:

@@ -15,7 +15,7 @@ from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.nat.policy import DnatRule, NatConfig, SnatRule, StaticEip, VpcNat
 from nfv_gateways.roles.nat.reference import NatTable
 from nfv_gateways.roles.nat.store import DictStore, capacity_of
-from tianji.southbound import GatewaySection
+from tianji.southbound import NatSection
 
 if TYPE_CHECKING:
     from nfv_gateways.native.dataplane import NativeDataPlane
@@ -24,7 +24,7 @@ log = logging.getLogger("tianji.gateway")
 PROTO = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
 
 
-def vpc_nat(x: GatewaySection) -> VpcNat:
+def vpc_nat(x: NatSection) -> VpcNat:
     """A VPC section's NAT policy."""
     vpc = x.vpc
     return VpcNat(vpc.vni,
@@ -55,7 +55,7 @@ class NatRole:
         self.table = fast
         return fast
 
-    def policy_of(self, section: GatewaySection) -> VpcNat:
+    def policy_of(self, section: NatSection) -> VpcNat:
         return vpc_nat(section)
 
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:

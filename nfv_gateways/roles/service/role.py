@@ -20,7 +20,7 @@ from nfv_gateways.core.role import PacketStage, apply_by_vni
 from nfv_gateways.core.sections import VpcParts
 from nfv_gateways.roles.service.policy import EndpointPolicy, endpoint_of
 from nfv_gateways.roles.service.reference import ServiceTable
-from tianji.southbound import GatewaySection
+from tianji.southbound import ServiceSection
 
 if TYPE_CHECKING:
     from nfv_gateways.native.dataplane import NativeDataPlane
@@ -44,7 +44,7 @@ class ServiceRole:
             self.table = NativeServiceTable(dp)
         return self.table
 
-    def policy_of(self, section: GatewaySection) -> tuple[EndpointPolicy, ...]:
+    def policy_of(self, section: ServiceSection) -> tuple[EndpointPolicy, ...]:
         return tuple(endpoint_of(x) for x in section.services)
 
     def apply(self, parts: Mapping[str, VpcParts], touched: set[str], first: bool) -> None:

@@ -1,0 +1,67 @@
+"""The database's schema: brought to the code's head by Alembic's migrations (controller/state/migrations), one process
+at a time (an advisory lock on PostgreSQL: replicas starting together), said in one line."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger("controller.state.db")
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def head() -> str:
+    """The schema this code needs: the newest migration's revision."""
+    from alembic.script import ScriptDirectory
+
+    return str(ScriptDirectory.from_config(_config()).get_current_head())
+
+
+MIGRATION_LOCK = 0x7469616E6A6901  # PostgreSQL advisory lock keys ("tianji" and a number)
+
+
+def upgrade(engine: Engine) -> None:
+    """The schema brought to the code's head, said in one line (alembic's own lines, one per migration, at DEBUG)."""
+    cfg = _config()
+    sqlite = engine.dialect.name == "sqlite"
+    alembic_log = logging.getLogger("alembic")
+    if not alembic_log.isEnabledFor(logging.DEBUG):
+        alembic_log.setLevel(logging.WARNING)
+    with engine.connect() as conn:
+        if sqlite:
+            # SQLite alters a table by copying it and dropping the original; with foreign keys enforced, that
+            # DROP would cascade-delete every row that refers to it (a tenant's VPCs, a port's memberships).
+            # The pragma only takes effect outside a transaction, hence on the driver's connection, before BEGIN.
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                if not sqlite:  # replicas starting together: one migrates, the others then find the head
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+                cfg.attributes["connection"] = conn
+                before = _schema_revision(conn)
+                command.upgrade(cfg, "head")
+                after = _schema_revision(conn)
+                if before != after:
+                    log.info("database schema migrated from %s to %s", before or "empty", after)
+                if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
+                    raise RuntimeError(f"migration left rows with dangling references: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+
+
+def _schema_revision(conn: Connection) -> str | None:
+    if not inspect(conn).has_table("alembic_version"):  # an empty database (asked, not tried: a failed query
+        return None  # would abort PostgreSQL's transaction, which holds the migration lock)
+    return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
