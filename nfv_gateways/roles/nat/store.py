@@ -124,11 +124,10 @@ class DictStore:
             return NO_PORT
         if self.capacity is not None and len(self.by_inside) >= self.capacity:
             return TABLE_FULL
-        new = Mapping(m.vni, m.ip, m.port, m.proto, m.eip, eport, m.last, [], m.tcp_established, m.tcp_closing)
-        for p in m.peers:
-            add_peer(new, p)
-        self.by_inside[new.inside] = self.by_outside[(new.eip, new.eport, new.proto)] = new
-        return new
+        m.eport = eport  # the caller's new record is adopted, not copied: it holds it only to ask for it
+        del m.peers[:-NAT_MAX_PEERS]
+        self.by_inside[m.inside] = self.by_outside[(m.eip, eport, m.proto)] = m
+        return m
 
     def put(self, m: Mapping) -> None:
         """The caller's mapping is the one held (`find_*` hand it out itself)."""
