@@ -58,7 +58,8 @@ def main() -> None:
     for i in range(a.runs):
         for side, tree in (("before", a.before.resolve()), ("after", HERE)):
             got[side].append(run(tree, a.script, args))
-            print(f"run {i + 1}/{a.runs} {side}: done", file=sys.stderr, flush=True)
+            # each run's figures as they come: a run cut short still leaves the ones before it
+            print(f"run {i + 1}/{a.runs} {side}: {json.dumps(got[side][-1])}", file=sys.stderr, flush=True)
     keys = [k for k in got["after"][0] if all(k in r for side in got.values() for r in side)]
     med = {side: {k: statistics.median(r[k] for r in rows) for k in keys} for side, rows in got.items()}
     print(f"\n{a.script} {' '.join(args)}: medians of {a.runs} interleaved runs\n")
