@@ -237,9 +237,9 @@ def main() -> None:
         peering = tj(ea, "peering", "create", "--requester", avpc["id"], "--accepter", data["id"], show=False)
         tj(ea, "sg", "rule-add", data["default_security_group_id"], "--direction", "ingress",
            "--remote-cidr", "10.0.0.0/16")  # the data VPC admits the peered prod VPC
-        websg = tj(ea, "sg", "create", "web", "--vpc", avpc["id"], show=False)
+        websg = tj(ea, "sg", "create", "web", "--vpc", avpc["id"], show=False)  # a new group allows all egress
         tj(ea, "sg", "rule-add", websg["id"], "--direction", "ingress", "--protocol", "tcp", "--port", "80")
-        tj(ea, "sg", "rule-add", websg["id"], "--direction", "egress", "--protocol", "any")
+        tj(ea, "sg", "show", websg["id"])
         # the internet through a NAT gateway: an EIP, SNAT for the web subnet, a default route
         eip = tj(ea, "eip", "create", show=False)
         natgw = tj(ea, "nat-gateway", "create", "--vpc", avpc["id"], "--eip", eip["id"], show=False)
