@@ -19,6 +19,7 @@ from tianji.wire import OVERLAY_MTU, Versioned, Wire
 VXLAN_OVERHEAD = 50
 GatewayRole = Literal["nat", "lb", "private-line", "service"]  # what a gateway instance serves (its host's role)
 GATEWAY_ROLES: tuple[str, ...] = get_args(GatewayRole)
+DEFAULT_GATEWAY_ROLE: GatewayRole = "nat"  # a gateway host registered without a role (as every one was at first)
 
 
 class SubnetInfo(Wire):

@@ -28,7 +28,7 @@ from controller.state import models as m
 from controller.state.db import Database
 from controller.state.models import now
 from controller.state.reads import host_revision
-from tianji.southbound import HostConfig, HostConfigDelta, PortStatusReport
+from tianji.southbound import DEFAULT_GATEWAY_ROLE, HostConfig, HostConfigDelta, PortStatusReport
 
 router = APIRouter(tags=["hosts"], route_class=WriteRoute)
 
@@ -60,7 +60,7 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     own_host(p, body.name, body.kind)
     if body.role is not None and body.kind != "gateway":
         raise ApiError(422, "role: only a gateway has a role (nat, lb, private-line or service)", "role")
-    role = (body.role or p.host_role or "nat") if body.kind == "gateway" else None
+    role = (body.role or p.host_role or DEFAULT_GATEWAY_ROLE) if body.kind == "gateway" else None
     if p.host_role is not None and role != p.host_role:
         raise ApiError(403, f"role: this credential is for a {p.host_role} gateway; the operator makes one for "
                             f"another role (POST /v1/host-tokens {{\"kind\": \"gateway\", \"role\": ...}})", "role")

@@ -31,6 +31,7 @@ from controller.errors import ApiError, conflict, invalid, not_found
 from controller.southbound.placement import home
 from controller.state import models as m
 from controller.state.models import now
+from tianji.southbound import DEFAULT_GATEWAY_ROLE
 
 router = APIRouter(tags=["nat"], route_class=WriteRoute)
 
@@ -63,8 +64,9 @@ def _allocate(s: Session, quarantine_s: float) -> tuple[m.EipPool, str]:
 
 def live_gateways(s: Session, role: str = "nat") -> list[str]:
     """The live gateway instances of a role (a gateway registered without one is a NAT instance)."""
-    return list(s.execute(select(m.Host.name).where(m.Host.kind == "gateway", m.Host.status == "up",
-                                                    func.coalesce(m.Host.role, "nat") == role)).scalars())
+    q = select(m.Host.name).where(m.Host.kind == "gateway", m.Host.status == "up",
+                                  func.coalesce(m.Host.role, DEFAULT_GATEWAY_ROLE) == role)
+    return list(s.execute(q).scalars())
 
 
 def eip_outs(s: Session, eips: list[m.Eip]) -> list[EipOut]:

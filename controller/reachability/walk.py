@@ -15,7 +15,7 @@ from typing import Protocol
 
 from controller.reachability.explain import Step, explain
 from controller.reachability.gateway_hop import gateway_steps
-from tianji.southbound import GatewayConfig, HostConfig, PortInfo
+from tianji.southbound import DEFAULT_GATEWAY_ROLE, GatewayConfig, HostConfig, PortInfo
 from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, arp_request, pruned
 from vswitch_agent.ofmodel import CONTROLLER
 
@@ -134,7 +134,7 @@ class Walk:
 
     def gateway(self, name: str, role: str | None, pkt: dict, hops: list[Hop]) -> Leg:
         cfg = self.cluster.gateway_config(name)
-        role = role or "nat"
+        role = role or DEFAULT_GATEWAY_ROLE
         tenant = self.cluster.vni_tenant(pkt["tunnel_id"])
         hop = Hop(name, "gateway", role, pkt["tunnel_id"], tenant_id=tenant)
         hops.append(hop)

@@ -44,6 +44,7 @@ from controller.state.reads import (
     host_view,
 )
 from tianji.southbound import (
+    DEFAULT_GATEWAY_ROLE,
     GATEWAY_ROLES,
     OVERLAY_MTU,
     DnsRecord,
@@ -80,7 +81,7 @@ class Topology(NamedTuple):
 
 
 def hosts_fragment(rows: list) -> Topology:
-    live = [(n, ip, role or "nat") for n, ip, k, st, role in rows if k == "gateway" and st == "up"]
+    live = [(n, ip, role or DEFAULT_GATEWAY_ROLE) for n, ip, k, st, role in rows if k == "gateway" and st == "up"]
     return Topology(tuple(Vtep(host=n, ip=ip, kind=k) for n, ip, k, _, _ in rows),
                     *({n: ip for n, ip, role in live if role == r} for r in GATEWAY_ROLES))  # the fields' order
 

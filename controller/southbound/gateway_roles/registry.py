@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from controller.southbound.gateway_roles import lb, line, nat, service
 from controller.southbound.gateway_roles.role import RoleCompiler
+from tianji.southbound import DEFAULT_GATEWAY_ROLE
 
 ROLES: dict[str, RoleCompiler] = {r.name: r for r in (nat.ROLE, lb.ROLE, line.ROLE, service.ROLE)}
 
 
 def compiler_of(role: str | None) -> RoleCompiler:
     """A gateway host's role compiler (a host with no role is a NAT instance, as it always was)."""
-    return ROLES[role or "nat"]
+    return ROLES[role or DEFAULT_GATEWAY_ROLE]
