@@ -17,18 +17,14 @@ from fastapi.staticfiles import StaticFiles
 from controller import errors, openapi
 from controller.api import (
     eip_pools,
+    eips,
     gateways,
     host_stream,
     hosts,
-    lb,
-    lb_health,
-    nat,
     peerings,
     ports,
-    private_lines,
     reachability,
     security_groups,
-    services,
     subnets,
     tenants,
     traces,
@@ -39,6 +35,11 @@ from controller.auth import cached_principal, forget_credentials
 from controller.guards import Guard
 from controller.idempotency import Idempotency
 from controller.replicas import Leadership, admin_credential, shared_settings
+from controller.roles.lb import health as lb_health
+from controller.roles.lb import routes as lb
+from controller.roles.line import routes as private_lines
+from controller.roles.nat import routes as nat
+from controller.roles.service import routes as services
 from controller.serving import Collector, limit_threads
 from controller.settings import Settings
 from controller.southbound import liveness_loop
@@ -106,8 +107,8 @@ def create_app(settings: Settings | None = None, *, announce_token: bool = True)
     app.add_middleware(Telemetry, state=app.state)  # added last: outermost, so it sees every answer
     # the agents' and gateways' routes first: routes are matched in turn (about 3 µs each in FastAPI 0.165), and a
     # thousand hosts' reports and streams are most of the requests
-    for r in (hosts, host_stream, gateways, tenants, vpcs, subnets, ports, peerings, security_groups, nat, eip_pools,
-              lb, lb_health, private_lines, services, reachability, traces):
+    for r in (hosts, host_stream, gateways, tenants, vpcs, subnets, ports, peerings, security_groups, eips, nat,
+              eip_pools, lb, lb_health, private_lines, services, reachability, traces):
         app.include_router(r.router, prefix="/v1", responses=errors.ERROR_RESPONSES)
 
     _ops_routes(app, db, head)

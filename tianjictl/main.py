@@ -143,7 +143,7 @@ def main_options(ctx: typer.Context,
     url, token, ca, admin = credentials(url, token, ca)
     if admin is not None:  # never the admin without saying so: the exported state dir is not a credential
         err.print(f"[yellow]note:[/yellow] acting as the admin, with {admin} (TIANJI_STATE_DIR); give --token "
-                  "or TIANJI_TOKEN to act as another credential", highlight=False)
+                  "or TIANJI_TOKEN to act as another credential", highlight=False, soft_wrap=True)
     ctx.obj = Ctx(url or "https://127.0.0.1:8080", token, as_json, ca)
 
 

@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controller.api.common import WriteRoute, db_of
+from controller.api.eip_schemas import EipPoolCreate
 from controller.api.ipam import overlaps
-from controller.api.nat_schemas import EipPoolCreate
 from controller.api.ops_schemas import EipPoolOut
 from controller.auth import Principal, require_admin
 from controller.errors import conflict, not_found

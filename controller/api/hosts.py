@@ -17,11 +17,11 @@ from controller.api.ops_schemas import HostStatusAnswer
 from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.errors import ApiError, conflict, invalid, not_found
+from controller.roles.line.placement import instance_changed
+from controller.roles.line.sections import LINE_ROLE
 from controller.serving import watch_thread
 from controller.southbound.compiler import compile_host
-from controller.southbound.gateway_roles.line import LINE_ROLE
 from controller.southbound.host_deltas import compile_host_delta
-from controller.southbound.line_placement import instance_changed
 from controller.southbound.liveness import beat_pace
 from controller.southbound.watch import Held, Wake, long_poll
 from controller.state import models as m

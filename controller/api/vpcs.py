@@ -27,7 +27,7 @@ from controller.api.ipam import IpamError, next_vni, router_mac, vpc_space_error
 from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
-from controller.southbound.gateway_roles.line import line_route_infos, live_line_instances
+from controller.roles.line.sections import line_route_infos, live_line_instances
 from controller.state import models as m
 from controller.state.models import now
 from controller.state.reads import Q_LINE_ROUTES

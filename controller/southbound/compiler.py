@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
+from controller.roles.lb.sections import by_listener
+from controller.roles.line.sections import line_route_infos
 from controller.southbound.fragments import FRAGMENTS, cached, store
-from controller.southbound.gateway_roles.lb import by_listener
-from controller.southbound.gateway_roles.line import line_route_infos
 from controller.southbound.placement import home, nat_buckets
 from controller.state.reads import (
     Q_DNS,

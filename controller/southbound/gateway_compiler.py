@@ -1,4 +1,4 @@
-"""Compile a gateway instance's config, one section per VPC, by its role's compiler (`gateway_roles/registry.py`).
+"""Compile a gateway instance's config, one section per VPC, by its role's compiler (`controller/roles/registry.py`).
 
 An instance's config is a section for every VPC it serves something of (its role says what: NAT gateways, load
 balancers, private lines, service endpoints; see `GatewaySection`). A section follows its VPC's revision (every
@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 from sqlalchemy.orm import Session
 
+from controller.roles.registry import compiler_of
+from controller.roles.role import CompileInputs
 from controller.southbound.compiler import endpoints_fragments, hosts_fragment
 from controller.southbound.fragments import FRAGMENTS, cached, digest_of, store
-from controller.southbound.gateway_roles.registry import compiler_of
-from controller.southbound.gateway_roles.role import CompileInputs
 from controller.state.reads import Q_ENDPOINTS, Q_HOSTS, Reads, gateway_view
 from tianji.southbound import GatewayConfig, GatewayConfigDelta, GatewaySection, gateway_config_of
 

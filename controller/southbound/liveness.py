@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, text, update
 
-from controller.southbound.line_placement import instance_changed
+from controller.roles.line.placement import instance_changed
 from controller.state import models as m
 from controller.state.db import Database
 from controller.state.models import now

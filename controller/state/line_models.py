@@ -35,7 +35,7 @@ class PrivateLine(Base):
 class PrivateLinePlacement(Base):
     """Where a session of a line runs (0: the primary, 1: the secondary): kept while that instance lives, so an
     instance coming back takes nothing back by itself (a session moved is a session down); set again when it dies,
-    and from scratch by an operator's rebalance (controller/southbound/line_placement.py)."""
+    and from scratch by an operator's rebalance (controller/roles/line/placement.py)."""
 
     __tablename__ = "private_line_placements"
     line_id: Mapped[str] = mapped_column(ForeignKey("private_lines.id", ondelete="CASCADE"), primary_key=True)

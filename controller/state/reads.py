@@ -88,7 +88,7 @@ _PLACED = m.PrivateLinePlacement.__table__
 
 
 def _placed(session: int) -> Any:
-    """A line's session's instance as placed (controller/southbound/line_placement.py), beside the line's columns."""
+    """A line's session's instance as placed (controller/roles/line/placement.py), beside the line's columns."""
     return select(_PLACED.c.instance).where(_PLACED.c.line_id == _LINES.c.id, _PLACED.c.session == session) \
         .scalar_subquery().label(f"placed{session}")
 

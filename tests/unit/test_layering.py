@@ -114,18 +114,37 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def test_every_gateway_role_has_its_room_and_the_rooms_stay_below_the_gateway_compiler() -> None:
-    """Each role the hosts may have is compiled by its own module of `controller/southbound/gateway_roles/`,
-    registered once; a role's room never imports the gateway compiler (which dispatches through the registry) nor
-    another role's."""
-    from controller.southbound.gateway_roles.registry import ROLES
+ROLES_DIR = "controller/roles"
+ROLE_API_FLOOR = {"routes", "schemas", "health"}  # a role room's tenant (and host report) routes and their bodies
+
+
+def role_rooms() -> set[str]:
+    return {d.name for d in (ROOT / ROLES_DIR).iterdir() if (d / "__init__.py").exists()}
+
+
+def on_api_floor(name: str) -> bool:
+    """`name` (a module) is part of the REST surface: `controller.api` or a role room's routes and schemas."""
+    parts = name.split(".")
+    return name.startswith("controller.api") or (
+        name.startswith("controller.roles.") and len(parts) >= 4 and parts[3] in ROLE_API_FLOOR)
+
+
+def test_every_gateway_role_has_its_room_and_the_rooms_keep_to_themselves() -> None:
+    """Each role the hosts may have has one room under `controller/roles/` (its sections, routes and schemas),
+    registered once; a room never imports another role's room, nor the gateway compiler (which dispatches through
+    the registry)."""
+    from controller.roles.registry import ROLES
     from tianji.southbound import GATEWAY_ROLES
 
     assert sorted(ROLES) == sorted(GATEWAY_ROLES)
-    rooms = {f.stem for f in files("controller/southbound/gateway_roles")} - {"__init__", "role", "registry"}
-    bad = [f"{f.relative_to(ROOT)} imports {i}" for f in files("controller/southbound/gateway_roles") if f.stem in rooms
+    rooms = role_rooms()
+    in_rooms = sorted(f"controller.roles.{r}.sections" for r in rooms)
+    assert sorted(r.sections.__module__ for r in ROLES.values()) == in_rooms
+    for r in rooms:
+        assert (ROOT / ROLES_DIR / r / "sections.py").exists() and (ROOT / ROLES_DIR / r / "routes.py").exists(), r
+    bad = [f"{f.relative_to(ROOT)} imports {i}" for r in rooms for f in files(f"{ROLES_DIR}/{r}")
            for i in imports(f) if i.startswith("controller.southbound.gateway_compiler")
-           or any(i.startswith(f"controller.southbound.gateway_roles.{r}") for r in rooms - {f.stem})]
+           or any(i.startswith(f"controller.roles.{o}") for o in rooms - {r})]
     assert bad == [], "\n".join(bad)
 
 
@@ -133,14 +152,16 @@ CONTROLLER_LEAVES = {"controller.errors", "controller.failpoints", "controller.s
                      "controller.serving", "controller.auth", "controller.telemetry"}
 ROOM_MAY_IMPORT = {  # the controller's rooms, each with what of the controller it may import besides itself
     "controller.state": {"controller.errors", "controller.failpoints"},
-    "controller.southbound": {"controller.state", *CONTROLLER_LEAVES},
+    # the roles' southbound floor (their sections, role.py, registry.py) is part of it: see controller/roles/__init__
+    "controller.southbound": {"controller.state", "controller.roles", *CONTROLLER_LEAVES},
     "controller.reachability": {"controller.state", "controller.southbound", *CONTROLLER_LEAVES},
 }
 
 
 def test_the_controllers_rooms_import_only_downward() -> None:
     """state below southbound below the API: what each room may import of the controller (see each room's
-    `__init__.py`); the API imports anything below it and nothing imports the API but the app."""
+    `__init__.py`); a role room's sections stand on southbound's floor, its routes and schemas on the API's; the API
+    imports anything below it and nothing imports the API but the app."""
     bad = []
     for room, allowed in ROOM_MAY_IMPORT.items():
         for f in files(room.replace(".", "/")):
@@ -148,9 +169,14 @@ def test_the_controllers_rooms_import_only_downward() -> None:
                 if i.startswith("controller.") and not i.startswith(room) \
                         and not any(i == a or i.startswith(a + ".") for a in allowed):
                     bad.append(f"{f.relative_to(ROOT)} imports {i}")
+    for f in files(ROLES_DIR):  # a role's southbound floor: as southbound's
+        if not on_api_floor(module_name(f)):
+            bad += [f"{f.relative_to(ROOT)} imports {i}" for i in imports(f) if i.startswith("controller.")
+                    and not any(i.startswith(a) for a in ("controller.roles", *ROOM_MAY_IMPORT["controller.southbound"],
+                                                          "controller.southbound"))]
     for f in files("controller"):
-        if "controller/api/" not in str(f) and f.name != "app.py":
-            bad += [f"{f.relative_to(ROOT)} imports {i}" for i in imports(f) if i.startswith("controller.api")]
+        if not on_api_floor(module_name(f)) and f.name != "app.py":
+            bad += [f"{f.relative_to(ROOT)} imports {i}" for i in imports(f) if on_api_floor(i)]
     assert bad == [], "imports across the controller's rooms that run back up:\n" + "\n".join(sorted(bad))
 
 

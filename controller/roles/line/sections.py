@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controller.southbound.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
+from controller.roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.southbound.placement import line_buckets, line_hosts, line_sessions
 from controller.state import models as m
 from controller.state.reads import Q_LINES
@@ -46,7 +46,7 @@ def session_instances(line_id: str, has_secondary: bool, live: dict[str, str] | 
 
 
 def placed_in(row: Any) -> tuple[str | None, str | None]:
-    """A line's placement as a row of Q_LINES or Q_LINE_ROUTES carries it (controller/southbound/line_placement.py)."""
+    """A line's placement as a row of Q_LINES or Q_LINE_ROUTES carries it (controller/roles/line/placement.py)."""
     return row.placed0, row.placed1
 
 

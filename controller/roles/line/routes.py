@@ -15,7 +15,11 @@ from sqlalchemy.orm import Session
 
 from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, visible
-from controller.api.line_schemas import (
+from controller.api.ops_schemas import LineReportAnswer
+from controller.auth import Principal, own_host, require_admin, require_infra, require_tenant_api
+from controller.errors import conflict, invalid, not_found
+from controller.roles.line.placement import placed_of, settle
+from controller.roles.line.schemas import (
     LearnedRoute,
     LineReport,
     LinkPair,
@@ -25,11 +29,7 @@ from controller.api.line_schemas import (
     RefusedPrefix,
     SessionOut,
 )
-from controller.api.ops_schemas import LineReportAnswer
-from controller.auth import Principal, own_host, require_admin, require_infra, require_tenant_api
-from controller.errors import conflict, invalid, not_found
-from controller.southbound.gateway_roles.line import LINE_ROLE, live_line_instances, pairs_of, session_instances
-from controller.southbound.line_placement import placed_of, settle
+from controller.roles.line.sections import LINE_ROLE, live_line_instances, pairs_of, session_instances
 from controller.southbound.placement import line_sessions
 from controller.state import models as m
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.southbound.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
+from controller.roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.southbound.placement import home
 from controller.state.reads import Q_LB_MEMBERS
 from tianji.served import LbListenerServed, LbMemberServed, LbServed

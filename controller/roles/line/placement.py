@@ -15,7 +15,7 @@ from collections.abc import Collection
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from controller.southbound.gateway_roles.line import LINE_ROLE, live_line_instances
+from controller.roles.line.sections import LINE_ROLE, live_line_instances
 from controller.southbound.placement import line_hosts
 from controller.state import models as m
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from controller.southbound.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
+from controller.roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.southbound.placement import home, nat_buckets
 from controller.state.reads import Q_DNAT, Q_NAT_GATEWAYS_SERVED, Q_SNAT, Q_STATIC
 from tianji.southbound import DnatInfo, NatSection, SnatInfo, StaticEip

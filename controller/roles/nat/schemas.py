@@ -1,4 +1,4 @@
-"""Request and response bodies of the NAT API: EIP pools, EIPs, NAT gateways, SNAT and DNAT rules."""
+"""Request and response bodies of the NAT role's API: NAT gateways, SNAT and DNAT rules."""
 
 from __future__ import annotations
 
@@ -7,31 +7,6 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from controller.api.schemas import ID, IdList, Req, Resp, cidr_field
-
-
-class EipPoolCreate(Req):
-    cidr: str
-
-    @field_validator("cidr")
-    @classmethod
-    def _c(cls, v: str) -> str:
-        return cidr_field(v, 16, 30)
-
-
-class EipCreate(Req):
-    tenant_id: ID | None = Field(None, description="admin only")
-
-
-class EipOut(Resp):
-    id: str
-    tenant_id: str
-    address: str
-    port_id: str | None
-    home: str | None
-
-
-class EipAssociate(Req):
-    port_id: ID
 
 
 class NatGatewayCreate(Req):

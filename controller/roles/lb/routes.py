@@ -14,7 +14,12 @@ from sqlalchemy.orm import Session
 
 from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
-from controller.api.lb_schemas import (
+from controller.api.eips import eip_in_use
+from controller.api.ports import insert_ports
+from controller.api.schemas import PortCreate
+from controller.auth import Principal, require_tenant_api
+from controller.errors import ApiError, conflict, invalid, not_found
+from controller.roles.lb.schemas import (
     HealthMonitorOut,
     HealthMonitorPut,
     ListenerCreate,
@@ -27,11 +32,6 @@ from controller.api.lb_schemas import (
     PoolCreate,
     PoolOut,
 )
-from controller.api.nat import eip_in_use
-from controller.api.ports import insert_ports
-from controller.api.schemas import PortCreate
-from controller.auth import Principal, require_tenant_api
-from controller.errors import ApiError, conflict, invalid, not_found
 from controller.state import models as m
 
 router = APIRouter(tags=["load balancers"], route_class=WriteRoute)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from controller.southbound.gateway_roles import lb, line, nat, service
-from controller.southbound.gateway_roles.role import RoleCompiler
+from controller.roles.lb import sections as lb
+from controller.roles.line import sections as line
+from controller.roles.nat import sections as nat
+from controller.roles.role import RoleCompiler
+from controller.roles.service import sections as service
 from tianji.southbound import DEFAULT_GATEWAY_ROLE
 
 ROLES: dict[str, RoleCompiler] = {r.name: r for r in (nat.ROLE, lb.ROLE, line.ROLE, service.ROLE)}

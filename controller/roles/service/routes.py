@@ -21,9 +21,9 @@ from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, scoped, tenant_of, with_retries
 from controller.api.ports import insert_ports
 from controller.api.schemas import PortCreate
-from controller.api.service_schemas import EndpointCreate, EndpointOut, ServiceCreate, ServiceOut, ServiceUpdate
 from controller.auth import Principal, require_tenant_api
 from controller.errors import ApiError, conflict, invalid
+from controller.roles.service.schemas import EndpointCreate, EndpointOut, ServiceCreate, ServiceOut, ServiceUpdate
 from controller.settings import Settings
 from controller.state import models as m
 from controller.state.service_models import may_use

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from controller.roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.southbound.compiler import groups_fragments, service_home
-from controller.southbound.gateway_roles.role import CompileInputs, RoleCompiler, Sections, section_of
 from controller.southbound.placement import home
 from controller.state.reads import (
     Q_GROUP_MEMBERS,

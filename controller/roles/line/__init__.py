@@ -1,0 +1,2 @@
+"""The line role's controller side: private lines to on-premise sites (BGP sessions, learned prefixes, sticky
+placement)."""
