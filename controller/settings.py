@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # service network, apart from the services' addresses; none: endpoints carry no traffic (their names resolve)
     service_source_pool: str | None = None
     underlay_cidrs: list[str] = Field(default_factory=list, description="the underlay's networks (JSON list)")
+    ipv6_pools: list[str] = Field(default_factory=lambda: ["fd00:7469::/32"],
+                                  description="IPv6 prefixes VPCs' /56s are handed out from (JSON list): unique local "
+                                              "by default; global ones for VPCs that reach the internet")
     vpc_public_cidrs: list[str] = Field(default_factory=list,
                                         description="public ranges tenants may use as VPC CIDRs (JSON list)")
     quotas: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_QUOTAS),
@@ -110,6 +113,16 @@ class Settings(BaseSettings):
         import ipaddress
 
         return [str(ipaddress.ip_network(c, strict=False)) for c in v]
+
+    @field_validator("ipv6_pools")
+    @classmethod
+    def _pools6(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        nets = [ipaddress.IPv6Network(c, strict=True) for c in v]
+        if bad := [str(n) for n in nets if n.prefixlen > 56]:
+            raise ValueError(f"an IPv6 pool holds /56s: {', '.join(bad)} is smaller than a /56")
+        return [str(n) for n in nets]
 
     @field_validator("vpc_public_cidrs")
     @classmethod

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictInt, StringConstraints, Tag
 
+from tianji.lb_wire import LbBackendInfo, LbListenerInfo, LbMonitorInfo, LbVipInfo  # noqa: F401 - the contract's
 from tianji.memo import Memo
 from tianji.served import LbServed, PrivateLineServed, ServiceEndpointServed
 from tianji.wire import OVERLAY_MTU, Versioned, Wire
@@ -22,10 +23,32 @@ GATEWAY_ROLES: tuple[str, ...] = get_args(GatewayRole)
 DEFAULT_GATEWAY_ROLE: GatewayRole = "nat"  # a gateway host registered without a role (as every one was at first)
 
 
+def _none(v: object) -> bool:
+    return v is None
+
+
+def _empty(v: object) -> bool:
+    return not v
+
+
+# IPv6 (schema 1.3) comes in fields of its own, left out of the JSON when a VPC has none: an agent of 1.2 ignores
+# them (a VPC's `routes` and a group's `rules` stay IPv4's, so it never meets an address it cannot match), and an
+# IPv4-only cloud's configs are the bytes they were.
+def V6() -> Any:
+    return Field(None, exclude_if=_none)
+
+
+def V6_LIST() -> Any:
+    return Field(default_factory=list, exclude_if=_empty)
+
+
 class SubnetInfo(Wire):
     id: str
     cidr: str
     gateway_ip: str
+    ipv6_cidr: str | None = V6()  # a /64 of the VPC's /56
+    ipv6_gateway_ip: str | None = V6()  # the router: the /64's ::1 (RAs come from its link-local address)
+    ipv6_address_mode: Literal["slaac", "dhcpv6-stateful"] | None = V6()
 
 
 class RouteInfo(Wire):
@@ -42,48 +65,6 @@ class RouteInfo(Wire):
     origin: Literal["implicit", "user", "static", "bgp"] = "implicit"  # static, bgp: a private line's
 
 
-class LbBackendInfo(Wire):
-    """A member as the vSwitch next to it translates to it: VIP:listener port -> ip:port (port: its MAC picks it),
-    and probes it (from its subnet's gateway address)."""
-
-    port_id: str
-    ip: str
-    mac: str
-    port: int
-    member_id: str = ""
-    gateway_ip: str = ""
-
-
-class LbMonitorInfo(Wire):
-    type: Literal["tcp", "http", "udp-connect"]
-    interval_s: float
-    timeout_s: float
-    rise: int
-    fall: int
-    http_method: str | None = None
-    url_path: str | None = None
-    expected_codes: str | None = None
-
-
-class LbListenerInfo(Wire):
-    protocol: Literal["tcp", "udp"]
-    port: int
-    backends: list[LbBackendInfo] = Field(default_factory=list)
-    monitor: LbMonitorInfo | None = None  # the pool's health monitor: the members' hosts probe them
-
-
-class LbVipInfo(Wire):
-    """A load balancer as vSwitches see it: its VIP (answered ARP for), the instances a flow to it is hashed over,
-    and per listener the members, which the hosts holding them DNAT to."""
-
-    id: str
-    vip: str
-    mac: str
-    listeners: list[LbListenerInfo] = Field(default_factory=list)
-    instance_vteps: list[str] = Field(default_factory=list)
-    eip_home_vtep: str | None = None  # replies to the internet go to the instance homing the VIP's EIP
-
-
 class DnsRecord(Wire):
     """A name the VPC's resolver answers (a service endpoint's)."""
 
@@ -98,8 +79,10 @@ class VpcInfo(Wire):
     cidr: str
     router_mac: str
     mtu: int = OVERLAY_MTU
+    ipv6_cidr: str | None = V6()
     subnets: list[SubnetInfo] = Field(default_factory=list)
-    routes: list[RouteInfo] = Field(default_factory=list)
+    routes: list[RouteInfo] = Field(default_factory=list)  # IPv4's
+    routes6: list[RouteInfo] = V6_LIST()  # IPv6's, in the same order: local, peerings, the user's, private lines'
     load_balancers: list[LbVipInfo] = Field(default_factory=list)
     dns: list[DnsRecord] = Field(default_factory=list)  # own VPCs: what the resolver at each gateway answers
 
@@ -112,6 +95,7 @@ class PortInfo(Wire):
     subnet_id: str
     mac: str
     ip: str
+    ipv6: str | None = V6()
     security_group_ids: list[str] = Field(default_factory=list)
     eip_home_vtep: str | None = None  # a port with its own EIP sends off-VPC traffic to the instance homing it
     gateway_ip: str | None = None  # its subnet's gateway: its router, and the VPC's resolver it asks (DNS)
@@ -127,6 +111,7 @@ class Endpoint(Wire):
     mac: str
     host: str
     vtep_ip: str
+    ipv6: str | None = V6()
     # a live migration's destination: the port is local there too, and its traffic goes to both hosts (left out of
     # the JSON when none: every endpoint of every config would otherwise carry two nulls)
     also_host: str | None = Field(None, exclude_if=lambda v: v is None)
@@ -139,14 +124,15 @@ class SecurityGroupRuleInfo(Wire):
     protocol: Literal["tcp", "udp", "icmp", "any"]
     port_range_min: int | None = None
     port_range_max: int | None = None
-    # The remote side resolved to CIDRs: remote_cidr as given, or a remote group's member IPs as /32s.
+    # The remote side resolved to CIDRs: remote_cidr as given, or a remote group's member IPs as /32s (/128s).
     remote_cidrs: list[str] = Field(default_factory=list)
 
 
 class SecurityGroupInfo(Wire):
     id: str
     vpc_id: str
-    rules: list[SecurityGroupRuleInfo] = Field(default_factory=list)
+    rules: list[SecurityGroupRuleInfo] = Field(default_factory=list)  # IPv4's
+    rules6: list[SecurityGroupRuleInfo] = V6_LIST()  # IPv6's (ethertype IPv6), compiled for dual-stack VPCs only
 
 
 class Vtep(Wire):

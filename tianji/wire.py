@@ -35,7 +35,7 @@ def _factories(cls: type[BaseModel]) -> tuple[tuple[str, Callable[[], Any]], ...
 # The southbound schema's version, "MAJOR.MINOR". A minor version only adds fields, which older agents and gateways
 # ignore (a controller of the next minor version serves them); a new major version changes meaning, and an agent
 # or gateway that gets one keeps its switch or data plane as it is and reports why (SchemaTooNew).
-SCHEMA_VERSION = "1.2"  # 1.2: a gateway section per role (tianji.southbound.GatewaySection)
+SCHEMA_VERSION = "1.3"  # 1.3: dual-stack VPCs (IPv6 fields beside the IPv4 ones); 1.2: a gateway section per role
 
 
 class SchemaTooNew(ValueError):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from tianjictl.groups import SG_COLS, sg
 from tianjictl.main import call, fail, show
-from tianjictl.network import SG_COLS, SUBNET_COLS, TAG_HELP, VPC_COLS, labels, sg, subnet, vpc
+from tianjictl.network import SUBNET_COLS, TAG_HELP, VPC_COLS, labels, subnet, vpc
 from tianjictl.output import INVALID
 
 

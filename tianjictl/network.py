@@ -1,5 +1,5 @@
-"""`tianji` commands for tenants' networks: VPCs, subnets, ports, peerings, routes, security groups, EIPs, NAT
-gateways."""
+"""`tianji` commands for tenants' networks: VPCs, subnets, ports, peerings, routes, EIPs, NAT gateways (security
+groups: groups.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tianjictl.main import call, done, fail, resource, show
 from tianjictl.output import INVALID, err
 
 vpc = resource("vpc", "VPCs: isolated tenant networks, one VNI each.")
-VPC_COLS = ["id", "name", "cidr", "vni", "mtu", "tags", "tenant_id"]
+VPC_COLS = ["id", "name", "cidr", "ipv6_cidr", "vni", "mtu", "tags", "tenant_id"]
 TAG_HELP = "a tag (repeatable): replaces the tags"
 
 
@@ -28,9 +28,10 @@ def labels(description: str | None, tags: list[str] | None, no_tags: bool = Fals
 @vpc.command("create")
 def vpc_create(ctx: typer.Context, name: str, cidr: str = typer.Option(..., help="e.g. 10.0.0.0/16"),
                mtu: int = typer.Option(None, help="the VMs' MTU (default 1450; up to the underlay's MTU less 50)"),
+               ipv6_cidr: str = typer.Option(None, help='dual-stack: "auto" (a /56 of the operator\'s) or your /56'),
                tenant_id: str = typer.Option(None, help="admin only")) -> None:
     body = {"name": name, "cidr": cidr} | ({"tenant_id": tenant_id} if tenant_id else {}) | \
-        ({"mtu": mtu} if mtu else {})
+        ({"mtu": mtu} if mtu else {}) | ({"ipv6_cidr": ipv6_cidr} if ipv6_cidr else {})
     show(ctx, call(ctx, "POST", "/v1/vpcs", body), VPC_COLS)
 
 
@@ -51,13 +52,17 @@ def vpc_delete(ctx: typer.Context, vpc_id: str) -> None:
 
 
 subnet = resource("subnet", "Subnets of a VPC.")
-SUBNET_COLS = ["id", "name", "vpc_id", "cidr", "gateway_ip", "available_ips"]
+SUBNET_COLS = ["id", "name", "vpc_id", "cidr", "gateway_ip", "available_ips", "ipv6_cidr", "ipv6_address_mode"]
 
 
 @subnet.command("create")
 def subnet_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc"),
-                  cidr: str = typer.Option(...)) -> None:
-    show(ctx, call(ctx, "POST", "/v1/subnets", {"vpc_id": vpc_id, "name": name, "cidr": cidr}), SUBNET_COLS)
+                  cidr: str = typer.Option(...),
+                  ipv6_cidr: str = typer.Option(None, help='dual-stack: "auto" or a /64 of the VPC\'s /56'),
+                  ipv6_mode: str = typer.Option(None, help="slaac (default) | dhcpv6-stateful")) -> None:
+    body = {"vpc_id": vpc_id, "name": name, "cidr": cidr} | ({"ipv6_cidr": ipv6_cidr} if ipv6_cidr else {}) | \
+        ({"ipv6_address_mode": ipv6_mode} if ipv6_mode else {})
+    show(ctx, call(ctx, "POST", "/v1/subnets", body), SUBNET_COLS)
 
 
 @subnet.command("list")
@@ -78,15 +83,16 @@ def subnet_delete(ctx: typer.Context, subnet_id: str) -> None:
 
 
 port = resource("port", "Ports: a VM's address in a subnet, bound to a host.")
-PORT_COLS = ["id", "name", "ip", "mac", "host", "status", "security_group_ids"]
+PORT_COLS = ["id", "name", "ip", "ipv6", "mac", "host", "status", "security_group_ids"]
 
 
 @port.command("create")
 def port_create(ctx: typer.Context, name: str, subnet_id: str = typer.Option(..., "--subnet"),
-                ip: str = typer.Option(None), mac: str = typer.Option(None), host: str = typer.Option(None),
+                ip: str = typer.Option(None), ipv6: str = typer.Option(None, help="a dhcpv6-stateful subnet's"),
+                mac: str = typer.Option(None), host: str = typer.Option(None),
                 sg: list[str] = typer.Option(None, "--sg", help="security group id (repeatable)")) -> None:
     body: dict[str, Any] = {"subnet_id": subnet_id, "name": name}
-    for k, v in (("ip", ip), ("mac", mac), ("host", host), ("security_group_ids", sg or None)):
+    for k, v in (("ip", ip), ("ipv6", ipv6), ("mac", mac), ("host", host), ("security_group_ids", sg or None)):
         if v:
             body[k] = v
     show(ctx, call(ctx, "POST", "/v1/ports", body), PORT_COLS)
@@ -209,65 +215,6 @@ def route_create(ctx: typer.Context, vpc_id: str = typer.Option(..., "--vpc"),
 def route_delete(ctx: typer.Context, route_id: str, vpc_id: str = typer.Option(..., "--vpc")) -> None:
     call(ctx, "DELETE", f"/v1/vpcs/{vpc_id}/routes/{route_id}")
     done(ctx, f"deleted route {route_id}", deleted=route_id)
-
-
-sg = resource("sg", "Security groups and their rules.")
-SG_COLS = ["id", "name", "vpc_id", "is_default", "description"]
-RULE_COLS = ["id", "direction", "protocol", "port_range_min", "port_range_max", "remote_cidr", "remote_group_id"]
-
-
-@sg.command("create")
-def sg_create(ctx: typer.Context, name: str, vpc_id: str = typer.Option(..., "--vpc", help="the VPC's name or id"),
-              description: str = typer.Option("", help="what the group is for"),
-              no_egress: bool = typer.Option(False, "--no-egress", help="no rules at all (by default a new group "
-                                                                        "allows all egress)")) -> None:
-    body = {"vpc_id": vpc_id, "name": name, "description": description} | ({"rules": []} if no_egress else {})
-    show(ctx, call(ctx, "POST", "/v1/security-groups", body), SG_COLS)
-
-
-@sg.command("list")
-def sg_list(ctx: typer.Context, vpc_id: str = typer.Option(None, "--vpc"),
-            tag: str = typer.Option(None, help="only those with this tag")) -> None:
-    show(ctx, call(ctx, "GET", "/v1/security-groups", vpc_id=vpc_id, tag=tag), SG_COLS, "security groups")
-
-
-@sg.command("show")
-def sg_show(ctx: typer.Context, sg_id: str) -> None:
-    g = call(ctx, "GET", f"/v1/security-groups/{sg_id}")
-    show(ctx, g, SG_COLS)
-    if ctx.obj.output == "table":
-        show(ctx, g["rules"], RULE_COLS, f"rules of {g['name']}")
-
-
-@sg.command("delete")
-def sg_delete(ctx: typer.Context, sg_id: str) -> None:
-    call(ctx, "DELETE", f"/v1/security-groups/{sg_id}")
-    done(ctx, f"deleted security group {sg_id}", deleted=sg_id)
-
-
-@sg.command("rule-add")
-def sg_rule_add(ctx: typer.Context, sg_id: str,
-                direction: str = typer.Option(..., help="ingress|egress"),
-                protocol: str = typer.Option("any", help="tcp|udp|icmp|any"),
-                port: str = typer.Option(None, help="PORT or MIN-MAX (tcp/udp)"),
-                remote_cidr: str = typer.Option(None), remote_group: str = typer.Option(None)) -> None:
-    """Add a rule to a security group."""
-    body: dict[str, Any] = {"direction": direction, "protocol": protocol}
-    if port:
-        lo, _, hi = port.partition("-")
-        body |= {"port_range_min": int(lo), "port_range_max": int(hi or lo)}
-    if remote_cidr:
-        body["remote_cidr"] = remote_cidr
-    if remote_group:
-        body["remote_group_id"] = remote_group
-    show(ctx, call(ctx, "POST", f"/v1/security-groups/{sg_id}/rules", body), RULE_COLS)
-
-
-@sg.command("rule-delete")
-def sg_rule_delete(ctx: typer.Context, sg_id: str, rule_id: int) -> None:
-    """Remove a rule from a security group."""
-    call(ctx, "DELETE", f"/v1/security-groups/{sg_id}/rules/{rule_id}")
-    done(ctx, f"deleted rule {rule_id}", deleted=rule_id)
 
 
 eip = resource("eip", "Elastic IPs: public addresses from the operator's pool.")

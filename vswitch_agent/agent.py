@@ -33,7 +33,7 @@ from tianji.host_delta import apply_delta
 from tianji.southbound import HostConfig, HostConfigDelta
 from tianji.southbound_client import Southbound, SouthboundError, next_refresh
 from tianji.statusfile import write_atomic
-from vswitch_agent import dns, health, icmp, live_trace, metrics, openflow, punts
+from vswitch_agent import adverts, dns, health, icmp, live_trace, metrics, openflow, punts
 from vswitch_agent.audit import Audit
 from vswitch_agent.dns_forward import Forwarder
 from vswitch_agent.engine import FlowEngine
@@ -68,6 +68,7 @@ class AgentApp(app_manager.OSKenApp):
         self.ifaces_known = False
         self.wake = threading.Event()
         self.icmp_limit = icmp.RateLimit()  # time-exceeded answers (traceroute through the distributed router)
+        self.fresh_ports = adverts.Fresh()  # ports the router has advertised to since they were plugged
         self.dns_limit = icmp.RateLimit(500.0, 1000)  # the VPCs' resolver: a VM's flood must not take the agent
         self.dns_forwarder = Forwarder(o.dns_forwarder, self._packet_out) if o.dns_forwarder else None
         self.prober = health.Prober(self._packet_out, lambda ms: self.api.call(  # load-balancer members here
@@ -87,6 +88,7 @@ class AgentApp(app_manager.OSKenApp):
         t = super().start()
         for fn in (self._watch_loop, self._ovsdb_loop, self._program_loop, self._heartbeat_loop,
                    functools.partial(self.prober.run, hub.sleep), functools.partial(self.underlay.run, hub.sleep),
+                   functools.partial(adverts.run, hub.sleep, lambda: self.cfg, lambda: self.ofports, self._packet_out),
                    *((self.dns_forwarder.run,) if self.dns_forwarder else ())):
             self.threads.append(hub.spawn(self._forever, fn))
         if self.opts.metrics_port:
@@ -273,7 +275,7 @@ class AgentApp(app_manager.OSKenApp):
                 self._dns(msg.datapath, in_port, port_id, q)
                 return
             expired = msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL
-            self._count_in("ttl_expired" if expired else "dhcp")
+            self._count_in("ttl_expired" if expired else "ipv6" if data[12:14] == b"\x86\xdd" else "dhcp")
             if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit)) is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
                 if expired:
@@ -347,6 +349,8 @@ class AgentApp(app_manager.OSKenApp):
             for p in problems[:5]:
                 self._error(p)
             self.audit.changed(diff.add, [f.cookie for f in diff.delete])
+            for of, frame in self.fresh_ports.take(cfg, self.ofports):  # its router, at once (adverts.py)
+                self._packet_out(of, frame)
             st["flow_adds"] += len(diff.add)
             st["flow_deletes"] += len(diff.delete)
             done = time.monotonic()

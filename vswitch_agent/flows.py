@@ -32,6 +32,15 @@ from vswitch_agent.actions import (
     SetField,
 )
 from vswitch_agent.flow import Flow, flow
+from vswitch_agent.flows6 import (
+    ETH_IPV6,
+    base_flows6,
+    endpoint_dst6,
+    nd_answers6,
+    port_flows6,
+    rule_matches6,
+    vpc_flows6,
+)
 
 ETH_IP, ETH_ARP = 0x0800, 0x0806
 ROUTE_PRIORITY = 1000  # + 10 x prefix length: longest prefix first, with room for a port's own default (+5)
@@ -64,20 +73,26 @@ def port_masks(lo: int, hi: int) -> list[tuple[int, int]]:
     return out
 
 
-def rule_matches(rule: SecurityGroupRuleInfo, remote_field: str) -> list[dict[str, Any]]:
-    """Match dicts for one rule, one per (remote CIDR x port block)."""
+def port_sets(rule: SecurityGroupRuleInfo) -> list[dict[str, Any]]:
+    """A rule's destination ports as masked matches (none: one empty match)."""
+    if rule.protocol in ("tcp", "udp") and rule.port_range_min is not None:
+        key = f"{rule.protocol}_dst"
+        return [{key: v if m == 0xFFFF else (v, m)} for v, m in port_masks(rule.port_range_min, rule.port_range_max)]
+    return [{}]
+
+
+def rule_matches(rule: SecurityGroupRuleInfo, remote_field: str, v6: bool = False) -> list[dict[str, Any]]:
+    """Match dicts for one rule, one per (remote CIDR x port block); `v6`: an IPv6 rule (remote_field its
+    ipv6_src/ipv6_dst)."""
+    if v6:
+        return rule_matches6(rule, remote_field, port_sets(rule))
     base: dict[str, Any] = {"eth_type": ETH_IP}
     if rule.protocol != "any":
         base["ip_proto"] = PROTO[rule.protocol]
-    port_sets: list[dict[str, Any]] = [{}]
-    if rule.protocol in ("tcp", "udp") and rule.port_range_min is not None:
-        key = f"{rule.protocol}_dst"
-        port_sets = [{key: v if m == 0xFFFF else (v, m)} for v, m in port_masks(rule.port_range_min,
-                                                                                  rule.port_range_max)]
     out = []
     for cidr in rule.remote_cidrs:
         remote = {} if cidr == "0.0.0.0/0" else {remote_field: prefix(cidr)}
-        for ports in port_sets:
+        for ports in port_sets(rule):
             out.append(base | remote | ports)
     return out
 
@@ -110,6 +125,7 @@ def base_flows() -> list[Flow]:
     out.append(flow(P.PORT_SECURITY, 120, {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 67}))
     inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}
     out += [flow(P.EGRESS_ACL, 200, inv), flow(P.INGRESS_ACL, 200, inv)]
+    out += base_flows6()
     for state in (P.CT_EST, P.CT_REL):
         st = {"ct_state": (state | P.CT_TRK, state | P.CT_TRK | P.CT_NEW)}
         for table, nxt in ((P.EGRESS_ACL, P.EGRESS_ACL_LABEL), (P.INGRESS_ACL, P.INGRESS_ACL_LABEL)):
@@ -178,7 +194,7 @@ def vpc_flows(vpc: VpcInfo, peers: Mapping[str, VpcInfo], zone: int, tunnel_ofpo
                                                      Output(tunnel_ofport)], "route", obj))
         else:
             out.append(flow(P.ROUTING, prio, match, [], "route", obj))
-    return out
+    return out + vpc_flows6(vpc, dict(peers), zone, tunnel_ofport)
 
 
 def arp_answers(reach: Sequence[tuple[str, int, str]], vpc_id: str, ip: str, mac: str, kind: str,
@@ -195,12 +211,23 @@ def endpoint_flows(e: Endpoint, reach: Sequence[tuple[str, int, str]], host: str
     """A port this host's ports may reach: ARP answers in each local VPC that reaches it (`reach`: (VPC id, VNI,
     router MAC), its own VPC or a peered one) and where to deliver it."""
     out = arp_answers(reach, e.vpc_id, e.ip, e.mac, "arp", e.port_id)
-    dst = {"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}
+    if any(vid == e.vpc_id for vid, _, _ in reach):  # its own VPC is local here: on-link to its ports
+        out += nd_answers6(e)
+    for dst in ({"metadata": e.vni, "eth_type": ETH_IP, "ipv4_dst": e.ip}, endpoint_dst6(e)):
+        if dst is not None:
+            out += _forward(e, dst, host, ofport, tunnel_ofport if reach else None)
+    return out
+
+
+def _forward(e: Endpoint, dst: dict[str, Any], host: str, ofport: int | None,
+             tunnel_ofport: int | None) -> list[Flow]:
+    """Where FORWARD sends a packet for port `e` (to `dst`: its IPv4 or IPv6 address)."""
+    out: list[Flow] = []
     # the hosts holding the port: one, or two while it migrates live (its traffic then goes to both: the guest
     # answers from wherever it runs, and runs on the destination the moment QEMU switches over)
     remote = [v for h, v in ((e.host, e.vtep_ip), (e.also_host, e.also_vtep_ip)) if h and v and h != host]
     to_tunnel = [a for v in remote for a in (SetField("tun_ipv4_dst", v), Output(tunnel_ofport))] \
-        if tunnel_ofport is not None and reach else []
+        if tunnel_ofport is not None else []
     if host in (e.host, e.also_host) and ofport is not None:
         deliver = [Load(P.REG_DST_PORT, 0, 32, ofport), goto(P.INGRESS_CT)]
         out.append(flow(P.FORWARD, 100, dst, [SetField("eth_dst", e.mac), *deliver], "endpoint", e.port_id))
@@ -218,7 +245,7 @@ def rule_ids(groups: Iterable[SecurityGroupInfo]) -> tuple[tuple[int, ...], tupl
     """(egress, ingress) rule ids of a port's groups: the conjunctions its port clause joins."""
     eg, ing = set(), set()
     for g in groups:
-        for r in g.rules:
+        for r in (*g.rules, *g.rules6):
             (eg if r.direction == "egress" else ing).add(r.id)
     return tuple(sorted(eg)), tuple(sorted(ing))
 
@@ -253,7 +280,7 @@ def port_flows(p: PortInfo, of: int, vpc: VpcInfo, rules: tuple[tuple[int, ...],
     if ingress:
         out.append(flow(P.INGRESS_ACL, ACL_PRIORITY, {P.REG_DST_PORT: of, "ct_state": CT_NEW_TRK},
                         [Conjunction(rid, 1, 2) for rid in ingress], "port", p.id))
-    return out
+    return out + port_flows6(p, of)
 
 
 def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
@@ -262,15 +289,17 @@ def group_flows(g: SecurityGroupInfo, vni: int, zone: int) -> list[Flow]:
     connections passing (ct_mark: egress rule id; ct_label: ingress rule id)."""
     out = []
     md = {"metadata": vni}
-    for rule in g.rules:
+    for v6, rule in [*((False, r) for r in g.rules), *((True, r) for r in g.rules6)]:
         obj = str(rule.id)
+        ip = "ipv6" if v6 else "ipv4"
         if rule.direction == "egress":
-            table, remote, stamp, nxt = P.EGRESS_ACL, "ipv4_dst", "ct_mark", P.LB_UNNAT
+            table, remote, stamp, nxt = P.EGRESS_ACL, f"{ip}_dst", "ct_mark", P.LB_UNNAT
         else:
-            table, remote, stamp, nxt = P.INGRESS_ACL, "ipv4_src", "ct_label", P.DELIVER
-        for mt in rule_matches(rule, remote):
+            table, remote, stamp, nxt = P.INGRESS_ACL, f"{ip}_src", "ct_label", P.DELIVER
+        for mt in rule_matches(rule, remote, v6):
             out.append(flow(table, ACL_PRIORITY, md | mt, [Conjunction(rule.id, 2, 2)], "rule", obj))
-        out.append(flow(table, ACL_PRIORITY, {"conj_id": rule.id, "eth_type": ETH_IP, "ct_state": CT_NEW_TRK},
+        out.append(flow(table, ACL_PRIORITY, {"conj_id": rule.id, "eth_type": ETH_IPV6 if v6 else ETH_IP,
+                                              "ct_state": CT_NEW_TRK},
                         [Ct(True, zone, None, (Load(stamp, 0, 32, rule.id),)), goto(nxt)], "rule", obj))
         if rule.direction == "egress":
             for state in (P.CT_EST, P.CT_REL):

@@ -14,6 +14,7 @@ flow that matched there, for each step), which the analyzer explains. It models 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import zlib
 from collections.abc import Iterable
@@ -29,6 +30,8 @@ from vswitch_agent import pipeline as P
 from vswitch_agent.flow import Flow
 
 CONTROLLER = "controller"
+# os-ken parses OVS's ND extension fields (openflow.EricSetField) by number: their names here
+ERIC_KEYS = {f"field_{(openflow.ERICOXM_OF << 7) | n}": name for name, (n, _) in openflow.ERIC_FIELDS.items()}
 NO_RECIRC = openflow.NX_CT_RECIRC_NONE
 _DP = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
 
@@ -42,8 +45,10 @@ def _as_int(v: Any) -> int:
         return v
     if isinstance(v, str) and v.count(".") == 3:
         return int(ipaddress.IPv4Address(v))
-    if isinstance(v, str) and v.count(":") == 5:
+    if isinstance(v, str) and len(v) == 17 and v.count(":") == 5:
         return int(v.replace(":", ""), 16)
+    if isinstance(v, str) and ":" in v:
+        return int(ipaddress.IPv6Address(v))
     raise TypeError(f"cannot compare {v!r}")
 
 
@@ -225,7 +230,9 @@ class Switch:
 
     def _act(self, a: Any, pkt: dict, out: list) -> Any:
         """Apply one action; _STOP ends the packet, an int recirculates it to that table."""
-        if isinstance(a, parser.OFPActionSetField):
+        if isinstance(a, parser.OFPActionSetField) and a.key in ERIC_KEYS:  # os-ken's base64 of unknown fields
+            pkt[ERIC_KEYS[a.key]] = int.from_bytes(base64.b64decode(a.value), "big")
+        elif isinstance(a, parser.OFPActionSetField):
             pkt[a.key] = a.value
         elif isinstance(a, parser.NXActionRegLoad):
             ofs, nbits = a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1
@@ -259,7 +266,8 @@ class Switch:
         proto = pkt.get("ip_proto", 0)
         sport = pkt.get("tcp_src", pkt.get("udp_src", pkt.get("icmp_id", 0)))
         dport = pkt.get("tcp_dst", pkt.get("udp_dst", pkt.get("icmp_id", 0)))
-        return (pkt["ipv4_src"], pkt["ipv4_dst"], proto, sport, dport)
+        v6 = "ipv6_src" in pkt
+        return (pkt["ipv6_src" if v6 else "ipv4_src"], pkt["ipv6_dst" if v6 else "ipv4_dst"], proto, sport, dport)
 
     @staticmethod
     def _l4(pkt: dict) -> str:

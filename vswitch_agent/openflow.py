@@ -57,6 +57,26 @@ class _NAT(parser.NXActionNAT):
         buf += b"\0" * ((-(len(buf) - offset)) % 8)
 
 
+ERICOXM_OF = 0x1000  # the OXM class of OVS's ND extension fields (os-ken has none of them)
+ERIC_FIELDS = {"nd_reserved": (1, 4), "nd_options_type": (2, 1)}  # name -> (field, bytes), OVS 2.11+
+
+
+class EricSetField:
+    """set_field of one of OVS's ERICOXM_OF fields (`nd_reserved`, `nd_options_type`): what turns a neighbour
+    solicitation into its advertisement in the switch. Parsed back by `parse_eric` (os-ken knows no such field)."""
+
+    def __init__(self, name: str, value: int) -> None:
+        field, size = ERIC_FIELDS[name]
+        self.key, self.value = name, value
+        oxm = struct.pack("!I", (ERICOXM_OF << 16) | (field << 9) | size) + value.to_bytes(size, "big")
+        self.data = struct.pack("!HH", ofp.OFPAT_SET_FIELD, 8 * ((4 + len(oxm) + 7) // 8)) + oxm
+        self.data += b"\0" * ((-len(self.data)) % 8)
+        self.len = len(self.data)
+
+    def serialize(self, buf: bytearray, offset: int) -> None:
+        buf[offset:offset + self.len] = self.data
+
+
 def _value(v: Any) -> Any:
     return tuple(v) if isinstance(v, tuple) else v
 
@@ -70,6 +90,8 @@ def _action(a: Action) -> Any:
             return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
         case OutputReg(field=field):
             return parser.NXActionOutputReg(ofs_nbits=nicira_ext.ofs_nbits(0, 31), src=field, max_len=0)
+        case SetField(field=field, value=value) if field in ERIC_FIELDS:
+            return EricSetField(field, value)
         case SetField(field=field, value=value):
             return parser.OFPActionSetField(**{field: value})
         case Load(field=field, ofs=ofs, nbits=nbits, value=value):

@@ -107,6 +107,7 @@ def _d(*names: str) -> frozenset[str]:
 
 
 IP4 = _d("eth_type", "ip_proto")
+ND = _d("eth_type", "ip_proto", "icmpv6_type", "ipv6_nd_target")
 RULE_PORTS = _d("tcp_dst", "udp_dst")  # a rule's port blocks (masked); its remote address is ipv4_src/ipv4_dst
 
 
@@ -121,20 +122,36 @@ TUNNEL_VNI = Table(5, "tunnel_vni", "tun_id; for a VIP with a member here also i
               may_match=_d("tunnel_id", "eth_type", "ipv4_dst"),
               may_set=_d("metadata", "reg0"),
               may_do=_d("goto", "set", "load"), next=frozenset({45, 50}))
-PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha, DHCP, DNS",
-                      "DHCP server messages (UDP from port 67): drop, a VM is never a DHCP server. The VM's own "
-                      "MAC+IP: IPv4 to EGRESS_CT, ARP to ARP_RESPONDER; DHCP, DNS to its subnet's gateway (the "
-                      "VPC's resolver), and a load-balancer member's answers to health probes, to the agent. Else "
-                      "drop.",
-              may_match=IP4 | _d("in_port", "eth_src", "ipv4_src", "ipv4_dst", "arp_spa", "arp_sha", "udp_src",
-                                 "udp_dst", "tcp_dst", "icmp_type"),
+PORT_SECURITY = Table(10, "port_security", "in_port, eth_src, ipv4_src / arp_spa+arp_sha / ipv6_src, ND, DHCP(v6), "
+                      "DNS",
+                      "DHCP and DHCPv6 server messages, router advertisements, redirects and neighbour "
+                      "advertisements (each counted apart): drop, a VM is never a router or a DHCP server. DAD "
+                      "(solicitations from ::): drop. The VM's own MAC+IP: IPv4/IPv6 to EGRESS_CT, ARP to "
+                      "ARP_RESPONDER, neighbour solicitations with its own MAC (or none) to ND_RESPONDER; DHCP, "
+                      "DHCPv6, router solicitations, DNS to its subnet's gateway (the VPC's resolver), and a "
+                      "load-balancer member's answers to health probes, to the agent. Else drop.",
+              may_match=IP4 | ND | _d("in_port", "eth_src", "ipv4_src", "ipv4_dst", "arp_spa", "arp_sha", "udp_src",
+                                      "udp_dst", "tcp_dst", "icmp_type", "ipv6_src", "ipv6_nd_sll"),
               may_set=_d(),
-              may_do=_d("goto", "controller"), next=frozenset({20, 30}))
+              may_do=_d("goto", "controller"), next=frozenset({20, 21, 30}))
 ARP_RESPONDER = Table(20, "arp_responder", "metadata, arp_op=request, arp_tpa",
                       "Known IP (gateway, VPC port, peered port): reply in the switch out of in_port. Else drop.",
               may_match=_d("metadata", "eth_type", "arp_op", "arp_tpa"),
               may_set=_d("eth_dst", "eth_src", "arp_op", "arp_sha", "arp_spa", "arp_tha", "arp_tpa"),
               may_do=_d("load", "move", "output", "set"), next=frozenset())
+ND_RESPONDER = Table(21, "nd_responder", "metadata, icmpv6_type=NS, ipv6_nd_target",
+                     "Known IPv6 address (the router's link-local and subnets' ::1, a port of the VPC): the "
+                     "solicitation becomes the advertisement (R,S,O for the router, S,O for a port), to ND_ANSWER. "
+                     "Else drop.",
+              may_match=ND | _d("metadata"),
+              may_set=_d("eth_dst", "eth_src", "ipv6_src", "ipv6_dst", "icmpv6_type", "nd_reserved",
+                         "nd_options_type"),
+              may_do=_d("move", "set", "goto"), next=frozenset({22}))
+ND_ANSWER = Table(22, "nd_answer", "icmpv6_type=NA (an answer ND_RESPONDER made)",
+                  "target link-layer option = eth_src (OVS writes it on an advertisement only), out in_port.",
+              may_match=ND,
+              may_set=_d("ipv6_nd_tll"),
+              may_do=_d("move", "output"), next=frozenset())
 EGRESS_CT = Table(30, "egress_ct", "metadata", "ct(zone of the VPC) then EGRESS_ACL",
               may_match=_d("metadata", "eth_type"),
               may_set=_d(),
@@ -144,7 +161,8 @@ EGRESS_ACL = Table(31, "egress_acl", "ct_state, ct_mark; conjunctions: in_port (
                    "inv: drop. est/rel with a live (or no) egress rule mark: EGRESS_ACL_LABEL. new, and a rule's "
                    "conjunction complete (the sending port is in its group, the packet matches its remote side): "
                    "conj_id=rule: commit with ct_mark=rule, to LB_UNNAT. Else drop.",
-              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "in_port", "metadata", "ipv4_dst"),
+              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "in_port", "metadata", "ipv4_dst",
+                                              "ipv6_dst"),
               may_set=_d("ct_mark"),
               may_do=_d("conj", "ct", "goto"), next=frozenset({32, 35}))
 EGRESS_ACL_LABEL = Table(32, "egress_acl_label", "ct_label[0..31]",
@@ -164,7 +182,7 @@ ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest 
                 "eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway, private-line: TTL-1, "
                 "tunnel to the instance serving the bucket (or homing the port's EIP), in the VPC's VNI. "
                 "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.",
-              may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src"),
+              may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src", "ipv6_dst"),
               may_set=_d("eth_src", "metadata", "tun_ipv4_dst", "tunnel_id"),
               may_do=_d("dec_ttl", "goto", "output", "set"), next=frozenset({50}))
 LB_DNAT = Table(45, "lb_dnat", "metadata, eth_dst (the member's MAC: the instance's pick), ipv4_dst=VIP, ip_proto, "
@@ -178,7 +196,7 @@ FORWARD = Table(50, "forward", "metadata, ipv4_dst, reg0",
                 "local port: eth_dst, reg7=ofport, INGRESS_CT. remote port (not from tunnel): eth_dst, "
                 "tun_id=VNI, tun_dst=VTEP, out VXLAN. A VIP (not from tunnel): tun_id=VNI, reg1=multipath hash of "
                 "the 5-tuple over the LB instances, LB_STEER. Unknown: drop (counted).",
-              may_match=_d("metadata", "eth_type", "ipv4_dst", "reg0"),
+              may_match=_d("metadata", "eth_type", "ipv4_dst", "ipv6_dst", "reg0"),
               may_set=_d("eth_dst", "reg7", "tun_ipv4_dst", "tunnel_id", "reg1"),
               may_do=_d("goto", "load", "output", "set", "multipath"), next=frozenset({55, 60}))
 LB_STEER = Table(55, "lb_steer", "metadata, ipv4_dst=VIP, reg1 (the instance's link number)",
@@ -195,7 +213,8 @@ INGRESS_ACL = Table(61, "ingress_acl", "ct_state, ct_mark; conjunctions: reg7 (c
                     "inv: drop. est/rel with a live (or no) egress mark: INGRESS_ACL_LABEL. new, and a rule's "
                     "conjunction complete (receiving port in its group, remote side matched): conj_id=rule: commit "
                     "with ct_label=rule, DELIVER. Else drop.",
-              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "reg7", "metadata", "ipv4_src"),
+              may_match=IP4 | RULE_PORTS | _d("ct_state", "ct_mark", "conj_id", "reg7", "metadata", "ipv4_src",
+                                              "ipv6_src"),
               may_set=_d("ct_label"),
               may_do=_d("conj", "ct", "goto"), next=frozenset({62, 70}))
 INGRESS_ACL_LABEL = Table(62, "ingress_acl_label", "ct_label[0..31]", "live (or no) ingress rule: DELIVER.",
@@ -207,7 +226,8 @@ DELIVER = Table(70, "deliver", "-", "output to reg7",
               may_set=_d(),
               may_do=_d("output_reg"), next=frozenset())
 
-TABLES: tuple[Table, ...] = (CLASSIFY, TUNNEL_VNI, PORT_SECURITY, ARP_RESPONDER, EGRESS_CT, EGRESS_ACL,
+TABLES: tuple[Table, ...] = (CLASSIFY, TUNNEL_VNI, PORT_SECURITY, ARP_RESPONDER, ND_RESPONDER, ND_ANSWER, EGRESS_CT,
+                             EGRESS_ACL,
                              EGRESS_ACL_LABEL, LB_UNNAT, ROUTING, LB_DNAT, FORWARD, LB_STEER, INGRESS_CT, INGRESS_ACL,
                              INGRESS_ACL_LABEL, DELIVER)
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from tianji.southbound import HostConfig
-from vswitch_agent import dhcp, dns, icmp
+from vswitch_agent import dhcp, dhcp6, dns, icmp, icmp6
 
 log = logging.getLogger("tianji.agent")
 
@@ -17,12 +17,29 @@ def answer(cfg: HostConfig, port_id: str, data: bytes, ttl_expired: bool, icmp_l
     port = next(p for p in cfg.ports if p.id == port_id)
     vpc = next(v for v in cfg.vpcs if v.id == port.vpc_id)
     subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
+    if len(data) > 14 and data[12:14] == b"\x86\xdd":
+        return _answer6(port.id, port.ipv6, vpc.router_mac, vpc.mtu, subnet, data, ttl_expired, icmp_limit)
     if ttl_expired:
         return icmp.time_exceeded(data, vpc.router_mac, subnet.gateway_ip) if icmp_limit.allow() else None
     out = dhcp.reply(data, ip=port.ip, cidr=subnet.cidr, gateway_ip=subnet.gateway_ip, router_mac=vpc.router_mac,
                      mtu=vpc.mtu)
     if out is not None:
         log.info("DHCP: %s gets %s/%s via %s", port_id, port.ip, subnet.cidr.split("/")[1], subnet.gateway_ip)
+    return out
+
+
+def _answer6(port_id: str, address: str | None, router_mac: str, mtu: int, subnet, data: bytes, ttl_expired: bool,
+             icmp_limit: icmp.RateLimit) -> bytes | None:
+    """An IPv6 packet-in: a hop limit run out, a router solicitation or a DHCPv6 message (dual-stack subnets)."""
+    if subnet.ipv6_cidr is None or address is None:
+        return None
+    if ttl_expired:
+        return icmp6.time_exceeded(data, router_mac, subnet.ipv6_gateway_ip) if icmp_limit.allow() else None
+    if (out := icmp6.answer_rs(data, router_mac, subnet.ipv6_cidr, mtu, subnet.ipv6_address_mode)) is not None:
+        return out
+    if subnet.ipv6_address_mode == "dhcpv6-stateful" and \
+            (out := dhcp6.reply(data, address=address, router_mac=router_mac)) is not None:
+        log.info("DHCPv6: %s gets %s", port_id, address)
     return out
 
 

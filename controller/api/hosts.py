@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller.api.common import MAX_BIGINT, WriteRoute, db_of, one_hop
+from controller.api.host_schemas import HostOut, HostRegister, HostUpdate
 from controller.api.ops_schemas import HostStatusAnswer
-from controller.api.schemas import HostOut, HostRegister, HostUpdate
 from controller.auth import Principal, own_host, require_admin, require_infra
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.roles.line.placement import instance_changed

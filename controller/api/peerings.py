@@ -39,6 +39,9 @@ def create_peering(body: PeeringCreate, request: Request, p: Principal = Depends
         if overlaps(req.cidr, acc.cidr):  # the other VPC's CIDR is not said: it may be another tenant's
             raise conflict("accepter_vpc_id", f"the accepter VPC's CIDR overlaps {req.cidr}; peered VPCs need "
                                               "disjoint address space")
+        if req.ipv6_cidr and acc.ipv6_cidr and overlaps(req.ipv6_cidr, acc.ipv6_cidr):
+            raise conflict("accepter_vpc_id", f"the accepter VPC's IPv6 CIDR overlaps {req.ipv6_cidr}; peered VPCs "
+                                              "need disjoint address space")
         low, high = sorted((req.id, acc.id))
         if s.execute(select(m.Peering.id).where(m.Peering.vpc_low == low, m.Peering.vpc_high == high)).first():
             raise conflict("accepter_vpc_id", "these VPCs already have a peering")

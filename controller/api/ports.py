@@ -26,6 +26,7 @@ from controller.api.common import (
     with_retries,
 )
 from controller.api.ipam import IpamError, check_fixed_ip, next_free, random_mac
+from controller.api.port_ipv6 import ipv6_addresses
 from controller.api.schemas import PortBulkCreate, PortCreate, PortOut, PortUpdate
 from controller.auth import Principal, may_bind, require_port_api
 from controller.errors import ApiError, conflict, invalid, not_found
@@ -86,7 +87,8 @@ _TENANTS = m.Tenant.__table__
 Q_LOCK_TENANTS_OF_SUBNETS = select(_TENANTS.c.id).where(_TENANTS.c.id.in_(
     select(_SUBNETS.c.tenant_id).where(in_ids(_SUBNETS.c.id, "subnets")))) \
     .order_by(_TENANTS.c.id).with_for_update(key_share=True)
-Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name) \
+Q_LOCK_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.tenant_id, _SUBNETS.c.cidr, _SUBNETS.c.name,
+                        _SUBNETS.c.ipv6_cidr, _SUBNETS.c.ipv6_address_mode) \
     .where(in_ids(_SUBNETS.c.id, "subnets")).order_by(_SUBNETS.c.id).with_for_update()
 Q_HIGHEST = select(_PORTS.c.subnet_id, func.max(_PORTS.c.ip_int)) \
     .where(in_ids(_PORTS.c.subnet_id, "subnets")).group_by(_PORTS.c.subnet_id)
@@ -134,20 +136,22 @@ def insert_ports(t: WriteTxn, items: list[PortCreate], p: Principal, bulk: bool,
             raise unknown_host(field(i, "host"), x.host)
     groups = [_groups(s, x, sn[x.subnet_id].vpc_id, p, field(i)) for i, x in enumerate(items)]
     ips = _allocate(s, items, sn, nets, highest, fixed_ips, field)
+    macs = [x.mac or random_mac() for x in items]  # 2^46 choices: a collision is caught by the unique constraint
+    ipv6s = ipv6_addresses(s, items, sn, macs, field)
     rows, memberships, out = [], [], []
     created = m.now()
     for i, x in enumerate(items):
-        r, ip = sn[x.subnet_id], ips[i]
+        r, ip, mac = sn[x.subnet_id], ips[i], macs[i]
         addr = str(ipaddress.IPv4Address(ip))
-        mac = x.mac or random_mac()  # 2^46 choices: a collision is caught by the unique constraint and retried
         pid = m.new_id()
         rows.append({"id": pid, "tenant_id": r.tenant_id, "vpc_id": r.vpc_id, "subnet_id": r.id, "name": x.name,
-                     "ip": addr, "ip_int": ip, "mac": mac, "host": x.host, "migrating_to": None, "status": "DOWN",
+                     "ip": addr, "ip_int": ip, "ipv6": ipv6s[i], "mac": mac, "host": x.host, "migrating_to": None,
+                     "status": "DOWN",
                      "status_changed_at": None,
                      "created_at": created, "description": x.description, "tags": x.tags})
         memberships += [{"port_id": pid, "group_id": g} for g in groups[i]]
         out.append(PortOut(id=pid, tenant_id=r.tenant_id, vpc_id=r.vpc_id, subnet_id=r.id, name=x.name, ip=addr,
-                           mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i]),
+                           ipv6=ipv6s[i], mac=mac, host=x.host, status="DOWN", security_group_ids=sorted(groups[i]),
                            description=x.description, tags=x.tags))
     t.defer(INSERT_PORTS, rows)
     if memberships:

@@ -1,4 +1,5 @@
-"""Request and response bodies of the tenant API (the NAT's in nat_schemas.py). Requests forbid unknown fields."""
+"""Request and response bodies of the tenant API (security groups' in sg_schemas.py, each gateway role's in its
+room, controller/roles/). Requests forbid unknown fields."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from pydantic import (
     StringConstraints,
     create_model,
     field_validator,
-    model_validator,
 )
 
 from controller.api.ipam import IpamError, parse_cidr
+from controller.api.ipam6 import SUBNET_PREFIX, VPC_PREFIX, Ipam6Error, address_error6, parse_cidr6, space_error6
 from controller.api.label_schemas import LabelsIn, LabelsOut, LabelsPatch
 from controller.settings import DEFAULT_QUOTAS
 from tianji.southbound import GatewayRole
@@ -84,6 +85,27 @@ class Req(BaseModel):
 
 class Resp(BaseModel):
     model_config = ConfigDict(from_attributes=True)
+
+
+def any_cidr_field(v: str) -> str:
+    """A validated CIDR of either family (a rule's remote, a route's destination), in its canonical spelling."""
+    if ":" in v:
+        try:
+            return str(parse_cidr6(v))
+        except Ipam6Error as e:
+            raise ValueError(str(e)) from None
+    return cidr_field(v, 0, 32)
+
+
+def cidr6_field(v: str, prefix: int) -> str:
+    """A validated IPv6 CIDR of exactly /`prefix`, unique local or global unicast space."""
+    try:
+        net = parse_cidr6(v, prefix, prefix)
+    except Ipam6Error as e:
+        raise ValueError(str(e)) from None
+    if why := space_error6(net):
+        raise ValueError(why)
+    return str(net)
 
 
 def cidr_field(v: str, lo: int = 8, hi: int = 28) -> str:
@@ -173,11 +195,18 @@ class VpcCreate(Req, LabelsIn):
     mtu: int = Field(1450, ge=1280, le=9216,
                      description="the VMs' MTU (DHCP option 26): up to the underlay's MTU less 50")
     tenant_id: ID | None = Field(None, description="admin only: the tenant that owns the VPC")
+    ipv6_cidr: str | None = Field(None, description='dual-stack: "auto" (a /56 from the operator\'s pools) or a /56 '
+                                                    "of your own, unique local or global, outside those pools")
 
     @field_validator("cidr")
     @classmethod
     def _c(cls, v: str) -> str:
         return cidr_field(v)
+
+    @field_validator("ipv6_cidr")
+    @classmethod
+    def _c6(cls, v: str | None) -> str | None:
+        return v if v in (None, "auto") else cidr6_field(v, VPC_PREFIX)
 
 
 class VpcOut(Resp, LabelsOut):
@@ -188,6 +217,7 @@ class VpcOut(Resp, LabelsOut):
     tenant_id: str
     router_mac: str
     mtu: int
+    ipv6_cidr: str | None = None
     default_security_group_id: str | None = None
 
 
@@ -195,11 +225,20 @@ class SubnetCreate(Req, LabelsIn):
     vpc_id: ID
     name: str = NAME
     cidr: str
+    ipv6_cidr: str | None = Field(None, description='dual-stack: a /64 of the VPC\'s /56, or "auto" (the lowest free)')
+    ipv6_address_mode: Literal["slaac", "dhcpv6-stateful"] = Field(
+        "slaac", description="slaac: a port's address is its MAC's EUI-64, announced by RA (M=0, O=1); "
+                             "dhcpv6-stateful: handed out by the API and DHCPv6 (M=1)")
 
     @field_validator("cidr")
     @classmethod
     def _c(cls, v: str) -> str:
         return cidr_field(v, 8, 29)
+
+    @field_validator("ipv6_cidr")
+    @classmethod
+    def _c6(cls, v: str | None) -> str | None:
+        return v if v in (None, "auto") else cidr6_field(v, SUBNET_PREFIX)
 
 
 class SubnetOut(Resp, LabelsOut):
@@ -210,12 +249,17 @@ class SubnetOut(Resp, LabelsOut):
     cidr: str
     gateway_ip: str
     available_ips: int | None = None
+    ipv6_cidr: str | None = None
+    ipv6_gateway_ip: str | None = None
+    ipv6_address_mode: str | None = None
 
 
 class PortCreate(Req, LabelsIn):
     subnet_id: ID
     name: str = NAME
     ip: str | None = None
+    ipv6: str | None = Field(None, description="a dhcpv6-stateful subnet's address of your choice (a SLAAC subnet's "
+                                                "is the MAC's EUI-64)")
     mac: str | None = None
     host: str | None = None
     security_group_ids: IdList | None = None
@@ -224,6 +268,19 @@ class PortCreate(Req, LabelsIn):
     @classmethod
     def _ip(cls, v: str | None) -> str | None:
         return ipv4_field(v)
+
+    @field_validator("ipv6")
+    @classmethod
+    def _ip6(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            ip = ipaddress.IPv6Address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv6 address") from None
+        if why := address_error6(ip):
+            raise ValueError(why)
+        return str(ip)
 
     @field_validator("mac")
     @classmethod
@@ -266,50 +323,13 @@ class PortOut(Resp, LabelsOut):
     subnet_id: str
     name: str
     ip: str
+    ipv6: str | None = None
     mac: str
     host: str | None
     migrating_to: str | None = None
     status: str
     status_changed_at: datetime | None = None  # when its host last reported a change (UP: programmed)
     security_group_ids: list[str] = []
-
-
-class HostRegister(Req):
-    name: str = NAME
-    vtep_ip: str
-    kind: Literal["hypervisor", "gateway"] = "hypervisor"
-    role: GatewayRole | None = Field(None, description="a gateway's role (default nat): nat, lb or "
-                                                     "private-line; none for hypervisors")
-
-    @field_validator("vtep_ip")
-    @classmethod
-    def _ip(cls, v: str) -> str:
-        return vtep_address(v)
-
-
-class HostUpdate(Req):
-    vtep_ip: str | None = None
-    role: GatewayRole | None = Field(None, description="a gateway's role: the operator's to change")
-
-    @field_validator("vtep_ip")
-    @classmethod
-    def _ip(cls, v: str | None) -> str | None:
-        return None if v is None else vtep_address(v)
-
-
-class HostOut(Resp):
-    name: str
-    vtep_ip: str
-    kind: str
-    role: str | None = None
-    status: str
-    last_seen: str
-    ports: int = 0
-    # what its agent last reported to this controller process (in memory: another replica may have heard later)
-    revision_applied: int | None = Field(None, description="the revision its switch was last brought to")
-    reported_at: float | None = Field(None, description="when its agent reported that (epoch seconds)")
-    agent_errors: int | None = Field(None, description="errors its agent met since it started")
-    last_error: str | None = None
 
 
 class PeeringCreate(Req):
@@ -333,7 +353,7 @@ class RouteCreate(Req):
     @field_validator("destination")
     @classmethod
     def _d(cls, v: str) -> str:
-        return cidr_field(v, 0, 32)
+        return any_cidr_field(v)
 
 
 class RouteOut(BaseModel):
@@ -342,59 +362,3 @@ class RouteOut(BaseModel):
     target: str
     origin: Literal["implicit", "user", "static", "bgp"]  # static, bgp: over a private line
     state: Literal["active", "blackhole"] = "active"
-
-
-class RuleCreate(Req):
-    direction: Literal["ingress", "egress"]
-    protocol: Literal["tcp", "udp", "icmp", "any"] = "any"
-    port_range_min: int | None = Field(None, ge=1, le=65535)
-    port_range_max: int | None = Field(None, ge=1, le=65535)
-    remote_cidr: str | None = None
-    remote_group_id: ID | None = None
-    description: str = Field("", max_length=255)
-
-    @field_validator("remote_cidr")
-    @classmethod
-    def _rc(cls, v: str | None) -> str | None:
-        return None if v is None else cidr_field(v, 0, 32)
-
-    @model_validator(mode="after")
-    def _check(self) -> RuleCreate:
-        if self.remote_cidr and self.remote_group_id:
-            raise ValueError("give remote_cidr or remote_group_id, not both")
-        ports = (self.port_range_min, self.port_range_max)
-        if self.protocol in ("tcp", "udp"):
-            if (ports[0] is None) != (ports[1] is None):
-                raise ValueError("give both port_range_min and port_range_max, or neither")
-            if ports[0] is not None and ports[0] > ports[1]:
-                raise ValueError("port_range_min must not exceed port_range_max")
-        elif ports != (None, None):
-            raise ValueError(f"port ranges apply to tcp and udp only, not {self.protocol}")
-        return self
-
-
-class RuleOut(Resp):
-    id: int
-    direction: str
-    protocol: str
-    port_range_min: int | None
-    port_range_max: int | None
-    remote_cidr: str | None
-    remote_group_id: str | None
-    description: str
-
-
-class SecurityGroupCreate(Req, LabelsIn):
-    vpc_id: ID
-    name: str = NAME
-    # left out: all egress, as AWS and OpenStack give a new group; given, exactly those (`[]`: nothing in or out)
-    rules: list[RuleCreate] = Field(default_factory=lambda: [RuleCreate(direction="egress", remote_cidr="0.0.0.0/0")])
-
-
-class SecurityGroupOut(Resp, LabelsOut):
-    id: str
-    vpc_id: str
-    tenant_id: str
-    name: str
-    is_default: bool
-    rules: list[RuleOut]

@@ -21,7 +21,8 @@ from controller.api.common import (
     scoped,
     tenant_of,
 )
-from controller.api.schemas import Rename, RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
+from controller.api.schemas import Rename
+from controller.api.sg_schemas import ANYWHERE, RuleCreate, RuleOut, SecurityGroupCreate, SecurityGroupOut
 from controller.auth import Principal, require_tenant_api
 from controller.errors import conflict, invalid, not_found
 from controller.state import models as m
@@ -38,9 +39,10 @@ def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, fiel
                        tenant=sg.tenant_id)
         if remote.vpc_id != sg.vpc_id:
             raise invalid(f"{field}.remote_group_id", "the remote group must be in the same VPC")
-    rule = m.SecurityGroupRule(group_id=sg.id, direction=r.direction, protocol=r.protocol,
+    rule = m.SecurityGroupRule(group_id=sg.id, direction=r.direction, protocol=r.protocol, ethertype=r.ethertype,
                                port_range_min=r.port_range_min, port_range_max=r.port_range_max,
-                               remote_cidr=r.remote_cidr if r.remote_group_id else (r.remote_cidr or "0.0.0.0/0"),
+                               remote_cidr=r.remote_cidr if r.remote_group_id else (r.remote_cidr
+                                                                                    or ANYWHERE[r.ethertype]),
                                remote_group_id=r.remote_group_id, description=r.description)
     same = _what(rule)
     for other in sg.rules:
@@ -54,7 +56,8 @@ def add_rule(t: WriteTxn, sg: m.SecurityGroup, r: RuleCreate, p: Principal, fiel
 
 def _what(r: m.SecurityGroupRule) -> tuple:
     """What a rule admits (its description aside): two rules admitting the same are one rule twice."""
-    return (r.direction, r.protocol, r.port_range_min, r.port_range_max, r.remote_cidr, r.remote_group_id)
+    return (r.direction, r.ethertype, r.protocol, r.port_range_min, r.port_range_max, r.remote_cidr,
+            r.remote_group_id)
 
 
 def sg_out(sg: m.SecurityGroup) -> SecurityGroupOut:

@@ -1,4 +1,5 @@
-"""Subnets: inside the VPC CIDR, never overlapping each other; the first usable address is the gateway."""
+"""Subnets: inside the VPC CIDR, never overlapping each other; the first usable address is the gateway. A subnet
+of a dual-stack VPC may take a /64 of its /56 too (its ::1 the router)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy.orm import Session
 from controller.api import quotas
 from controller.api.common import Page, WriteRoute, db_of, owned, paged, relabel, rename, scoped, tenant_of
 from controller.api.ipam import gateway_ip, overlaps, usable_range
+from controller.api.ipam6 import Ipam6Error, gateway6, next_subnet_cidr6
 from controller.api.schemas import Rename, SubnetCreate, SubnetOut
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import conflict, invalid
@@ -28,6 +30,26 @@ def subnet_out(s: Session, sn: m.Subnet, used: int | None = None) -> SubnetOut:
     return out
 
 
+def subnet_cidr6(vpc: m.Vpc, asked: str | None, others: list[m.Subnet]) -> ipaddress.IPv6Network | None:
+    """The subnet's /64: none, the lowest free one of the VPC's /56 ("auto"), or the one asked for."""
+    if asked is None:
+        return None
+    if vpc.ipv6_cidr is None:
+        raise invalid("ipv6_cidr", f"VPC {vpc.name} has no IPv6 CIDR: create it with ipv6_cidr to make it dual-stack")
+    outer, used = ipaddress.IPv6Network(vpc.ipv6_cidr), [o.ipv6_cidr for o in others if o.ipv6_cidr]
+    if asked == "auto":
+        try:
+            return next_subnet_cidr6(outer, used)
+        except Ipam6Error as e:
+            raise conflict("ipv6_cidr", str(e)) from None
+    net = ipaddress.IPv6Network(asked)
+    if not net.subnet_of(outer):
+        raise invalid("ipv6_cidr", f"{net} is not inside the VPC's IPv6 CIDR {outer}")
+    if other := next((o for o in others if o.ipv6_cidr == asked), None):
+        raise conflict("ipv6_cidr", f"{net} is subnet {other.name}'s already")
+    return net
+
+
 @router.post("/subnets", status_code=201, response_model=SubnetOut)
 def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> SubnetOut:
     with db_of(request).write(tenants=tenant_of(p, m.Vpc, body.vpc_id)) as t:
@@ -38,7 +60,9 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
             raise invalid("cidr", f"prefix /{net.prefixlen} is too small for a subnet: use /28 or larger")
         if not net.subnet_of(ipaddress.IPv4Network(vpc.cidr)):
             raise invalid("cidr", f"{net} is not inside the VPC CIDR {vpc.cidr}")
-        for other in s.execute(select(m.Subnet).where(m.Subnet.vpc_id == vpc.id)).scalars():
+        others = list(s.execute(select(m.Subnet).where(m.Subnet.vpc_id == vpc.id)).scalars())
+        cidr6 = subnet_cidr6(vpc, body.ipv6_cidr, others)
+        for other in others:
             if overlaps(other.cidr, body.cidr):
                 raise conflict("cidr", f"{net} overlaps subnet {other.name} ({other.cidr})")
             if other.name == body.name:
@@ -46,6 +70,9 @@ def create_subnet(body: SubnetCreate, request: Request, p: Principal = Depends(r
         quotas.check(s, request.app.state.settings.quotas, vpc.tenant_id, "subnets")
         sn = m.Subnet(vpc_id=vpc.id, tenant_id=vpc.tenant_id, name=body.name, cidr=str(net),
                       gateway_ip=str(gateway_ip(net)), description=body.description, tags=body.tags)
+        if cidr6:
+            sn.ipv6_cidr, sn.ipv6_address_mode = str(cidr6), body.ipv6_address_mode
+            sn.ipv6_gateway_ip = str(gateway6(cidr6))
         s.add(sn)
         s.flush()
         return subnet_out(s, sn)

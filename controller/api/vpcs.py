@@ -24,7 +24,9 @@ from controller.api.common import (
     with_retries,
 )
 from controller.api.ipam import IpamError, next_vni, router_mac, vpc_space_error
+from controller.api.ipam6 import Ipam6Error, next_vpc_cidr6
 from controller.api.schemas import Rename, RouteCreate, RouteOut, VpcCreate, VpcOut
+from controller.api.sg_schemas import ANYWHERE
 from controller.auth import Principal, require_network_read, require_tenant_api
 from controller.errors import ApiError, conflict, invalid, not_found
 from controller.roles.line.sections import line_route_infos, live_line_instances
@@ -62,6 +64,23 @@ def allocate_vni(s: Session, lo: int, hi: int, quarantine_s: float) -> int:
     return vni
 
 
+def vpc_cidr6(s: Session, asked: str | None, pools: list[str]) -> str | None:
+    """The VPC's IPv6 /56: none, the lowest free one of the operator's pools ("auto"; the caller holds the `vni`
+    counter's lock, which serialises it), or the tenant's own, outside the pools (those are handed out, once)."""
+    if asked is None:
+        return None
+    nets = [ipaddress.IPv6Network(c) for c in pools]
+    if asked != "auto":
+        if pool := next((p for p in nets if p.overlaps(ipaddress.IPv6Network(asked))), None):
+            raise invalid("ipv6_cidr", f"{asked} is in the operator's pool {pool}: ask for \"auto\" to get a /56 of it")
+        return asked
+    try:
+        return str(next_vpc_cidr6(nets, s.execute(select(m.Vpc.ipv6_cidr).where(m.Vpc.ipv6_cidr.is_not(None)))
+                                  .scalars()))
+    except Ipam6Error as e:
+        raise ApiError(409, str(e)) from None
+
+
 @router.post("/vpcs", status_code=201, response_model=VpcOut)
 def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require_tenant_api)) -> VpcOut:
     settings = request.app.state.settings
@@ -93,17 +112,19 @@ def create_vpc(body: VpcCreate, request: Request, p: Principal = Depends(require
             s.execute(select(m.Counter.value).where(m.Counter.name == "vni").with_for_update())
             vni = allocate_vni(s, settings.vni_min, settings.vni_max, settings.vni_quarantine_s)
             vpc = m.Vpc(tenant_id=tenant_id, name=body.name, cidr=body.cidr, vni=vni, router_mac=router_mac(vni),
-                       mtu=body.mtu, description=body.description, tags=body.tags)
+                        ipv6_cidr=vpc_cidr6(s, body.ipv6_cidr, settings.ipv6_pools), mtu=body.mtu,
+                        description=body.description, tags=body.tags)
             s.add(vpc)
             s.flush()
             sg = m.SecurityGroup(vpc_id=vpc.id, tenant_id=tenant_id, name="default", is_default=True,
                                  description="default: all egress; ingress from members of this group")
             s.add(sg)
             s.flush()
-            s.add_all([
-                m.SecurityGroupRule(group_id=sg.id, direction="egress", protocol="any", remote_cidr="0.0.0.0/0"),
-                m.SecurityGroupRule(group_id=sg.id, direction="ingress", protocol="any", remote_group_id=sg.id),
-            ])
+            s.add_all([r for family, anywhere in ANYWHERE.items() for r in (  # both families, with or without IPv6
+                m.SecurityGroupRule(group_id=sg.id, direction="egress", protocol="any", ethertype=family,
+                                    remote_cidr=anywhere),
+                m.SecurityGroupRule(group_id=sg.id, direction="ingress", protocol="any", ethertype=family,
+                                    remote_group_id=sg.id))])
             s.flush()
             out = VpcOut.model_validate(vpc)
             out.default_security_group_id = sg.id
@@ -186,7 +207,8 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def effective_routes(s: Session, vpc: m.Vpc) -> list[RouteOut]:
-    routes = [RouteOut(id=None, destination=vpc.cidr, target="local", origin="implicit")]
+    routes = [RouteOut(id=None, destination=c, target="local", origin="implicit") for c in (vpc.cidr, vpc.ipv6_cidr)
+              if c]
     peerings = s.execute(select(m.Peering).where(
         ((m.Peering.requester_vpc_id == vpc.id) | (m.Peering.accepter_vpc_id == vpc.id)),
         m.Peering.status == "active")).scalars().all()
@@ -195,7 +217,8 @@ def effective_routes(s: Session, vpc: m.Vpc) -> list[RouteOut]:
         peer_id = pc.accepter_vpc_id if pc.requester_vpc_id == vpc.id else pc.requester_vpc_id
         peer = s.get(m.Vpc, peer_id)
         active[pc.id] = peer
-        routes.append(RouteOut(id=None, destination=peer.cidr, target=f"peering:{pc.id}", origin="implicit"))
+        routes += [RouteOut(id=None, destination=c, target=f"peering:{pc.id}", origin="implicit")
+                   for c in (peer.cidr, peer.ipv6_cidr if vpc.ipv6_cidr else None) if c]  # IPv6 when both have it
     gateways = set(s.execute(select(m.NatGateway.id).where(m.NatGateway.vpc_id == vpc.id)).scalars())
     for r in s.execute(select(m.Route).where(m.Route.vpc_id == vpc.id).order_by(m.Route.created_at)).scalars():
         state = "active" if r.target_id in active or r.target_id in gateways else "blackhole"
@@ -221,19 +244,30 @@ def create_route(vpc_id: str, body: RouteCreate, request: Request,
     with db_of(request).write(tenants=tenant_of(p, m.Vpc, vpc_id)) as t:
         s = t.session
         vpc = owned(s, m.Vpc, vpc_id, p, "VPC")
+        dest = ipaddress.ip_network(body.destination)
+        local = vpc.cidr if dest.version == 4 else vpc.ipv6_cidr
+        if local is None:
+            raise invalid("destination", f"{dest} is IPv6 and VPC {vpc.name} has no IPv6 CIDR")
+        if kind == "nat-gateway" and dest.version == 6:
+            raise invalid("destination", "a NAT gateway is IPv4's: IPv6 leaves through an egress-only internet "
+                                         "gateway (no translation)")
+        if dest.subnet_of(ipaddress.ip_network(local)):
+            # a supernet (0.0.0.0/0, ::/0) is fine: the local route is more specific and wins
+            raise conflict("destination", f"{body.destination} lies inside the VPC's local route {local}")
         if kind == "peering":
             pc = s.get(m.Peering, target_id)
             if pc is None or vpc_id not in (pc.requester_vpc_id, pc.accepter_vpc_id):
                 raise not_found("peering", target_id, "target")
             if pc.status != "active":
                 raise conflict("target", f"peering {target_id} is {pc.status}; routes need an active peering")
+            peer = s.get(m.Vpc, pc.accepter_vpc_id if pc.requester_vpc_id == vpc_id else pc.requester_vpc_id)
+            if dest.version == 6 and peer.ipv6_cidr is None:
+                raise invalid("destination", "IPv6 goes over a peering between two dual-stack VPCs; the peer has no "
+                                             "IPv6 CIDR")
         else:
             gw = s.get(m.NatGateway, target_id)
             if gw is None or gw.vpc_id != vpc_id:
                 raise not_found("NAT gateway", target_id, "target")
-        if ipaddress.ip_network(body.destination).subnet_of(ipaddress.ip_network(vpc.cidr)):
-            # a supernet (0.0.0.0/0) is fine: the local route is more specific and wins
-            raise conflict("destination", f"{body.destination} lies inside the VPC's local route {vpc.cidr}")
         for existing in effective_routes(s, vpc):
             if existing.destination == body.destination:
                 raise conflict("destination", f"a route to {body.destination} already exists "

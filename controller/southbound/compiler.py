@@ -24,9 +24,10 @@ from typing import Any, NamedTuple
 from sqlalchemy.orm import Session
 
 from controller.roles.lb.sections import by_listener
-from controller.roles.line.sections import line_route_infos
 from controller.southbound.fragments import FRAGMENTS, cached, store
-from controller.southbound.placement import home, nat_buckets
+from controller.southbound.groups import groups_fragments
+from controller.southbound.placement import home
+from controller.southbound.route_tables import route_tables
 from controller.state.reads import (
     Q_DNS,
     Q_ENDPOINTS,
@@ -56,9 +57,7 @@ from tianji.southbound import (
     LbMonitorInfo,
     LbVipInfo,
     PortInfo,
-    RouteInfo,
     SecurityGroupInfo,
-    SecurityGroupRuleInfo,
     SubnetInfo,
     VpcInfo,
     Vtep,
@@ -100,7 +99,7 @@ def _ports_fragments(rows: list, vpcs: list[str], instances: dict[str, str]) -> 
     for p, groups in by_port.values():
         eip_home = home(f"eip:{p.eip_id}", instances) if p.eip_id else None
         built[p.vpc_id].append(PortInfo.model_construct(  # from the database's rows: nothing to validate
-            id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, security_group_ids=groups,
+            id=p.id, vpc_id=p.vpc_id, subnet_id=p.subnet_id, mac=p.mac, ip=p.ip, ipv6=p.ipv6, security_group_ids=groups,
             eip_home_vtep=instances[eip_home] if eip_home else None, gateway_ip=p.gateway_ip))
     # in id order by Python's comparison, not the database collation's: a patched VPC is put back in this order
     return {vid: tuple(sorted(ports, key=lambda p: p.id)) for vid, ports in built.items()}
@@ -125,62 +124,17 @@ def endpoints_fragments(rows: list, vpcs: dict[str, Any],
             vtep = service_instances[host]
         also = {"also_host": e.migrating_to, "also_vtep_ip": e.migrating_vtep} if e.migrating_to else {}
         built[e.vpc_id].append(Endpoint.model_construct(port_id=e.id, vpc_id=e.vpc_id, vni=vpcs[e.vpc_id].vni,
-                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep, **also))
+                                                        ip=e.ip, mac=e.mac, host=host, vtep_ip=vtep, ipv6=e.ipv6,
+                                                        **also))
     return {vid: tuple(eps) for vid, eps in built.items()}
 
 
 def _subnets_fragments(rows: list, vpcs: list[str]) -> dict[str, tuple[SubnetInfo, ...]]:
     built: dict[str, list[SubnetInfo]] = {vid: [] for vid in vpcs}
-    for sid, vid, cidr, gw in rows:
-        built[vid].append(SubnetInfo.model_construct(id=sid, cidr=cidr, gateway_ip=gw))
+    for sid, vid, cidr, gw, cidr6, gw6, mode in rows:
+        built[vid].append(SubnetInfo.model_construct(id=sid, cidr=cidr, gateway_ip=gw, ipv6_cidr=cidr6,
+                                                     ipv6_gateway_ip=gw6, ipv6_address_mode=mode))
     return {vid: tuple(subs) for vid, subs in built.items()}
-
-
-def groups_fragments(rule_rows: list, member_rows: list, vpcs: list[str]) -> dict[str, dict[str, SecurityGroupInfo]]:
-    """Every security group of each VPC, remote groups resolved to member addresses. Groups, rules and memberships
-    only change with a write that stamps their VPC (remote groups are in the same VPC)."""
-    members: dict[str, list[str]] = defaultdict(list)
-    for gid, ip in member_rows:
-        members[gid].append(f"{ip}/32")
-    built: dict[str, dict[str, list[SecurityGroupRuleInfo]]] = {vid: {} for vid in vpcs}
-    for r in rule_rows:  # every group, with its rules if it has any
-        rules = built[r.vpc_id].setdefault(r.group_id, [])
-        if r.id is not None:
-            remote = members.get(r.remote_group_id, []) if r.remote_group_id else [r.remote_cidr or "0.0.0.0/0"]
-            rules.append(SecurityGroupRuleInfo(
-                id=r.id, direction=r.direction, protocol=r.protocol, port_range_min=r.port_range_min,
-                port_range_max=r.port_range_max, remote_cidrs=remote))
-    return {vid: {gid: SecurityGroupInfo(id=gid, vpc_id=vid, rules=rules) for gid, rules in groups.items()}
-            for vid, groups in built.items()}
-
-
-def _routes(v, vpc_rows: dict, peers, user_routes, gateway_eips: dict[str, list[str]], instances: dict[str, str],
-            line_routes=(), line_instances: dict[str, str] | None = None) -> list[RouteInfo]:
-    """An own VPC's effective route table: local, one route per active peering, then the user's routes (a target
-    that is gone or not ready is a blackhole), then its private lines' (line_routes.line_route_infos).
-    `gateway_eips`: the VPC's NAT gateways, each with its EIPs."""
-    routes = [RouteInfo(destination=v.cidr, target_type="local")]
-    active = {}
-    for pid, peer in sorted(peers):
-        active[pid] = peer
-        routes.append(RouteInfo(destination=vpc_rows[peer].cidr, target_type="peering", target_id=pid,
-                                peer_vpc_id=peer))
-    for r in user_routes:
-        buckets = nat_buckets(r.target_id, gateway_eips.get(r.target_id, []), instances) \
-            if r.target_type == "nat-gateway" and r.target_id in gateway_eips and instances else []
-        if buckets:
-            routes.append(RouteInfo(destination=r.destination, target_type="nat-gateway", target_id=r.target_id,
-                                    origin="user", gateway_vteps=sorted({instances[b] for b in buckets}),
-                                    gateway_buckets=[instances[b] for b in buckets]))
-        elif r.target_type == "peering" and r.target_id in active:
-            routes.append(RouteInfo(destination=r.destination, target_type="peering", target_id=r.target_id,
-                                    peer_vpc_id=active[r.target_id], origin="user"))
-        else:
-            routes.append(RouteInfo(destination=r.destination, target_type="blackhole", target_id=r.target_id,
-                                    origin="user"))
-    if line_routes:
-        routes += line_route_infos(line_routes, line_instances or {}, {r.destination for r in routes})
-    return routes
 
 
 def compile_host(s: Session, host: str) -> HostConfig | None:
@@ -275,14 +229,16 @@ def compile_hosts(s: Session, views: dict[str, HostView]) -> dict[str, Compiled]
               local[host])
     store(s, "endpoints", with_topology,
           endpoints_fragments(rows["endpoints"], {v: vpcs[v] for v in stale_endpoints}, service_instances), endpoints)
-    store(s, "sg", revs, groups_fragments(rows["rules"], rows["members"], stale_groups), groups)
+    store(s, "sg", revs, groups_fragments(rows["rules"], rows["members"], stale_groups,
+                                          {vid for vid in stale_groups if vpcs[vid].ipv6_cidr}), groups)
     store(s, "subnets", revs, _subnets_fragments(rows["subnets"], stale_subnets), subnets)
     user_routes, gateway_eips, line_routes, dns = _route_rows(rows)
     lbs = vip_infos(rows["lbs"], lb_instances)
     for kind, stale in (("own-vpc", stale_own), ("peer-vpc", stale_peer)):
         for vid in stale:
-            routes = _routes(vpcs[vid], vpcs, peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
-                             instances, line_routes.get(vid, ()), line_instances) if kind == "own-vpc" else []
+            routes = route_tables(vpcs[vid], vpcs, peers.get(vid, ()), user_routes.get(vid, ()), gateway_eips,
+                                  instances, line_routes.get(vid, ()), line_instances) \
+                if kind == "own-vpc" else ([], [])
             entries[kind][vid] = _vpc_entry(vpcs[vid], subnets[vid], routes, lbs.get(vid, []), dns.get(vid, []))
             FRAGMENTS.put(s, (kind, vid), with_topology[vid], (entries[kind][vid],))
     return {host: Compiled(
@@ -351,12 +307,14 @@ def _route_rows(rows: dict[str, list]) -> tuple[dict[str, list], dict[str, list[
     return user_routes, gateway_eips, line_routes, dns
 
 
-def _vpc_entry(v: Any, subnets: Any, routes: list, lbs: list[LbVipInfo], dns: list[DnsRecord]) -> VpcInfo:
+def _vpc_entry(v: Any, subnets: Any, routes: tuple[list, list], lbs: list[LbVipInfo],
+               dns: list[DnsRecord]) -> VpcInfo:
     """A VPC's entry in a host's config: VNI, router MAC, subnets, its route table and resolver's names if it has
     a local port, and its load balancers (clients in it or in a peer steer to their VIPs; hosts of members
     translate)."""
     return VpcInfo.model_construct(id=v.id, tenant_id=v.tenant_id, vni=v.vni, cidr=v.cidr, router_mac=v.router_mac,
-                                   mtu=v.mtu, subnets=list(subnets), routes=routes, load_balancers=lbs, dns=dns)
+                                   mtu=v.mtu, ipv6_cidr=v.ipv6_cidr, subnets=list(subnets), routes=routes[0],
+                                   routes6=routes[1], load_balancers=lbs, dns=dns)
 
 
 def vip_infos(rows: list, lb_instances: dict[str, str]) -> dict[str, list[LbVipInfo]]:

@@ -9,7 +9,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
-    Float,
     ForeignKey,
     Integer,
     String,
@@ -21,6 +20,13 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from controller.state.change_log import ChangeLogEntry  # noqa: F401 - every table is in `models`
 from controller.state.freed_models import FreedEip, FreedVni  # noqa: F401 - likewise
 from controller.state.idempotency_models import IdempotencyKey  # noqa: F401 - likewise
+from controller.state.lb_models import (  # noqa: F401 - likewise
+    LbHealthMonitor,
+    LbListener,
+    LbMember,
+    LbPool,
+    LoadBalancer,
+)
 from controller.state.line_models import (  # noqa: F401 - every table is in `models` (m.PrivateLine, the metadata)
     PrivateLine,
     PrivateLineLearned,
@@ -140,6 +146,8 @@ class Vpc(Labelled, Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
     cidr: Mapped[str] = mapped_column(String(18))
+    # dual-stack: a /56 from the operator's pools (unique in the cloud) or given (outside them); None: IPv4 only
+    ipv6_cidr: Mapped[str | None] = mapped_column(String(43), nullable=True, index=True)
     vni: Mapped[int] = mapped_column(Integer, unique=True)
     router_mac: Mapped[str] = mapped_column(String(17))
     mtu: Mapped[int] = mapped_column(Integer, default=1450, server_default="1450")  # what DHCP gives its VMs
@@ -159,6 +167,9 @@ class Subnet(Labelled, Base):
     name: Mapped[str] = mapped_column(String(64))
     cidr: Mapped[str] = mapped_column(String(18))
     gateway_ip: Mapped[str] = mapped_column(String(15))
+    ipv6_cidr: Mapped[str | None] = mapped_column(String(43), nullable=True)  # a /64 of its VPC's
+    ipv6_gateway_ip: Mapped[str | None] = mapped_column(String(39), nullable=True)  # the router: the /64's ::1
+    ipv6_address_mode: Mapped[str | None] = mapped_column(String(16), nullable=True)  # slaac | dhcpv6-stateful
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
 
     vpc: Mapped[Vpc] = relationship(back_populates="subnets")
@@ -192,9 +203,10 @@ class SecurityGroupRule(Base):
     group_id: Mapped[str] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"), index=True)
     direction: Mapped[str] = mapped_column(String(8))
     protocol: Mapped[str] = mapped_column(String(8))
+    ethertype: Mapped[str] = mapped_column(String(4), default="IPv4", server_default="IPv4")
     port_range_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
     port_range_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    remote_cidr: Mapped[str | None] = mapped_column(String(18), nullable=True)
+    remote_cidr: Mapped[str | None] = mapped_column(String(43), nullable=True)
     remote_group_id: Mapped[str | None] = mapped_column(
         ForeignKey("security_groups.id", ondelete="RESTRICT"), nullable=True, index=True
     )
@@ -212,6 +224,7 @@ class Port(Labelled, Base):
     name: Mapped[str] = mapped_column(String(64))
     ip: Mapped[str] = mapped_column(String(15))
     ip_int: Mapped[int] = mapped_column(BigInteger)
+    ipv6: Mapped[str | None] = mapped_column(String(39), nullable=True)  # compressed: one spelling per address
     mac: Mapped[str] = mapped_column(String(17), index=True)
     host: Mapped[str | None] = mapped_column(ForeignKey("hosts.name"), nullable=True, index=True)
     # a live migration's destination: bound there too (its flows in, traffic sent to both) until `host` moves;
@@ -224,7 +237,8 @@ class Port(Labelled, Base):
     groups: Mapped[list[SecurityGroup]] = relationship(secondary="port_security_groups", order_by="SecurityGroup.id")
     # a MAC is unique in its VPC (its L2 domain), not across tenants: one tenant must not probe another's MACs
     __table_args__ = (UniqueConstraint("vpc_id", "ip_int", name="uq_port_vpc_ip"),
-                      UniqueConstraint("vpc_id", "mac", name="uq_port_vpc_mac"))
+                      UniqueConstraint("vpc_id", "mac", name="uq_port_vpc_mac"),
+                      UniqueConstraint("vpc_id", "ipv6", name="uq_port_vpc_ipv6"))
 
 
 class PortSecurityGroup(Base):
@@ -253,7 +267,7 @@ class Route(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
     tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    destination: Mapped[str] = mapped_column(String(18))
+    destination: Mapped[str] = mapped_column(String(43))
     target_type: Mapped[str] = mapped_column(String(24))
     target_id: Mapped[str] = mapped_column(String(36), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
@@ -325,74 +339,3 @@ class DnatRule(Base):
     port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), index=True)
     internal_port: Mapped[int] = mapped_column(Integer)
     __table_args__ = (UniqueConstraint("eip_id", "protocol", "external_port", name="uq_dnat_eip_proto_port"),)
-
-
-class LoadBalancer(Base):
-    """A virtual IP in a subnet (held by a port of its own, so IPAM and the VPC's uniqueness rules apply), optionally
-    reachable from the internet through an EIP."""
-
-    __tablename__ = "load_balancers"
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    vpc_id: Mapped[str] = mapped_column(ForeignKey("vpcs.id"), index=True)
-    subnet_id: Mapped[str] = mapped_column(ForeignKey("subnets.id"), index=True)
-    name: Mapped[str] = mapped_column(String(64))
-    vip_port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), unique=True)
-    vip_address: Mapped[str] = mapped_column(String(15))
-    eip_id: Mapped[str | None] = mapped_column(ForeignKey("eips.id"), nullable=True, unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-    __table_args__ = (UniqueConstraint("vpc_id", "name", name="uq_lb_vpc_name"),)
-
-
-class LbListener(Base):
-    __tablename__ = "lb_listeners"
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    load_balancer_id: Mapped[str] = mapped_column(ForeignKey("load_balancers.id", ondelete="CASCADE"), index=True)
-    protocol: Mapped[str] = mapped_column(String(4))
-    port: Mapped[int] = mapped_column(Integer)
-    default_pool_id: Mapped[str | None] = mapped_column(ForeignKey("lb_pools.id"), nullable=True, index=True)
-    idle_timeout_s: Mapped[int] = mapped_column(Integer, default=350)
-    __table_args__ = (UniqueConstraint("load_balancer_id", "protocol", "port", name="uq_listener_lb_proto_port"),)
-
-
-class LbPool(Base):
-    __tablename__ = "lb_pools"
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    load_balancer_id: Mapped[str] = mapped_column(ForeignKey("load_balancers.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(64))
-    protocol: Mapped[str] = mapped_column(String(4))
-    algorithm: Mapped[str] = mapped_column(String(16), default="maglev")
-    table_size: Mapped[int] = mapped_column(Integer, default=65537)  # Maglev's M: a prime
-    deregistration_delay_s: Mapped[int] = mapped_column(Integer, default=30)
-    __table_args__ = (UniqueConstraint("load_balancer_id", "name", name="uq_pool_lb_name"),)
-
-
-class LbMember(Base):
-    __tablename__ = "lb_members"
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    pool_id: Mapped[str] = mapped_column(ForeignKey("lb_pools.id", ondelete="CASCADE"), index=True)
-    port_id: Mapped[str] = mapped_column(ForeignKey("ports.id"), index=True)
-    protocol_port: Mapped[int] = mapped_column(Integer)
-    weight: Mapped[int] = mapped_column(Integer, default=1)  # 0: draining
-    operating_status: Mapped[str] = mapped_column(String(12), default="NO_MONITOR")
-    status_changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
-    __table_args__ = (UniqueConstraint("pool_id", "port_id", "protocol_port", name="uq_member_pool_port"),)
-
-
-class LbHealthMonitor(Base):
-    __tablename__ = "lb_health_monitors"
-    pool_id: Mapped[str] = mapped_column(ForeignKey("lb_pools.id", ondelete="CASCADE"), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(36), index=True)
-    type: Mapped[str] = mapped_column(String(12))
-    interval_s: Mapped[float] = mapped_column(Float)
-    timeout_s: Mapped[float] = mapped_column(Float)
-    rise: Mapped[int] = mapped_column(Integer)
-    fall: Mapped[int] = mapped_column(Integer)
-    http_method: Mapped[str | None] = mapped_column(String(8), nullable=True)
-    url_path: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    expected_codes: Mapped[str | None] = mapped_column(String(64), nullable=True)
-
-

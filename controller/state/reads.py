@@ -47,9 +47,9 @@ Q_HOST_VPCS = text("""
                  WHERE status = 'active' AND accepter_vpc_id IN (SELECT id FROM own))
     SELECT h.config_revision, h.vtep_ip, (SELECT value FROM counters WHERE name = 'topology') AS topology,
            (SELECT value FROM counters WHERE name = 'vteps') AS vteps,
-           v.id, v.tenant_id, v.vni, v.cidr, v.router_mac, v.mtu, v.revision, v.peering_id, v.peer_of
-    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.router_mac, vpcs.mtu,
-                                   vpcs.revision,
+           v.id, v.tenant_id, v.vni, v.cidr, v.ipv6_cidr, v.router_mac, v.mtu, v.revision, v.peering_id, v.peer_of
+    FROM hosts h LEFT JOIN (SELECT vpcs.id, vpcs.tenant_id, vpcs.vni, vpcs.cidr, vpcs.ipv6_cidr, vpcs.router_mac,
+                                   vpcs.mtu, vpcs.revision,
                                    rel.peering_id, rel.peer_of
                             FROM rel JOIN vpcs ON vpcs.id = rel.id) v ON 1 = 1
     WHERE h.name = :host""")
@@ -117,7 +117,8 @@ Q_NAT_GATEWAYS = select(_NATGWS.c.id, _NATGW_EIPS.c.eip_id) \
 # bound ports, and service endpoints' ports (homed on a service instance by the compiler: endpoint_id not NULL)
 # (and an endpoint's port in a published load balancer's VPC, homed with it)
 # (a migrating port: its destination host and VTEP too)
-Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _PORTS.c.host, _HOSTS.c.vtep_ip,
+Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.ipv6, _PORTS.c.mac, _PORTS.c.host,
+                     _HOSTS.c.vtep_ip,
                      func.coalesce(_ENDPOINTS.c.id, _PEP.c.id).label("endpoint_id"), _PORTS.c.migrating_to,
                      _MIGRATING.c.vtep_ip.label("migrating_vtep")) \
     .outerjoin(_HOSTS, _HOSTS.c.name == _PORTS.c.host).outerjoin(_ENDPOINTS, _ENDPOINTS.c.port_id == _PORTS.c.id) \
@@ -126,16 +127,19 @@ Q_ENDPOINTS = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.ip, _PORTS.c.mac, _P
     .where(in_ids(_PORTS.c.vpc_id, "vpcs"),
            _HOSTS.c.name.is_not(None) | _ENDPOINTS.c.id.is_not(None) | _PEP.c.id.is_not(None)) \
     .order_by(_PORTS.c.vpc_id, _PORTS.c.ip_int)
-Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip) \
+Q_SUBNETS = select(_SUBNETS.c.id, _SUBNETS.c.vpc_id, _SUBNETS.c.cidr, _SUBNETS.c.gateway_ip, _SUBNETS.c.ipv6_cidr,
+                   _SUBNETS.c.ipv6_gateway_ip, _SUBNETS.c.ipv6_address_mode) \
     .where(in_ids(_SUBNETS.c.vpc_id, "vpcs")).order_by(_SUBNETS.c.cidr)
 Q_GROUP_RULES = select(_SG.c.vpc_id, _SG.c.id.label("group_id"), _RULES.c.id, _RULES.c.direction, _RULES.c.protocol,
+                       _RULES.c.ethertype,
                        _RULES.c.port_range_min, _RULES.c.port_range_max, _RULES.c.remote_cidr,
                        _RULES.c.remote_group_id) \
     .outerjoin(_RULES, _RULES.c.group_id == _SG.c.id).where(in_ids(_SG.c.vpc_id, "vpcs")) \
     .order_by(_SG.c.id, _RULES.c.id)
-Q_GROUP_MEMBERS = select(_PSG.c.group_id, _PORTS.c.ip).join(_PORTS, _PORTS.c.id == _PSG.c.port_id) \
+Q_GROUP_MEMBERS = select(_PSG.c.group_id, _PORTS.c.ip, _PORTS.c.ipv6).join(_PORTS, _PORTS.c.id == _PSG.c.port_id) \
     .where(in_ids(_PORTS.c.vpc_id, "vpcs")).order_by(_PORTS.c.ip_int)
-Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PSG.c.group_id,
+Q_LOCAL = select(_PORTS.c.id, _PORTS.c.vpc_id, _PORTS.c.subnet_id, _PORTS.c.mac, _PORTS.c.ip, _PORTS.c.ipv6,
+                 _PSG.c.group_id,
                  _EIPS.c.id.label("eip_id"), _SUBNETS.c.gateway_ip) \
     .join(_SUBNETS, _SUBNETS.c.id == _PORTS.c.subnet_id) \
     .outerjoin(_PSG, _PSG.c.port_id == _PORTS.c.id).outerjoin(_EIPS, _EIPS.c.port_id == _PORTS.c.id) \

@@ -139,12 +139,12 @@ function drawVpc(d, vpc, x, top) {
     const h = 30 + shown.length * ROW + (ports.length > shown.length ? ROW : 0) + 6;
     const sg = svg("g", { class: "subnet", "data-subnet-id": sn.id, "data-name": sn.name },
                    svg("rect", { class: "subnet-box", x: x + 10, y, width: COL_W - 20, height: h, rx: 6 }),
-                   svg("text", { x: x + 20, y: y + 18, "font-size": 12, "font-weight": 600 }, `${sn.name}  ${sn.cidr}`));
+                   svg("text", { x: x + 20, y: y + 18, "font-size": 12, "font-weight": 600 }, `${sn.name}  ${sn.cidr}${sn.ipv6_cidr ? `  ${sn.ipv6_cidr}` : ""}`));
     shown.forEach((p, i) => {
       const py = y + 34 + i * ROW;
       const port = svg("g", { class: `port ${p.status === "UP" ? "up" : "down"}`, "data-port-id": p.id,
                               tabindex: 0 },
-                       svg("title", {}, `${p.name} ${p.ip} on ${p.host || "no host"} (${p.status})`),
+                       svg("title", {}, `${p.name} ${p.ip}${p.ipv6 ? ` ${p.ipv6}` : ""} on ${p.host || "no host"} (${p.status})`),
                        svg("circle", { cx: x + 28, cy: py - 4, r: 5 }),
                        svg("text", { x: x + 40, y: py, "font-size": 11 },
                            `${p.name.slice(0, 16)}  ${p.ip}  ${p.host ? `@${p.host}` : "(unbound)"}`));
@@ -170,7 +170,7 @@ function drawVpc(d, vpc, x, top) {
   g.append(svg("rect", { class: "vpc-box", x, y: top, width: COL_W, height, rx: 10 }),
            svg("text", { x: x + 12, y: top + 20, "font-size": 15, "font-weight": 700 }, vpc.name),
            svg("text", { x: x + 12, y: top + 37, "font-size": 11, fill: "#6b7385" },
-               `${vpc.cidr}  VNI ${vpc.vni}${state.who.kind === "admin" ?
+               `${vpc.cidr}${vpc.ipv6_cidr ? `  ${vpc.ipv6_cidr}` : ""}  VNI ${vpc.vni}${state.who.kind === "admin" ?
                  `  tenant ${d.tenantName.get(vpc.tenant_id) || vpc.tenant_id.slice(0, 8)}` : ""}`),
            ...body);
   return { g, height };
@@ -280,7 +280,7 @@ async function showOwnPorts(now) {  // a tenant's status: its ports, up or down,
   const vpcName = new Map(vpcs.map(v => [v.id, v.name])), subnetName = new Map(subnets.map(s => [s.id, s.name]));
   const since = t => t ? `${Math.max(0, Math.round(now - Date.parse(t) / 1000))} s ago` : "-";
   document.querySelector("#ports-table tbody").replaceChildren(...ports.map(p => el("tr", { "data-port": p.name },
-    cell(p.name), cell(p.ip), cell(vpcName.get(p.vpc_id) || p.vpc_id), cell(subnetName.get(p.subnet_id) || ""),
+    cell(p.name), cell(p.ipv6 ? `${p.ip}  ${p.ipv6}` : p.ip), cell(vpcName.get(p.vpc_id) || p.vpc_id), cell(subnetName.get(p.subnet_id) || ""),
     cell(p.host || "(unbound)"), cell(p.status, `st-${p.status === "UP" ? "up" : "down"}`),
     cell(since(p.status_changed_at)))));
   document.getElementById("ports-empty").hidden = ports.length > 0;

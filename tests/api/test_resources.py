@@ -227,7 +227,7 @@ def test_a_new_group_allows_all_egress_unless_its_rules_are_given(controller: Co
     vpc = make_vpc(a)
     plain = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "plain"})
     assert [(r["direction"], r["protocol"], r["remote_cidr"], r["port_range_min"]) for r in plain["rules"]] == [
-        ("egress", "any", "0.0.0.0/0", None)]  # as AWS and OpenStack: its VMs may start connections
+        ("egress", "any", "0.0.0.0/0", None), ("egress", "any", "::/0", None)]  # as AWS and OpenStack, both families
     mute = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "mute", "rules": []})
     assert mute["rules"] == []
     only = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "only", "rules": [
@@ -243,8 +243,10 @@ def test_security_groups(controller: Controller) -> None:
     other = make_vpc(a, "other", "10.5.0.0/16")
     default = a.get(f"/v1/security-groups/{vpc['default_security_group_id']}")
     assert default["is_default"]
-    assert {(r["direction"], r["protocol"], r["remote_cidr"], r["remote_group_id"]) for r in default["rules"]} == {
-        ("egress", "any", "0.0.0.0/0", None), ("ingress", "any", None, default["id"])}
+    assert {(r["direction"], r["ethertype"], r["protocol"], r["remote_cidr"], r["remote_group_id"])
+            for r in default["rules"]} == {  # both families, as Neutron's default group (docs/dual-stack.md)
+        ("egress", "IPv4", "any", "0.0.0.0/0", None), ("ingress", "IPv4", "any", None, default["id"]),
+        ("egress", "IPv6", "any", "::/0", None), ("ingress", "IPv6", "any", None, default["id"])}
     web = a.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "web", "rules": [
         {"direction": "ingress", "protocol": "tcp", "port_range_min": 80, "port_range_max": 80,
          "remote_cidr": "0.0.0.0/0"}]})

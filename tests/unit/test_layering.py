@@ -44,8 +44,8 @@ def files(package: str) -> list[Path]:
 
 # The one sideways door: the controller's reachability analyzer runs the agent's own flow builders in its OpenFlow
 # model (one implementation of the rules, not two). These modules of the agent are pure: no I/O, no agent state.
-TRANSLATION = {f"vswitch_agent.{m}" for m in ("flows", "flow", "pipeline", "actions", "lb_flows", "openflow", "ofmodel",
-                                              "model_host", "health")}
+TRANSLATION = {f"vswitch_agent.{m}" for m in ("flows", "flows6", "flow", "pipeline", "actions", "lb_flows", "openflow",
+                                              "ofmodel", "model_host", "health")}
 ANALYZER = "controller/reachability/"
 
 

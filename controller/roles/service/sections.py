@@ -14,7 +14,8 @@ from collections import defaultdict
 from typing import Any
 
 from controller.roles.role import CompileInputs, RoleCompiler, Sections, section_of
-from controller.southbound.compiler import groups_fragments, service_home
+from controller.southbound.compiler import service_home
+from controller.southbound.groups import groups_fragments
 from controller.southbound.placement import home
 from controller.state.reads import (
     Q_GROUP_MEMBERS,
