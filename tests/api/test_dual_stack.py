@@ -162,3 +162,17 @@ def test_ipv6_routes_and_peering(controller: Controller) -> None:
     e = refused(controller, 409, "accepter_vpc_id", a.post, "/v1/peerings",
                 {"requester_vpc_id": v1["id"], "accepter_vpc_id": vb["id"]})
     assert "IPv6 CIDR overlaps fd12:0:0:100::/56" in str(e)  # ours is said, never the other tenant's
+
+
+def test_load_balancers_and_services_say_they_are_ipv4_only(controller: Controller) -> None:
+    a = controller.tenant()
+    vpc = a.post("/v1/vpcs", {"name": "ds", "cidr": "10.0.0.0/16", "ipv6_cidr": "auto"})
+    sn = a.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24", "ipv6_cidr": "auto"})
+    e = refused(controller, 422, "vip_address", a.post, "/v1/load-balancers",
+                {"name": "web", "vpc_id": vpc["id"], "subnet_id": sn["id"], "vip_address": sn["ipv6_gateway_ip"]})
+    assert "IPv4-only" in str(e)
+    e = refused(controller, 422, None, controller.admin.post, "/v1/services",
+                {"name": "store", "addresses": ["2001:db8::10"], "ports": [{"protocol": "tcp", "port": 443}]})
+    assert "IPv4-only" in str(e)
+    lb = a.post("/v1/load-balancers", {"name": "web", "vpc_id": vpc["id"], "subnet_id": sn["id"]})
+    assert "." in lb["vip_address"]  # a dual-stack subnet's load balancer: its IPv4 VIP

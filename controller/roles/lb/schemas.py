@@ -26,6 +26,8 @@ class LoadBalancerCreate(Req):
     @field_validator("vip_address")
     @classmethod
     def _vip(cls, v: str | None) -> str | None:
+        if v is not None and ":" in v:
+            raise ValueError(f"{v}: load balancers are IPv4-only (docs/dual-stack.md); give an IPv4 address")
         return ipv4_field(v)
 
 

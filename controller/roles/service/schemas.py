@@ -25,6 +25,8 @@ class ServicePort(Req):
 
 
 def _service_address(v: str) -> str:
+    if ":" in v:
+        raise ValueError(f"{v}: services are IPv4-only (docs/dual-stack.md); give an IPv4 address")
     try:
         a = ipaddress.IPv4Address(v)
     except ValueError:
@@ -35,7 +37,7 @@ def _service_address(v: str) -> str:
     return str(a)
 
 
-ServiceAddress = Annotated[str, Field(max_length=15), AfterValidator(_service_address)]
+ServiceAddress = Annotated[str, Field(max_length=45), AfterValidator(_service_address)]
 
 
 class ServiceCreate(Req):
