@@ -20,6 +20,8 @@ def flow_spec(in_port: int, pkt: dict[str, Any]) -> str:
         return ",".join([f"in_port={in_port}", "arp", f"dl_src={pkt['eth_src']}", f"dl_dst={pkt['eth_dst']}",
                          f"arp_op={int(pkt['arp_op'])}", f"arp_spa={pkt['arp_spa']}", f"arp_tpa={pkt['arp_tpa']}",
                          f"arp_sha={pkt['arp_sha']}", f"arp_tha={pkt['arp_tha']}"])
+    if int(pkt.get("eth_type", 0x0800)) == 0x86DD:
+        return _spec6(in_port, pkt)
     proto = PROTOS.get(int(pkt.get("ip_proto", 0)), "ip")
     parts = [f"in_port={in_port}", proto, f"dl_src={pkt['eth_src']}", f"dl_dst={pkt['eth_dst']}",
              f"nw_src={pkt['ipv4_src']}", f"nw_dst={pkt['ipv4_dst']}", f"nw_ttl={int(pkt.get('ttl', 64))}"]
@@ -27,6 +29,21 @@ def flow_spec(in_port: int, pkt: dict[str, Any]) -> str:
         parts += [f"tp_src={int(pkt[f'{proto}_src'])}", f"tp_dst={int(pkt[f'{proto}_dst'])}"]
     elif proto == "icmp":
         parts += [f"icmp_type={int(pkt.get('icmp_type', 8))}", f"icmp_code={int(pkt.get('icmp_code', 0))}"]
+    return ",".join(parts)
+
+
+def _spec6(in_port: int, pkt: dict[str, Any]) -> str:
+    """An IPv6 packet (a neighbour solicitation, or a VM's packet) in ofproto/trace's syntax."""
+    proto = {6: "tcp6", 17: "udp6", 58: "icmp6"}.get(int(pkt.get("ip_proto", 0)), "ipv6")
+    parts = [f"in_port={in_port}", proto, f"dl_src={pkt['eth_src']}", f"dl_dst={pkt['eth_dst']}",
+             f"ipv6_src={pkt['ipv6_src']}", f"ipv6_dst={pkt['ipv6_dst']}", f"nw_ttl={int(pkt.get('ttl', 64))}"]
+    if proto in ("tcp6", "udp6"):
+        p = proto[:3]
+        parts += [f"tp_src={int(pkt[f'{p}_src'])}", f"tp_dst={int(pkt[f'{p}_dst'])}"]
+    elif proto == "icmp6":
+        parts += [f"icmp_type={int(pkt.get('icmpv6_type', 128))}", f"icmp_code={int(pkt.get('icmpv6_code', 0))}"]
+        if "ipv6_nd_target" in pkt:
+            parts += [f"nd_target={pkt['ipv6_nd_target']}", f"nd_sll={pkt.get('ipv6_nd_sll', '00:00:00:00:00:00')}"]
     return ",".join(parts)
 
 

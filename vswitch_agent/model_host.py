@@ -8,6 +8,7 @@ meaning depends on their values).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 
 from tianji.memo import Memo
@@ -50,6 +51,13 @@ class ModelHost:
                 return str(reply["arp_sha"] if isinstance(reply["arp_sha"], str) else _mac(reply["arp_sha"]))
         return None
 
+    def nd(self, port_id: str, mac: str, src: str, target: str) -> str | None:
+        """The MAC the switch answers for `target` to a VM's neighbour solicitation, or None (no answer)."""
+        for port, reply in self.from_port(port_id, nd_solicitation(mac, src, target)):
+            if port == self.ofports[port_id] and reply.get("icmpv6_type") == 136:
+                return str(reply["ipv6_nd_tll"])
+        return None
+
     def where(self, port: object) -> str:
         """An output port in words: a VM port's id, "tunnel" or "controller"."""
         if port == TUNNEL_OFPORT:
@@ -64,6 +72,14 @@ def arp_request(mac: str, ip: str, target: str) -> dict:
             "arp_sha": mac, "arp_tpa": target, "arp_tha": "00:00:00:00:00:00"}
 
 
+def nd_solicitation(mac: str, src: str, target: str) -> dict:
+    """A VM's solicitation for `target` (to its solicited-node multicast group), with its link-layer option."""
+    low = ipaddress.IPv6Address(target).packed[-3:]
+    return {"eth_src": mac, "eth_dst": "33:33:ff:" + ":".join(f"{b:02x}" for b in low), "eth_type": 0x86DD,
+            "ipv6_src": src, "ipv6_dst": str(ipaddress.IPv6Address(b"\xff\x02" + bytes(9) + b"\x01\xff" + low)),
+            "ip_proto": 58, "icmpv6_type": 135, "ipv6_nd_target": target, "ipv6_nd_sll": mac, "ttl": 255}
+
+
 def _mac(n: int) -> str:
     return ":".join(f"{b:02x}" for b in n.to_bytes(6, "big"))
 
@@ -75,6 +91,6 @@ def pruned(cfg: HostConfig, addresses: Iterable[str]) -> HostConfig:
     fast."""
     keep = set(addresses) | {b.ip for v in cfg.vpcs for lb in v.load_balancers for x in lb.listeners
                              for b in x.backends}
-    out = cfg.model_copy(update={"endpoints": [e for e in cfg.endpoints if e.ip in keep]})
+    out = cfg.model_copy(update={"endpoints": [e for e in cfg.endpoints if e.ip in keep or e.ipv6 in keep]})
     out._by_vpc = Memo()  # the copy's grouping is its own
     return out

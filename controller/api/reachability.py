@@ -19,13 +19,19 @@ router = APIRouter(tags=["reachability"], route_class=WriteRoute)  # a POST: eve
 
 
 class Destination(Req):
-    ip: str | None = Field(None, description="any IPv4 address: a port's, a VIP, a service endpoint, outside")
+    ip: str | None = Field(None, description="any IPv4 or IPv6 address: a port's, a VIP, a service endpoint, "
+                                             "outside")
     port_id: ID | None = None
     eip: str | None = Field(None, description="an elastic IP's address")
 
-    @field_validator("ip", "eip")
+    @field_validator("ip")
     @classmethod
     def _address(cls, v: str | None) -> str | None:
+        return None if v is None else str(ipaddress.ip_address(v))
+
+    @field_validator("eip")
+    @classmethod
+    def _eip(cls, v: str | None) -> str | None:
         if v is not None:
             ipaddress.IPv4Address(v)
         return v
@@ -42,6 +48,8 @@ class ReachabilityQuery(Req):
     destination: Destination
     protocol: Literal["tcp", "udp", "icmp"] = "tcp"
     port: int | None = Field(None, ge=1, le=65535, description="the destination port (tcp, udp)")
+    ip_version: Literal[4, 6] = Field(4, description="a destination port's address of this family (an ip says its "
+                                                     "own)")
     live: bool = Field(False, description="admin: also ask the source host's Open vSwitch (ofproto/trace, through "
                                           "its agent) and say whether it agrees with the model")
 
@@ -118,4 +126,5 @@ def reachability(body: ReachabilityQuery, request: Request, p: Principal = Depen
         raise ApiError(403, "live: asking a hypervisor's switch needs the admin token", "live")
     ask = (lambda host, question: traces.ask(db, host, question)) if body.live else None
     with db.read() as s:
-        return answer(s, Question(body.source_port_id, d.ip, d.port_id, d.eip, body.protocol, body.port), p, ask)
+        return answer(s, Question(body.source_port_id, d.ip, d.port_id, d.eip, body.protocol, body.port,
+                                  6 if d.ip and ":" in d.ip else body.ip_version), p, ask)

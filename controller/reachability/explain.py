@@ -19,7 +19,15 @@ from vswitch_agent.ofmodel import Hit
 
 TABLES = {t.id: t for t in P.TABLES}
 QUIET = {P.EGRESS_CT.id, P.INGRESS_CT.id, P.LB_UNNAT.id, P.INGRESS_ACL_LABEL.id, P.EGRESS_ACL_LABEL.id}
-PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp"}
+PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmp"}
+
+
+def src_of(pkt: dict) -> Any:
+    return pkt.get("ipv4_src", pkt.get("ipv6_src"))
+
+
+def dst_of(pkt: dict) -> Any:
+    return pkt.get("ipv4_dst", pkt.get("ipv6_dst"))
 
 
 @dataclass
@@ -41,8 +49,9 @@ class Names:
         cfg = m.cfg
         self.m = m
         self.vpcs = {v.vni: v for v in cfg.vpcs}
-        self.rules = {r.id: (g.id, g.vpc_id, r) for g in cfg.security_groups for r in g.rules}
-        self.routes = {object_hash(f"{v.id}:{r.destination}"): (v, r) for v in cfg.vpcs for r in v.routes}
+        self.rules = {r.id: (g.id, g.vpc_id, r) for g in cfg.security_groups for r in (*g.rules, *g.rules6)}
+        self.routes = {object_hash(f"{v.id}:{r.destination}"): (v, r) for v in cfg.vpcs
+                       for r in (*v.routes, *v.routes6)}
         self.endpoints = {object_hash(e.port_id): e for e in cfg.endpoints}
         self.ports = {p.id: p for p in cfg.ports}
         self.hosts = {object_hash(v.host): v.host for v in cfg.vteps}
@@ -114,7 +123,7 @@ def _plain(n: Names, table: P.Table, hit: Hit, kind: str, obj: int) -> Step | No
     if table is P.PORT_SECURITY:
         port = n.m.where(pkt.get("in_port"))
         if drop:
-            return Step(table.name, f"source MAC {pkt.get('eth_src')} / address {pkt.get('ipv4_src')} is not port "
+            return Step(table.name, f"source MAC {pkt.get('eth_src')} / address {src_of(pkt)} is not port "
                                     f"{port}'s own (anti-spoofing): dropped")
         return Step(table.name, f"source MAC and address are port {port}'s", {"kind": "port", "id": port},
                     n.tenant(n.ports[port].vpc_id) if port in n.ports else None)
@@ -143,16 +152,16 @@ def _routing(n: Names, hit: Hit, kind: str, obj: int) -> Step:
                 " into the peer tenant's VPC"
         return Step("routing", f"route {r.destination} -> {target}{via}", ref, v.tenant_id)
     if kind == "port":
-        return Step("routing", f"the source's own EIP: to the NAT instance homing it ({hit.pkt.get('ipv4_src')})")
+        return Step("routing", f"the source's own EIP: to the NAT instance homing it ({src_of(hit.pkt)})")
     if _drop(hit):
-        return Step("routing", f"no route to {pkt.get('ipv4_dst')} in VPC {vid}'s route table: dropped",
+        return Step("routing", f"no route to {dst_of(pkt)} in VPC {vid}'s route table: dropped",
                     {"kind": "vpc", "id": vid}, tenant)
     return Step("routing", "same subnet: switched, not routed", {"kind": "vpc", "id": vid}, tenant)
 
 
 def _forward(n: Names, hit: Hit, kind: str, obj: int) -> Step:
     pkt, vpc = hit.pkt, n.vpc(hit.pkt)
-    dst = pkt.get("ipv4_dst")
+    dst = dst_of(pkt)
     if kind == "endpoint" and obj in n.endpoints:
         e = n.endpoints[obj]
         where = "here" if e.host == n.m.cfg.host else f"on host {e.host} (VTEP {e.vtep_ip}), over VXLAN VNI {e.vni}"
@@ -180,7 +189,7 @@ def _acl(n: Names, table: P.Table, hit: Hit) -> Step:
     p = n.ports.get(port)
     groups = sorted(p.security_group_ids) if p else []
     what = flow_words(pkt)
-    peer = f"to {pkt.get('ipv4_dst')}" if direction == "egress" else f"from {pkt.get('ipv4_src')}"
+    peer = f"to {dst_of(pkt)}" if direction == "egress" else f"from {src_of(pkt)}"
     if pkt.get("ct_state", 0) & P.CT_INV:
         return Step(table.name, "invalid connection state: dropped")
     return Step(table.name, f"no {direction} rule of port {port}'s security groups {groups} allows {what} {peer}: "

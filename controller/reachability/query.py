@@ -53,6 +53,7 @@ class Question:
     eip: str | None
     protocol: str
     port: int | None
+    ip_version: int = 4  # a destination port's address of this family (an `ip` says its own)
 
 
 AskSwitch = Callable[[str, dict[str, Any]], dict[str, Any] | None]
@@ -67,7 +68,7 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
         raise ApiError(409, f"source_port_id: port {src.id} is bound to no host, so it sends nothing; bind it first",
                        "source_port_id")
     dst_ip, dst_port = _destination(s, q, p)
-    walk = Walk(DbCluster(s), {src.ip, dst_ip})
+    walk = Walk(DbCluster(s), {src.ip, dst_ip} | ({src.ipv6} if src.ipv6 else set()))
     info = next(x for x in walk.model(src.host).cfg.ports if x.id == src.id) if walk.model(src.host) else None
     if info is None:
         raise ApiError(409, f"source_port_id: port {src.id} is not in host {src.host}'s config yet", "source_port_id")
@@ -84,7 +85,8 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
         live = compare(forward, ask_switch(src.host, {"port_id": src.id, "packet": forward.sent}), src.host)
     return _named(s, {"live": live,
         "verdict": "reachable" if reachable else "unreachable", "reason": reason,
-        "source": {"port_id": src.id, "ip": src.ip, "vpc_id": src.vpc_id, "host": src.host},
+        "source": {"port_id": src.id, "ip": src.ipv6 if ":" in dst_ip else src.ip, "vpc_id": src.vpc_id,
+                   "host": src.host},
         "destination": {"ip": dst_ip, "port_id": dst_port, "eip": q.eip},
         "protocol": q.protocol, "port": q.port,
         **legs,
@@ -159,7 +161,9 @@ def _destination(s: Session, q: Question, p: Principal) -> tuple[str, str | None
         port = s.get(m.Port, q.port_id)
         if port is None or not (p.sees_all or port.tenant_id == p.tenant_id):
             raise not_found("port", q.port_id, "destination.port_id")
-        return port.ip, port.id
+        if q.ip_version == 6 and port.ipv6 is None:
+            raise ApiError(409, f"destination.port_id: port {port.id} has no IPv6 address", "destination.port_id")
+        return (port.ipv6 if q.ip_version == 6 else port.ip), port.id
     if q.eip is not None:
         eip = s.execute(select(m.Eip).where(m.Eip.address == q.eip)).scalar_one_or_none()
         if eip is None or not (p.sees_all or eip.tenant_id == p.tenant_id):
@@ -176,7 +180,7 @@ def _reply(walk: Walk, forward: Leg, q: Question) -> Leg:
     model = walk.model(host)
     assert model is not None
     port = next(x for x in model.cfg.ports if x.id == forward.port_id)
-    return walk.send(host, port, pkt["ipv4_src"], q.protocol, q.port or 0, EPHEMERAL_PORT)
+    return walk.send(host, port, pkt.get("ipv4_src", pkt.get("ipv6_src")), q.protocol, q.port or 0, EPHEMERAL_PORT)
 
 
 def _sees(p: Principal, tenant_id: str | None) -> bool:

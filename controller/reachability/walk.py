@@ -16,10 +16,12 @@ from typing import Protocol
 from controller.reachability.explain import Step, explain
 from controller.reachability.gateway_hop import gateway_steps
 from tianji.southbound import DEFAULT_GATEWAY_ROLE, GatewayConfig, HostConfig, PortInfo
-from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, arp_request, pruned
+from vswitch_agent.flows6 import link_local
+from vswitch_agent.model_host import TUNNEL_OFPORT, ModelHost, arp_request, nd_solicitation, pruned
 from vswitch_agent.ofmodel import CONTROLLER
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
+PROTOCOLS6 = {"tcp": 6, "udp": 17, "icmp": 58}
 MAX_HOPS = 8  # VM -> host -> host (peering) -> gateway ... -> host: more is a loop
 EPHEMERAL_PORT = 40000
 
@@ -78,18 +80,25 @@ class Walk:
         vpc = next(v for v in m.cfg.vpcs if v.id == port.vpc_id)
         tenant = vpc.tenant_id
         subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
-        on_link = ipaddress.IPv4Address(dst_ip) in ipaddress.IPv4Network(subnet.cidr)
-        target = dst_ip if on_link else subnet.gateway_ip
-        mac = m.arp(port.id, port.mac, port.ip, target)
+        v6 = ":" in dst_ip
+        if v6 and (port.ipv6 is None or subnet.ipv6_cidr is None):
+            return Leg([], "dropped", f"{dst_ip} is IPv6 and port {port.id} has no IPv6 address", tenant)
+        on_link = ipaddress.ip_address(dst_ip) in ipaddress.ip_network(subnet.ipv6_cidr if v6 else subnet.cidr)
+        # off-link, a VM sends to its router: the advertising router's link-local address (IPv6), the gateway (IPv4)
+        target = dst_ip if on_link else link_local(vpc.router_mac) if v6 else subnet.gateway_ip
+        src = port.ipv6 if v6 else port.ip
+        mac = m.nd(port.id, port.mac, src, target) if v6 else m.arp(port.id, port.mac, port.ip, target)
+        ask = "neighbour solicitation" if v6 else "ARP"
         if mac is None:
-            why = (f"no port in subnet {subnet.cidr} has address {dst_ip}" if on_link
-                   else f"the subnet gateway {target} did not answer")
-            reason = f"ARP for {target} is not answered: {why}"
-            return Leg([Hop(host, "hypervisor", steps=explain(m), tenant_id=tenant)], "dropped", reason, tenant,
-                       first=("dropped",), sent=arp_request(port.mac, port.ip, target))
-        arp = Step("arp_responder", f"ARP for {target} answered by the switch: {mac}", tenant_id=tenant)
+            why = (f"no port in subnet {subnet.ipv6_cidr if v6 else subnet.cidr} has address {dst_ip}" if on_link
+                   else f"the subnet's router {target} did not answer")
+            sent = nd_solicitation(port.mac, src, target) if v6 else arp_request(port.mac, port.ip, target)
+            return Leg([Hop(host, "hypervisor", steps=explain(m), tenant_id=tenant)], "dropped",
+                       f"{ask} for {target} is not answered: {why}", tenant, first=("dropped",), sent=sent)
+        table = "nd_responder" if v6 else "arp_responder"
+        arp = Step(table, f"{ask} for {target} answered by the switch: {mac}", tenant_id=tenant)
         hop = Hop(host, "hypervisor", steps=[arp], tenant_id=tenant)
-        pkt = packet(port.mac, mac, port.ip, dst_ip, proto, sport, dport)
+        pkt = packet(port.mac, mac, src, dst_ip, proto, sport, dport)
         leg = self.follow(host, m.from_port(port.id, pkt), hop, [])
         leg.sent = pkt
         return leg
@@ -158,10 +167,15 @@ def _first(m: ModelHost | None, outs: list) -> tuple[str, ...]:
 
 
 def packet(src_mac: str, dst_mac: str, src: str, dst: str, proto: str, sport: int, dport: int | None) -> dict:
-    pkt = {"eth_src": src_mac, "eth_dst": dst_mac, "eth_type": 0x0800, "ipv4_src": src, "ipv4_dst": dst,
-           "ip_proto": PROTOCOLS[proto], "ttl": 64}
+    """A VM's frame, IPv4 or IPv6 by the addresses' family."""
+    ip = "ipv6" if ":" in dst else "ipv4"
+    pkt = {"eth_src": src_mac, "eth_dst": dst_mac, "eth_type": 0x86DD if ip == "ipv6" else 0x0800,
+           f"{ip}_src": src, f"{ip}_dst": dst, "ip_proto": (PROTOCOLS6 if ip == "ipv6" else PROTOCOLS)[proto],
+           "ttl": 64}
     if proto in ("tcp", "udp"):
         pkt |= {f"{proto}_src": sport, f"{proto}_dst": dport or 0}
+    elif ip == "ipv6":
+        pkt |= {"icmpv6_type": 128, "icmpv6_code": 0}
     else:
         pkt |= {"icmp_type": 8, "icmp_code": 0}
     return pkt

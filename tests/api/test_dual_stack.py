@@ -176,3 +176,48 @@ def test_load_balancers_and_services_say_they_are_ipv4_only(controller: Controll
     assert "IPv4-only" in str(e)
     lb = a.post("/v1/load-balancers", {"name": "web", "vpc_id": vpc["id"], "subnet_id": sn["id"]})
     assert "." in lb["vip_address"]  # a dual-stack subnet's load balancer: its IPv4 VIP
+
+
+def test_the_analyzer_answers_ipv6_questions_with_the_same_detail(controller: Controller) -> None:
+    adm, orch = controller.admin, controller.orchestrator()
+    for i, h in enumerate(("hv1", "hv2")):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+    t = controller.tenant()
+    vpc = t.post("/v1/vpcs", {"name": "ds", "cidr": "10.0.0.0/16", "ipv6_cidr": "fd12:0:0:100::/56"})
+    web = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "web", "cidr": "10.0.1.0/24", "ipv6_cidr": "auto"})
+    db = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "db", "cidr": "10.0.2.0/24", "ipv6_cidr": "auto",
+                                "ipv6_address_mode": "dhcpv6-stateful"})
+    dbg = t.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": "db", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 5432, "port_range_max": 5432,
+         "remote_cidr": web["ipv6_cidr"]}]})
+    w1 = orch.post("/v1/ports", {"subnet_id": web["id"], "name": "w1", "host": "hv1"})
+    w2 = orch.post("/v1/ports", {"subnet_id": web["id"], "name": "w2", "host": "hv2"})
+    d1 = orch.post("/v1/ports", {"subnet_id": db["id"], "name": "d1", "host": "hv2",
+                                 "security_group_ids": [dbg["id"]]})
+
+    def ask(src: dict, proto: str, port: int | None, **dst) -> dict:
+        body = {"source_port_id": src["id"], "destination": dst, "protocol": proto} | (
+            {"port": port} if port else {})
+        return t.post("/v1/reachability", body)
+
+    a = ask(w1, "tcp", 22, ip=w2["ipv6"])
+    assert a["verdict"] == "reachable", a
+    assert a["source"]["ip"] == w1["ipv6"] and a["destination"]["ip"] == w2["ipv6"]
+    nd = a["forward"]["hops"][0]["steps"][0]
+    assert nd["table"] == "nd_responder" and w2["mac"] in nd["does"], nd  # on-link: the neighbour's MAC
+    assert a["forward"]["delivered_to"] == w2["id"] and a["reply"]["delivered_to"] == w1["id"]
+    a = ask(w1, "tcp", 5432, port_id=d1["id"], **{})
+    assert a["destination"]["ip"] == d1["ip"]  # a port's IPv4 unless IPv6 is asked for
+    a = t.post("/v1/reachability", {"source_port_id": w1["id"], "destination": {"port_id": d1["id"]},
+                                    "protocol": "tcp", "port": 5432, "ip_version": 6})
+    assert a["verdict"] == "reachable" and a["destination"]["ip"] == d1["ipv6"], a
+    routed = [s for h in a["forward"]["hops"] for s in h["steps"] if s["table"] == "routing"]
+    assert routed[0]["object"]["destination"] == vpc["ipv6_cidr"], routed  # off-link: the router, then the route
+    ing = [s for h in a["forward"]["hops"] for s in h["steps"] if s["table"] == "ingress_acl"][0]
+    assert ing["object"]["security_group_id"] == dbg["id"] and web["ipv6_cidr"] in ing["does"], ing
+    a = ask(w1, "tcp", 443, ip=d1["ipv6"])
+    assert a["verdict"] == "unreachable" and "no ingress rule" in a["reason"] and "tcp/443" in a["reason"], a
+    a = ask(w1, "icmp", None, ip="fd12:0:0:1ff::9")
+    assert a["verdict"] == "unreachable" and "no port has address fd12:0:0:1ff::9" in a["reason"], a
+    a = ask(w1, "icmp", None, ip="fd99::9")
+    assert a["verdict"] == "unreachable" and "no route to fd99::9" in a["reason"], a
