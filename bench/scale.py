@@ -150,13 +150,14 @@ def add_vifs(hv: Hypervisor, vifs: list[tuple[str, str]]) -> None:
 
 
 class Run:
-    def __init__(self, backend: str, ports: int, args: argparse.Namespace) -> None:
-        self.backend, self.n, self.args = backend, ports, args
+    def __init__(self, backend: str, ports: int, args: argparse.Namespace, stack: str = "ipv4") -> None:
+        self.backend, self.n, self.args, self.stack = backend, ports, args, stack
         self.T = ports // (S * P)
-        self.res: dict = {"backend": backend, "ports": ports, "tenants": self.T}
+        self.res: dict = {"backend": backend, "ports": ports, "tenants": self.T, "stack": stack}
+        self.v6: dict = {"ipv6_cidr": "auto"} if stack == "dual" else {}  # a dual-stack VPC's and subnets' /56, /64
 
     def log(self, *a: object) -> None:
-        print(f"[{self.backend} {self.n}]", *a, flush=True)
+        print(f"[{self.backend} {self.n} {self.stack}]", *a, flush=True)
 
     # --- checks -------------------------------------------------------------------------------------------
     def against_computed(self) -> tuple[set[int], set[int], dict[str, int], int]:
@@ -177,7 +178,7 @@ class Run:
         unplugged = local - len(ofports)
         ok = not missing and not extra and not unplugged
         self.res.setdefault("checks", {})[phase] = {"ok": ok, "flows": len(have), "missing": len(missing),
-                                                    "extra": len(extra), "unplugged": unplugged}
+                                                    "extra": len(extra), "unplugged": unplugged, "local": local}
         self.log(f"check after {phase}: {'OK' if ok else 'FAILED'}: switch {len(have)} flows, computed "
                  f"{len(want)}, missing {len(missing)}, extra {len(extra)}, local ports unplugged {unplugged}")
 
@@ -188,12 +189,12 @@ class Run:
         def tenant(t: int) -> tuple:
             c = self.ctl.tenant(f"t{t}")
             net = tenant_net(t)
-            vpc = c.post("/v1/vpcs", {"name": f"vpc{t}", "cidr": str(net)})
+            vpc = c.post("/v1/vpcs", {"name": f"vpc{t}", "cidr": str(net)} | self.v6)
             placer = self.ctl.orchestrator()  # one client (and connection) per tenant, as the tenant's own
             subnets = []
             for s in range(S):
                 sn_cidr = ipaddress.ip_network((int(net.network_address) + s * 256, 24))
-                sn = c.post("/v1/subnets", {"vpc_id": vpc["id"], "name": f"s{s}", "cidr": str(sn_cidr)})
+                sn = c.post("/v1/subnets", {"vpc_id": vpc["id"], "name": f"s{s}", "cidr": str(sn_cidr)} | self.v6)
                 body = [{"subnet_id": sn["id"], "name": f"t{t}s{s}p{p}",
                          "host": "hv0" if p % BIND_EVERY == 0 else f"h{(t * S * P + s * P + p) % OTHER_HOSTS:02d}"}
                         for p in range(P)]
@@ -360,19 +361,46 @@ class Run:
         return self.res
 
 
+def per_port(r: dict) -> float | None:
+    c = r.get("checks", {}).get("incremental") or r.get("checks", {}).get("bulk")
+    return round(c["flows"] / c["local"], 1) if c and c.get("local") else None
+
+
+def dual_vs_ipv4(results: list[dict]) -> None:
+    """Dual-stack beside IPv4-only, each size and backend both ran: flows per port, (a) and (b); the goal: within
+    1.3x (#48)."""
+    pairs = [(r, d) for r in results if r.get("stack", "ipv4") == "ipv4" for d in results
+             if d.get("stack") == "dual" and (d["backend"], d["ports"]) == (r["backend"], r["ports"])]
+    if not pairs:
+        return
+    print("\nDual-stack beside IPv4-only (goal: each within 1.3x):\n")
+    print("| backend | ports | flows per port IPv4 / dual | ratio | (a) s IPv4 / dual | ratio | "
+          "(b) p50 ms IPv4 / dual | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r, d in pairs:
+        def x(a: float | None, b: float | None) -> str:
+            return f"x{b / a:.2f}" if a and b else "-"
+
+        b4, b6 = (v.get("b_port_on_hv", {}).get("p50_ms") for v in (r, d))
+        print(f"| {r['backend']} | {r['ports']} | {per_port(r)} / {per_port(d)} | {x(per_port(r), per_port(d))} | "
+              f"{r.get('a_bulk_s')} / {d.get('a_bulk_s')} | {x(r.get('a_bulk_s'), d.get('a_bulk_s'))} | "
+              f"{b4} / {b6} | {x(b4, b6)} |")
+
+
 def report(results: list[dict]) -> None:
     print("\n## bench/scale.py: OVN anchor workload, one real agent + OVS (userspace datapath), this machine\n")
-    print("| backend | ports | (a) bulk s | (b) port on hv p50/max ms | (c) elsewhere p50/max ms | "
+    print("| backend | ports | stack | (a) bulk s | (b) port on hv p50/max ms | (c) elsewhere p50/max ms | "
           "(d) VIF plug p50/max ms | flows on hv | RSS ctl/agent/vswitchd MB | checks |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         f = r.get("checks", {})
-        print(f"| {r['backend']} | {r['ports']} | {r.get('a_bulk_s')} | "
+        print(f"| {r['backend']} | {r['ports']} | {r.get('stack', 'ipv4')} | {r.get('a_bulk_s')} | "
               + " | ".join(f"{r[k]['p50_ms']} / {r[k]['max_ms']}" if k in r else "-"
                            for k in ("b_port_on_hv", "c_port_elsewhere", "d_vif_plug"))
               + f" | {f.get('incremental', f.get('bulk', {})).get('flows')} | "
               + "/".join(str(v) for v in r.get("rss_mb", {}).values())
               + f" | {'OK' if all(c['ok'] for c in f.values()) and f else 'FAILED'} |")
+    dual_vs_ipv4(results)
     print("\nOVN 23.03 on this machine kind (measured once with OVN's own benchmark, not in "
           "this run), and the ratio OVN / tianji (above 1: tianji faster):\n")
     print("| backend | ports | (a) OVN s | ratio | (b) OVN median s | ratio | (d) OVN s | ratio |")
@@ -414,6 +442,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2, help="controller worker processes on PostgreSQL")
     ap.add_argument("--bulk-timeout", type=float, default=900)
+    ap.add_argument("--stacks", default="ipv4", help="ipv4, dual (dual-stack VPCs and subnets) or both: ipv4,dual")
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--logs", type=Path, help="keep the agent's and the controller's logs in this directory")
     args = ap.parse_args()
@@ -424,7 +453,8 @@ def main() -> None:
     results = []
     for size in (int(x) for x in args.sizes.split(",")):
         for backend in backends:
-            results.append(Run(backend, size, args).run())
+            for stack in args.stacks.split(","):
+                results.append(Run(backend, size, args, stack).run())
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
     report(results)
