@@ -41,7 +41,7 @@ def _spec6(in_port: int, pkt: dict[str, Any]) -> str:
         p = proto[:3]
         parts += [f"tp_src={int(pkt[f'{p}_src'])}", f"tp_dst={int(pkt[f'{p}_dst'])}"]
     elif proto == "icmp6":
-        parts += [f"icmp_type={int(pkt.get('icmpv6_type', 128))}", f"icmp_code={int(pkt.get('icmpv6_code', 0))}"]
+        parts += [f"icmpv6_type={int(pkt.get('icmpv6_type', 128))}", f"icmpv6_code={int(pkt.get('icmpv6_code', 0))}"]
         if "ipv6_nd_target" in pkt:
             parts += [f"nd_target={pkt['ipv6_nd_target']}", f"nd_sll={pkt.get('ipv6_nd_sll', '00:00:00:00:00:00')}"]
     return ",".join(parts)

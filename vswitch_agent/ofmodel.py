@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from vswitch_agent import pipeline as P
 from vswitch_agent.flow import Flow
 
 CONTROLLER = "controller"
+MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 # os-ken parses OVS's ND extension fields (openflow.EricSetField) by number: their names here
 ERIC_KEYS = {f"field_{(openflow.ERICOXM_OF << 7) | n}": name for name, (n, _) in openflow.ERIC_FIELDS.items()}
 NO_RECIRC = openflow.NX_CT_RECIRC_NONE
@@ -45,7 +47,7 @@ def _as_int(v: Any) -> int:
         return v
     if isinstance(v, str) and v.count(".") == 3:
         return int(ipaddress.IPv4Address(v))
-    if isinstance(v, str) and len(v) == 17 and v.count(":") == 5:
+    if isinstance(v, str) and MAC.match(v):  # not by its colons: fd00:7469:0:400:: has five too
         return int(v.replace(":", ""), 16)
     if isinstance(v, str) and ":" in v:
         return int(ipaddress.IPv6Address(v))

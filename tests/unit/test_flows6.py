@@ -141,3 +141,10 @@ def test_an_ipv4_only_vpc_has_no_ipv6_flows() -> None:
     six = [f for f in flows if any(k.startswith("ipv6") or k == "icmpv6_type" for k, _ in f.match)
            or dict(f.match).get("eth_type") == 0x86DD]
     assert len(six) == 6 and {f.table for f in six} == {P.PORT_SECURITY.id, P.ND_ANSWER.id}  # RA guard, DAD, ND
+
+
+def test_an_address_with_five_colons_is_not_taken_for_a_mac() -> None:
+    from vswitch_agent.ofmodel import _as_int
+
+    assert _as_int("fd00:7469:0:400::") == int(__import__("ipaddress").IPv6Address("fd00:7469:0:400::"))
+    assert _as_int("02:00:00:00:00:a1") == 0x0200000000A1
