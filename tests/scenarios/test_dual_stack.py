@@ -98,6 +98,8 @@ def test_vms_take_the_apis_ipv6_addresses_and_reach_each_other(cluster, tenants)
         assert "Time exceeded" in hops or "Time to live exceeded" in hops, hops  # the router's hop, said
     finally:
         stop_pidfile(Path(f"/tmp/{d3['name']}.pid6"))
+        for f in (f"/tmp/{d3['name']}.pid6", f"/tmp/{d3['name']}.lease6"):
+            Path(f).unlink(missing_ok=True)
 
 
 def stop_pidfile(path: Path) -> None:
