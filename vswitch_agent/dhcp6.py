@@ -8,7 +8,8 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-from vswitch_agent.icmp6 import ETH_IPV6, frame, link_local, mac_bytes
+from tianji.inet import link_local
+from vswitch_agent.icmp6 import ETH_IPV6, frame, mac_bytes
 
 UDP = 17
 CLIENT_PORT, SERVER_PORT = 546, 547

@@ -17,6 +17,7 @@ import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
+from tianji import inet
 from tianji.southbound import Endpoint, PortInfo, RouteInfo, SecurityGroupRuleInfo, VpcInfo
 from vswitch_agent import pipeline as P
 from vswitch_agent.actions import Action, Controller, Ct, DecTtl, GotoTable, Move, Output, SetField
@@ -38,8 +39,8 @@ def prefix6(cidr: str) -> Any:
 
 
 def link_local(mac: str) -> str:
-    b = bytes.fromhex(mac.replace(":", ""))
-    return str(ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + bytes([b[0] ^ 2, *b[1:3], 0xFF, 0xFE, *b[3:]])))
+    """The router's (or a VM's) link-local address, as flows match it."""
+    return str(inet.link_local(mac))
 
 
 def na_reply(mac: str, target: str, flags: int) -> tuple[Action, ...]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+from tianji.inet import link_local
+
 ETH_IPV6 = 0x86DD
 ICMPV6 = 58
 RS, RA, NS, NA = 133, 134, 135, 136
@@ -22,12 +24,6 @@ MIN_MTU = 1280
 
 def mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
-
-
-def link_local(mac: str) -> ipaddress.IPv6Address:
-    """fe80::/64 with the MAC's EUI-64: the address the router speaks ND from."""
-    b = mac_bytes(mac)
-    return ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + bytes([b[0] ^ 2, b[1], b[2], 0xFF, 0xFE, b[3], b[4], b[5]]))
 
 
 def checksum(src: bytes, dst: bytes, payload: bytes, proto: int = ICMPV6) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from tianji.inet import eui64, link_local  # noqa: F401 - IPAM's names for them (port_ipv6.py, the tests)
+
 VPC_PREFIX, SUBNET_PREFIX = 56, 64  # AWS's sizes: 256 subnets a VPC, and SLAAC needs a /64
 ADDRESS_MODES = ("slaac", "dhcpv6-stateful")
 ULA = ipaddress.IPv6Network("fc00::/7")
@@ -78,19 +80,6 @@ def _blocks(pool: ipaddress.IPv6Network, prefix: int, taken: set[ipaddress.IPv6N
 def gateway6(net: ipaddress.IPv6Network) -> ipaddress.IPv6Address:
     """The subnet's router: its ::1 (::0 is the subnet-router anycast address, RFC 4291)."""
     return net.network_address + 1
-
-
-def eui64(net: ipaddress.IPv6Network, mac: str) -> ipaddress.IPv6Address:
-    """The SLAAC address a host with `mac` forms in the /64 `net` (RFC 4291 appendix A: the U/L bit flipped,
-    ff:fe in the middle)."""
-    b = bytes.fromhex(mac.replace(":", ""))
-    iid = bytes([b[0] ^ 0x02, *b[1:3], 0xFF, 0xFE, *b[3:]])
-    return ipaddress.IPv6Address(int(net.network_address) | int.from_bytes(iid, "big"))
-
-
-def link_local(mac: str) -> ipaddress.IPv6Address:
-    """The link-local address a MAC's interface forms (fe80::/64 and its EUI-64): the router's RA source."""
-    return eui64(ipaddress.IPv6Network("fe80::/64"), mac)
 
 
 def address_error6(ip: ipaddress.IPv6Address) -> str | None:
