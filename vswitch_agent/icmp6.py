@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+from tianji import inet
 from tianji.inet import link_local
 
 ETH_IPV6 = 0x86DD
@@ -28,13 +29,7 @@ def mac_bytes(mac: str) -> bytes:
 
 def checksum(src: bytes, dst: bytes, payload: bytes, proto: int = ICMPV6) -> int:
     """The ICMPv6 (or UDP over IPv6) checksum: RFC 8200's pseudo-header, then the payload."""
-    data = src + dst + struct.pack("!IxxxB", len(payload), proto) + payload
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+    return inet.checksum(src + dst + struct.pack("!IxxxB", len(payload), proto) + payload)
 
 
 def frame(src_mac: bytes, dst_mac: bytes, src: ipaddress.IPv6Address, dst: ipaddress.IPv6Address, proto: int,
