@@ -68,6 +68,13 @@ def answer(s: Session, q: Question, p: Principal, ask_switch: AskSwitch | None =
         raise ApiError(409, f"source_port_id: port {src.id} is bound to no host, so it sends nothing; bind it first",
                        "source_port_id")
     dst_ip, dst_port = _destination(s, q, p)
+    if ":" in dst_ip and src.ipv6 is None:
+        raise ApiError(409, f"source_port_id: port {src.id} has no IPv6 address, so it sends nothing to {dst_ip}; "
+                       "give it one (its subnet needs an IPv6 prefix) or ask about an IPv4 destination",
+                       "source_port_id")
+    if ":" not in dst_ip and src.ip is None:
+        raise ApiError(409, f"source_port_id: port {src.id} has no IPv4 address, so it sends nothing to {dst_ip}",
+                       "source_port_id")
     walk = Walk(DbCluster(s), {src.ip, dst_ip} | ({src.ipv6} if src.ipv6 else set()))
     info = next(x for x in walk.model(src.host).cfg.ports if x.id == src.id) if walk.model(src.host) else None
     if info is None:

@@ -221,3 +221,14 @@ def test_the_analyzer_answers_ipv6_questions_with_the_same_detail(controller: Co
     assert a["verdict"] == "unreachable" and "no port has address fd12:0:0:1ff::9" in a["reason"], a
     a = ask(w1, "icmp", None, ip="fd99::9")
     assert a["verdict"] == "unreachable" and "no route to fd99::9" in a["reason"], a
+
+
+def test_an_ipv4_only_port_asked_about_an_ipv6_destination_is_told_why(controller: Controller) -> None:
+    controller.admin.post("/v1/hosts", {"name": "hv1", "vtep_ip": "172.31.0.1"})
+    t = controller.tenant()
+    vpc = t.post("/v1/vpcs", {"name": "v4", "cidr": "10.0.0.0/16"})
+    sub = t.post("/v1/subnets", {"vpc_id": vpc["id"], "name": "s", "cidr": "10.0.1.0/24"})
+    p = controller.orchestrator().post("/v1/ports", {"subnet_id": sub["id"], "name": "p", "host": "hv1"})
+    e = refused(controller, 409, "source_port_id", t.post, "/v1/reachability",
+                {"source_port_id": p["id"], "destination": {"ip": "fd00::1"}, "protocol": "tcp", "port": 443})
+    assert "no IPv6 address" in str(e), e
