@@ -135,6 +135,29 @@ class DecTtl(Action):
         return tuple.__new__(cls, ("dec_ttl",))
 
 
+class CheckPktLarger(Action):
+    """Set bit `bit` of register `field` when the frame (Ethernet header included) is longer than `length` bytes
+    (OVS's check_pkt_larger): how a route to a smaller MTU finds what it must answer with packet too big."""
+
+    __slots__ = ()
+    kind = "check_pkt_larger"
+
+    def __new__(cls, length: int, field: str, bit: int) -> CheckPktLarger:
+        return tuple.__new__(cls, ("check_pkt_larger", length, field, bit))
+
+    @property
+    def length(self) -> int:
+        return self[1]
+
+    @property
+    def field(self) -> str:
+        return self[2]
+
+    @property
+    def bit(self) -> int:
+        return self[3]
+
+
 class Nat(Action):
     """Inside a Ct: translate the destination to `ip`:`port` when committing a new connection; with no address,
     apply the translation the connection already has (both directions)."""

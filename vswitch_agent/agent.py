@@ -275,8 +275,9 @@ class AgentApp(app_manager.OSKenApp):
                 self._dns(msg.datapath, in_port, port_id, q)
                 return
             expired = msg.reason == msg.datapath.ofproto.OFPR_INVALID_TTL
-            self._count_in("ttl_expired" if expired else "ipv6" if data[12:14] == b"\x86\xdd" else "dhcp")
-            if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit)) is not None:
+            too_big = punts.too_big_mtu(msg.match)
+            self._count_in(punts.kind(data, expired, too_big))
+            if (out := punts.answer(self.cfg, port_id, data, expired, self.icmp_limit, too_big)) is not None:
                 msg.datapath.send_msg(openflow.packet_out(msg.datapath, in_port, out))
                 if expired:
                     self.state["time_exceeded"] = self.state.get("time_exceeded", 0) + 1

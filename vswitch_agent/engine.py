@@ -65,10 +65,11 @@ class VpcView(NamedTuple):
     id: str
     vni: int
     router_mac: str
+    mtu: int  # a peering route checks packets against a peer's smaller MTU
 
     @classmethod
     def of(cls, v: VpcInfo) -> VpcView:
-        return cls(v.id, v.vni, v.router_mac)
+        return cls(v.id, v.vni, v.router_mac, v.mtu)
 
 
 def _same(a: Any, b: Any) -> bool:

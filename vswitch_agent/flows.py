@@ -118,7 +118,7 @@ def arp_reply(mac: str, ip: str) -> tuple[Action, ...]:
 def base_flows() -> list[Flow]:
     """Every table ends in an explicit, counted drop; DELIVER outputs to reg7. Established/related traffic passes
     while the rules that admitted it live (rule ids with ct_mark 0 / ct_label 0: admitted by no rule here)."""
-    out = [flow(t, 0, {}) for t in P.TABLES if t not in (P.DELIVER, P.LB_UNNAT)]
+    out = [flow(t, 0, {}) for t in P.TABLES if t not in (P.DELIVER, P.LB_UNNAT, P.PATH_MTU)]
     out.append(flow(P.DELIVER, 0, {}, [OutputReg(P.REG_DST_PORT)]))
     out.append(flow(P.LB_UNNAT, 0, {}, [goto(P.ROUTING)]))  # not a member's reply: routed as it is
     # a VM never speaks as a DHCP server (to anyone, broadcast or unicast): only the agent answers DHCP

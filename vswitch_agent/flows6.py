@@ -20,7 +20,18 @@ from typing import Any
 from tianji import inet
 from tianji.southbound import Endpoint, PortInfo, RouteInfo, SecurityGroupRuleInfo, VpcInfo
 from vswitch_agent import pipeline as P
-from vswitch_agent.actions import Action, Controller, Ct, DecTtl, GotoTable, Move, Output, SetField
+from vswitch_agent.actions import (
+    Action,
+    CheckPktLarger,
+    Controller,
+    Ct,
+    DecTtl,
+    GotoTable,
+    Load,
+    Move,
+    Output,
+    SetField,
+)
 from vswitch_agent.flow import Flow, flow
 
 ETH_IPV6 = 0x86DD
@@ -30,6 +41,7 @@ DHCP6_CLIENT, DHCP6_SERVER = 546, 547
 NA_ROUTER, NA_HOST = 0xE0000000, 0x60000000  # the advertisement's flags: Router, Solicited, Override
 PROTO6 = {"tcp": 6, "udp": 17, "icmp": ICMPV6}
 NO_MAC = "00:00:00:00:00:00"
+ETH_HEADER = 14  # check_pkt_larger counts the frame, the MTU the IPv6 packet
 ICMP6 = {"eth_type": ETH_IPV6, "ip_proto": ICMPV6}
 
 
@@ -58,7 +70,19 @@ def base_flows6() -> list[Flow]:
     out.append(flow(P.PORT_SECURITY, 125, ICMP6 | {"icmpv6_type": NS, "ipv6_src": "::"}))
     out.append(flow(P.ND_ANSWER, 100, ICMP6 | {"icmpv6_type": NA},
                     [Move("eth_src", "ipv6_nd_tll", 48), Output(P.OFPP_IN_PORT)]))
+    out.append(flow(P.PATH_MTU, 100, {"eth_type": ETH_IPV6, P.REG_PATH: (P.PATH_TOO_BIG, P.PATH_TOO_BIG)},
+                    [Controller()]))
+    out.append(flow(P.PATH_MTU, 0, {}, [GotoTable(P.FORWARD.id)]))
+    # a fragment was sized by its sender; and after conntrack reassembled its datagram, the userspace datapath's
+    # check_pkt_larger measures the datagram, not the fragment (seen on OVS 3.1)
+    out.append(flow(P.PATH_MTU, 110, {"eth_type": ETH_IPV6, "ip_frag": (1, 1)}, [GotoTable(P.FORWARD.id)]))
     return out
+
+
+def path_mtu(mtu: int) -> tuple[Action, ...]:
+    """The first actions of a route to a smaller MTU: a longer packet is marked (PATH_MTU sends it to the agent,
+    which answers packet too big with the MTU in reg3)."""
+    return (CheckPktLarger(mtu + ETH_HEADER, P.REG_PATH, 0), Load(P.REG_PATH_MTU, 0, 16, mtu))
 
 
 def vpc_flows6(vpc: VpcInfo, peers: dict[str, VpcInfo], zone: int, tunnel_ofport: int | None) -> list[Flow]:
@@ -80,7 +104,8 @@ def vpc_flows6(vpc: VpcInfo, peers: dict[str, VpcInfo], zone: int, tunnel_ofport
 
 def _route6(vpc: VpcInfo, r: RouteInfo, router: dict, peers: dict[str, VpcInfo],
             tunnel_ofport: int | None) -> list[Flow]:
-    """One IPv6 route: longest prefix first, the hop limit decremented (run out: the agent answers)."""
+    """One IPv6 route: longest prefix first, the hop limit decremented (run out: the agent answers), a peer VPC's
+    smaller MTU checked (too big: the agent answers)."""
     net = ipaddress.IPv6Network(r.destination)
     match = router | ({"ipv6_dst": prefix6(r.destination)} if net.prefixlen else {})
     prio, obj = 1000 + 10 * net.prefixlen, f"{vpc.id}:{r.destination}"
@@ -89,8 +114,11 @@ def _route6(vpc: VpcInfo, r: RouteInfo, router: dict, peers: dict[str, VpcInfo],
                      "route", obj)]
     if r.target_type == "peering" and r.peer_vpc_id in peers:
         peer = peers[r.peer_vpc_id]
-        return [flow(P.ROUTING, prio, match, [DecTtl(), SetField("eth_src", peer.router_mac),
-                                              SetField("metadata", peer.vni), GotoTable(P.FORWARD.id)], "route", obj)]
+        to_peer = (DecTtl(), SetField("eth_src", peer.router_mac), SetField("metadata", peer.vni))
+        if peer.mtu < vpc.mtu:  # its VMs take no longer packet: the sender is told, as a router would
+            return [flow(P.ROUTING, prio, match, [*path_mtu(peer.mtu), *to_peer, GotoTable(P.PATH_MTU.id)],
+                         "route", obj)]
+        return [flow(P.ROUTING, prio, match, [*to_peer, GotoTable(P.FORWARD.id)], "route", obj)]
     if r.target_type == "private-line" and r.gateway_vteps and tunnel_ofport is not None:
         return [flow(P.ROUTING, prio, match, [DecTtl(), SetField("eth_src", vpc.router_mac),
                                               SetField("tunnel_id", vpc.vni),

@@ -1,8 +1,8 @@
-"""What the distributed router says in ICMPv6 in its own name, from its link-local address (fe80:: and the router
-MAC's EUI-64): router advertisements (RFC 4861: the subnet's /64, the VPC's MTU, the M/O flags of its address
-mode), answered to a router solicitation and sent unsolicited now and then; and time exceeded (RFC 4443) for a
-hop limit that ran out at the routing step. Pure functions on bytes: a frame that does not parse gives None,
-never an exception."""
+"""What the distributed router says in ICMPv6 in its own name, from its link-local address (fe80:: and the router MAC's
+EUI-64): router advertisements (RFC 4861: the subnet's /64, the VPC's MTU, the M/O flags of its address mode),
+answered to a router solicitation and sent unsolicited now and then; time exceeded (RFC 4443) for a hop limit that
+ran out at the routing step; packet too big for a packet longer than a peer VPC's MTU. Pure functions on bytes: a
+frame that does not parse gives None, never an exception."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tianji.inet import link_local
 ETH_IPV6 = 0x86DD
 ICMPV6 = 58
 RS, RA, NS, NA = 133, 134, 135, 136
-TIME_EXCEEDED = 3
+PACKET_TOO_BIG, TIME_EXCEEDED = 2, 3
 ALL_NODES = ipaddress.IPv6Address("ff02::1")
 ALL_NODES_MAC = bytes.fromhex("333300000001")
 ROUTER_LIFETIME_S = 1800
@@ -83,11 +83,21 @@ def answer_rs(data: bytes, router_mac: str, prefix: str, mtu: int, mode: str) ->
 def time_exceeded(data: bytes, router_mac: str, router_ip: str) -> bytes | None:
     """ICMPv6 time exceeded (hop limit, code 0) answering `data`, from the router's address in the sender's
     subnet, as much of the packet as fits in the minimum MTU; None for an ICMPv6 error or a non-unicast source."""
+    return _error(data, TIME_EXCEEDED, 0, router_mac, data[6:12], router_ip)
+
+
+def packet_too_big(data: bytes, mtu: int, router_mac: str, vm_mac: str, router_ip: str) -> bytes | None:
+    """ICMPv6 packet too big (RFC 4443 3.2) answering `data` with the path's `mtu`, to the VM that sent it (by
+    then the switch had rewritten the frame's source MAC to a router's)."""
+    return _error(data, PACKET_TOO_BIG, mtu, router_mac, mac_bytes(vm_mac), router_ip)
+
+
+def _error(data: bytes, kind: int, word: int, router_mac: str, dst_mac: bytes, router_ip: str) -> bytes | None:
     if len(data) < 54 or struct.unpack_from("!H", data, 12)[0] != ETH_IPV6 or data[14] >> 4 != 6:
         return None
     src = ipaddress.IPv6Address(data[22:38])
     if src.is_multicast or src.is_unspecified or (data[20] == ICMPV6 and len(data) > 54 and data[54] < 128):
         return None
     invoking = data[14:14 + MIN_MTU - 48]
-    msg = struct.pack("!BBHI", TIME_EXCEEDED, 0, 0, 0) + invoking
-    return frame(mac_bytes(router_mac), data[6:12], ipaddress.IPv6Address(router_ip), src, ICMPV6, msg, 64)
+    msg = struct.pack("!BBHI", kind, 0, 0, word) + invoking
+    return frame(mac_bytes(router_mac), dst_mac, ipaddress.IPv6Address(router_ip), src, ICMPV6, msg, 64)

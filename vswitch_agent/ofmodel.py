@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import re
+import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -243,6 +244,11 @@ class Switch:
         elif isinstance(a, parser.NXActionRegMove):
             assert a.src_ofs == a.dst_ofs == 0, "moves of whole fields only"
             pkt[a.dst_field] = pkt[a.src_field]
+        elif isinstance(a, parser.NXActionUnknown) and a.subtype == openflow.NXAST_CHECK_PKT_LARGER:
+            length, bit, header = struct.unpack_from("!HHI", a.data)
+            reg = f"reg{(header >> 9) & 0x7F}"
+            larger = pkt.get("len", 0) > length  # a question's packet has no length unless it says one
+            pkt[reg] = (_as_int(pkt.get(reg, 0)) & ~(1 << bit)) | (larger << bit)
         elif isinstance(a, parser.OFPActionDecNwTtl):
             if pkt.get("ttl", 64) <= 1:
                 return _STOP

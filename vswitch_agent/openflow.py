@@ -20,6 +20,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from vswitch_agent import pipeline as P
 from vswitch_agent.actions import (
     Action,
+    CheckPktLarger,
     Conjunction,
     Controller,
     Ct,
@@ -63,7 +64,7 @@ ERIC_FIELDS = {"nd_reserved": (1, 4), "nd_options_type": (2, 1)}  # name -> (fie
 
 class EricSetField:
     """set_field of one of OVS's ERICOXM_OF fields (`nd_reserved`, `nd_options_type`): what turns a neighbour
-    solicitation into its advertisement in the switch. Parsed back by `parse_eric` (os-ken knows no such field)."""
+    solicitation into its advertisement in the switch (os-ken knows no such field: ofmodel.py reads it back)."""
 
     def __init__(self, name: str, value: int) -> None:
         field, size = ERIC_FIELDS[name]
@@ -71,6 +72,28 @@ class EricSetField:
         oxm = struct.pack("!I", (ERICOXM_OF << 16) | (field << 9) | size) + value.to_bytes(size, "big")
         self.data = struct.pack("!HH", ofp.OFPAT_SET_FIELD, 8 * ((4 + len(oxm) + 7) // 8)) + oxm
         self.data += b"\0" * ((-len(self.data)) % 8)
+        self.len = len(self.data)
+
+    def serialize(self, buf: bytearray, offset: int) -> None:
+        buf[offset:offset + self.len] = self.data
+
+
+NXAST_CHECK_PKT_LARGER = 49  # OVS 2.12+; os-ken has no class for it
+_CHECK_PKT_LARGER = struct.Struct("!HHIHHHI6x")  # type, len, vendor, subtype, pkt_len, offset, dst (NXM header)
+
+
+def nxm_reg(n: int) -> int:
+    """The NXM header of register `n` (NXM_NX_REGn: class 1, field n, 4 bytes)."""
+    return (0x0001 << 16) | (n << 9) | 4
+
+
+class CheckPktLargerAction:
+    """check_pkt_larger(length)->field[bit], encoded as OVS reads it back (ofmodel.py decodes it)."""
+
+    def __init__(self, length: int, field: str, bit: int) -> None:
+        self.data = _CHECK_PKT_LARGER.pack(ofp.OFPAT_EXPERIMENTER, _CHECK_PKT_LARGER.size,
+                                           ofproto_common.NX_EXPERIMENTER_ID, NXAST_CHECK_PKT_LARGER, length, bit,
+                                           nxm_reg(int(field.removeprefix("reg"))))
         self.len = len(self.data)
 
     def serialize(self, buf: bytearray, offset: int) -> None:
@@ -101,6 +124,8 @@ def _action(a: Action) -> Any:
             return parser.NXActionRegMove(src_field=src, dst_field=dst, n_bits=nbits)
         case DecTtl():
             return parser.OFPActionDecNwTtl()
+        case CheckPktLarger(length=length, field=field, bit=bit):
+            return CheckPktLargerAction(length, field, bit)
         case Ct(commit=commit, zone=zone, table=table, exec_=exec_):
             return parser.NXActionCT(flags=1 if commit else 0, zone_src="", zone_ofs_nbits=zone,
                                      recirc_table=NX_CT_RECIRC_NONE if table is None else table, alg=0,
@@ -144,9 +169,20 @@ def instructions(f: Flow) -> list:
     return inst
 
 
+AFTER_ETH_TYPE = frozenset({"ip_frag"})  # Nicira fields with a prerequisite: OXM order would put them first
+
+
+def _order(name: str, number: int) -> tuple[int, int]:
+    """A match field's place: by OXM number (which puts prerequisites first: eth_type before ipv4_src), but a
+    field of AFTER_ETH_TYPE just after eth_type (OVS refuses a prerequisite that comes later: BAD_PREREQ)."""
+    return (_oxm("eth_type", 0)[0], 1) if name in AFTER_ETH_TYPE else (number, 0)
+
+
 def flow_add(dp: Any, f: Flow) -> Any:
     """The os-ken object for adding `f`: the reference `flow_add_bytes` is held to."""
-    match = parser.OFPMatch(**{k: _value(v) for k, v in f.match})
+    fields = [ofp.oxm_to_user(*ofp.oxm_from_user(*ofp.oxm_normalize_user(k, _value(v)))) for k, v in f.match]
+    fields.sort(key=lambda kv: _order(kv[0], ofp.oxm_from_user_header(kv[0])))
+    match = parser.OFPMatch(_ordered_fields=fields)
     return parser.OFPFlowMod(dp, cookie=f.cookie, table_id=f.table, command=ofp.OFPFC_ADD, priority=f.priority,
                              match=match, instructions=instructions(f))
 
@@ -166,7 +202,7 @@ def _oxm(name: str, value: Any) -> tuple[Any, bytes]:
 
 
 def _match_bytes(match: tuple) -> bytes:
-    fields = sorted(_oxm(k, v) for k, v in match)
+    fields = sorted((_order(k, _oxm(k, v)[0]), _oxm(k, v)[1]) for k, v in match)
     body = b"".join(b for _, b in fields)
     length = 4 + len(body)
     return struct.pack("!HH", ofp.OFPMT_OXM, length) + body + b"\0" * ((-length) % 8)

@@ -4,6 +4,8 @@ Registers and metadata (preserved across conntrack recirculation):
   metadata  the VNI of the VPC the packet currently belongs to (switched to the peer's VNI by peering routes)
   reg0      bit 0 set: the packet arrived from the VXLAN tunnel (never re-tunnelled)
   reg1      bits 0..15: the load-balancer instance a flow to a VIP is hashed to (FORWARD -> LB_STEER)
+  reg2      bit 0 set: longer than the route's path MTU (ROUTING -> PATH_MTU: packet too big)
+  reg3      the path MTU a route to a smaller MTU checked against (read by the agent from the packet-in)
   reg7      OpenFlow port of the local destination VM, chosen by FORWARD, used by INGRESS_ACL and DELIVER
 Conntrack (one zone per VPC on this host, and one more per VPC with load balancers: its VIPs' DNAT, apart from the
 security groups' connections, which then see the member's own address and port):
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from vswitch_agent.actions import Action, Ct, GotoTable, Load, Move, Multipath, SetField
+from vswitch_agent.actions import Action, CheckPktLarger, Ct, GotoTable, Load, Move, Multipath, SetField
 
 
 class PipelineViolation(ValueError):
@@ -75,7 +77,7 @@ def _shape(a: Action) -> tuple:
         return (a.kind, a.table, tuple(_shape(x) for x in a.exec_))
     if isinstance(a, Move | Multipath):
         return (a.kind, a.dst)
-    if isinstance(a, SetField | Load):
+    if isinstance(a, SetField | Load | CheckPktLarger):
         return (a.kind, a.field)
     if isinstance(a, GotoTable):
         return (a.kind, a.table)
@@ -91,7 +93,7 @@ def _targets(a: Action) -> set[int]:
 
 
 def _sets(a: Action) -> set[str]:
-    if isinstance(a, SetField | Load):
+    if isinstance(a, SetField | Load | CheckPktLarger):
         return {a.field}
     if isinstance(a, Move):
         return {a.dst}
@@ -181,10 +183,19 @@ ROUTING = Table(40, "routing", "metadata, eth_dst=router MAC, ipv4_dst (longest 
                 "local: TTL-1 (TTL run out: to the agent, which answers time exceeded from the subnet gateway), "
                 "eth_src=router MAC. peering: also metadata=peer VNI. nat-gateway, private-line: TTL-1, "
                 "tunnel to the instance serving the bucket (or homing the port's EIP), in the VPC's VNI. "
-                "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged.",
+                "blackhole/none: drop. Frames not sent to the router MAC (same subnet): FORWARD unchanged. "
+                "An IPv6 route to a smaller MTU (a peer VPC's): check_pkt_larger into reg2[0], reg3=that MTU, "
+                "PATH_MTU.",
               may_match=_d("metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv4_src", "ipv6_dst"),
-              may_set=_d("eth_src", "metadata", "tun_ipv4_dst", "tunnel_id"),
-              may_do=_d("dec_ttl", "goto", "output", "set"), next=frozenset({50}))
+              may_set=_d("eth_src", "metadata", "tun_ipv4_dst", "tunnel_id", "reg2", "reg3"),
+              may_do=_d("dec_ttl", "goto", "output", "set", "load", "check_pkt_larger"), next=frozenset({41, 50}))
+PATH_MTU = Table(41, "path_mtu", "reg2",
+                 "reg2[0] (longer than the route's MTU): to the agent, which answers ICMPv6 packet too big with "
+                 "reg3 as the MTU (IPv6 is never fragmented in flight); a fragment (its sender sized it) is not "
+                 "checked. Else FORWARD.",
+              may_match=_d("reg2", "eth_type", "ip_frag"),
+              may_set=_d(),
+              may_do=_d("controller", "goto"), next=frozenset({50}))
 LB_DNAT = Table(45, "lb_dnat", "metadata, eth_dst (the member's MAC: the instance's pick), ipv4_dst=VIP, ip_proto, "
                 "tcp_dst/udp_dst=listener port",
                 "ct(commit, nat(dst=member:port)) in the VPC's LB zone, FORWARD (established: the same "
@@ -228,11 +239,15 @@ DELIVER = Table(70, "deliver", "-", "output to reg7",
 
 TABLES: tuple[Table, ...] = (CLASSIFY, TUNNEL_VNI, PORT_SECURITY, ARP_RESPONDER, ND_RESPONDER, ND_ANSWER, EGRESS_CT,
                              EGRESS_ACL,
-                             EGRESS_ACL_LABEL, LB_UNNAT, ROUTING, LB_DNAT, FORWARD, LB_STEER, INGRESS_CT, INGRESS_ACL,
+                             EGRESS_ACL_LABEL, LB_UNNAT, ROUTING, PATH_MTU, LB_DNAT, FORWARD, LB_STEER, INGRESS_CT,
+                             INGRESS_ACL,
                              INGRESS_ACL_LABEL, DELIVER)
 
 REG_FROM_TUNNEL = "reg0"
 REG_LB_LINK = "reg1"
+REG_PATH = "reg2"
+REG_PATH_MTU = "reg3"
+PATH_TOO_BIG = 1  # reg2 bit 0
 REG_DST_PORT = "reg7"
 
 # ct_state bits (OVS)

@@ -1,22 +1,45 @@
-"""What the agent answers for a VM from a packet-in: DHCP and DNS (controller actions in port security), and time
-exceeded for a TTL that ran out at the distributed router (OVS's dec_ttl sends the packet here), all from the
-VM's subnet gateway. Pure: the answer frame, or None (DNS for names outside the VPC: handed to `forward`)."""
+"""What the agent answers for a VM from a packet-in: DHCP and DNS (controller actions in port security), time exceeded
+for a TTL that ran out at the distributed router (OVS's dec_ttl sends the packet here) and packet too big for an
+IPv6 packet longer than its route's MTU (PATH_MTU), all from the VM's subnet gateway. Pure: the answer frame, or
+None (DNS for names outside the VPC: handed to `forward`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from tianji.southbound import HostConfig
 from vswitch_agent import dhcp, dhcp6, dns, icmp, icmp6
+from vswitch_agent import pipeline as P
 
 log = logging.getLogger("tianji.agent")
 
 
-def answer(cfg: HostConfig, port_id: str, data: bytes, ttl_expired: bool, icmp_limit: icmp.RateLimit) -> bytes | None:
+def too_big_mtu(match: Any) -> int | None:
+    """The route's MTU, when PATH_MTU sent the packet for being longer (its registers, in the packet-in's match)."""
+    return match.get(P.REG_PATH_MTU) if match.get(P.REG_PATH, 0) & P.PATH_TOO_BIG else None
+
+
+def kind(data: bytes, ttl_expired: bool, too_big_mtu: int | None) -> str:
+    """What a packet-in is, for the agent's counters."""
+    if ttl_expired:
+        return "ttl_expired"
+    if too_big_mtu is not None:
+        return "packet_too_big"
+    return "ipv6" if data[12:14] == b"\x86\xdd" else "dhcp"
+
+
+def answer(cfg: HostConfig, port_id: str, data: bytes, ttl_expired: bool, icmp_limit: icmp.RateLimit,
+           too_big_mtu: int | None = None) -> bytes | None:
+    """`too_big_mtu`: the switch found the packet longer than its route's MTU (PATH_MTU)."""
     port = next(p for p in cfg.ports if p.id == port_id)
     vpc = next(v for v in cfg.vpcs if v.id == port.vpc_id)
     subnet = next(s for s in vpc.subnets if s.id == port.subnet_id)
+    if too_big_mtu is not None:
+        if subnet.ipv6_gateway_ip is None or not icmp_limit.allow():
+            return None
+        return icmp6.packet_too_big(data, too_big_mtu, vpc.router_mac, port.mac, subnet.ipv6_gateway_ip)
     if len(data) > 14 and data[12:14] == b"\x86\xdd":
         return _answer6(port.id, port.ipv6, vpc.router_mac, vpc.mtu, subnet, data, ttl_expired, icmp_limit)
     if ttl_expired:

@@ -18,7 +18,8 @@ from vswitch_agent.model_host import ModelHost
 from vswitch_agent.ofmodel import Hit
 
 TABLES = {t.id: t for t in P.TABLES}
-QUIET = {P.EGRESS_CT.id, P.INGRESS_CT.id, P.LB_UNNAT.id, P.INGRESS_ACL_LABEL.id, P.EGRESS_ACL_LABEL.id}
+QUIET = {P.EGRESS_CT.id, P.INGRESS_CT.id, P.LB_UNNAT.id, P.INGRESS_ACL_LABEL.id, P.EGRESS_ACL_LABEL.id,
+         P.PATH_MTU.id}  # a question has no length: the path MTU passes it
 PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmp"}
 
 

@@ -5,6 +5,7 @@ refused with the field named and nothing changed."""
 from __future__ import annotations
 
 import ipaddress
+import json
 
 import pytest
 
@@ -232,3 +233,40 @@ def test_an_ipv4_only_port_asked_about_an_ipv6_destination_is_told_why(controlle
     e = refused(controller, 409, "source_port_id", t.post, "/v1/reachability",
                 {"source_port_id": p["id"], "destination": {"ip": "fd00::1"}, "protocol": "tcp", "port": 443})
     assert "no IPv6 address" in str(e), e
+
+
+def test_an_ipv6_question_across_a_peer_tenants_peering_names_nothing_of_the_peer(controller: Controller) -> None:
+    adm, orch = controller.admin, controller.orchestrator()
+    for i, h in enumerate(("hv1", "hv2")):
+        adm.post("/v1/hosts", {"name": h, "vtep_ip": f"172.31.0.{i + 1}"})
+    a, b = controller.tenant("asker"), controller.tenant("t-quiet")
+    va = a.post("/v1/vpcs", {"name": "mine", "cidr": "10.1.0.0/16", "ipv6_cidr": "auto"})
+    sa = a.post("/v1/subnets", {"vpc_id": va["id"], "name": "mine", "cidr": "10.1.1.0/24", "ipv6_cidr": "auto"})
+    vb = b.post("/v1/vpcs", {"name": "quiet", "cidr": "10.40.0.0/16", "ipv6_cidr": "auto", "mtu": 1280})
+    sb = b.post("/v1/subnets", {"vpc_id": vb["id"], "name": "quiet-net", "cidr": "10.40.1.0/24", "ipv6_cidr": "auto"})
+    sg = b.post("/v1/security-groups", {"vpc_id": vb["id"], "name": "quiet-web", "rules": [
+        {"direction": "ingress", "protocol": "tcp", "port_range_min": 80, "port_range_max": 80, "ethertype": "IPv6",
+         "remote_cidr": "::/0"}]})
+    mine = orch.post("/v1/ports", {"subnet_id": sa["id"], "name": "w1", "host": "hv1"})
+    theirs = orch.post("/v1/ports", {"subnet_id": sb["id"], "name": "quiet-vm", "host": "hv2"})
+    b.patch(f"/v1/ports/{theirs['id']}", {"security_group_ids": [sg["id"]]})
+    pc = a.post("/v1/peerings", {"requester_vpc_id": va["id"], "accepter_vpc_id": vb["id"]})
+    b.post(f"/v1/peerings/{pc['id']}/accept")
+    secrets = ["quiet", "quiet-net", "quiet-web", "quiet-vm", "t-quiet", b.tenant_id, vb["id"], sb["id"], sg["id"],
+               theirs["id"], vb["default_security_group_id"], f"VNI {vb['vni']}", f'"vni": {vb["vni"]}']
+
+    def ask(port: int) -> dict:
+        return a.post("/v1/reachability", {"source_port_id": mine["id"], "destination": {"ip": theirs["ipv6"]},
+                                           "protocol": "tcp", "port": port})
+
+    yes, no = ask(80), ask(22)
+    for answer in (yes, no):
+        text = json.dumps(answer)
+        assert not [s for s in secrets if s in text], answer
+    assert yes["verdict"] == "reachable" and yes["source"]["ip"] == mine["ipv6"], yes
+    assert yes["reason"] == "decided by the peer tenant's configuration: delivered; the reply returns", yes
+    assert [h["host"] for h in yes["forward"]["hops"]] == ["hv1", "(the peer tenant's host)"]
+    assert no["verdict"] == "unreachable" and no["reason"] == "decided by the peer tenant's configuration: dropped"
+    whole = adm.post("/v1/reachability", {"source_port_id": mine["id"], "destination": {"ip": theirs["ipv6"]},
+                                          "protocol": "tcp", "port": 22})
+    assert "quiet-web" in json.dumps(whole) or "quiet-vm" in json.dumps(whole), "the admin sees the peer's objects"

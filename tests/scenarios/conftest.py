@@ -56,6 +56,10 @@ def cluster() -> Iterator[Cluster]:
         try:
             yield c
         finally:
+            if keep := os.environ.get("TIANJI_SCENARIO_LOGS"):  # the hosts' logs, kept for a failure's reader
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                for log in Path(c.state.dir).rglob("*.log"):
+                    shutil.copy(log, Path(keep) / "-".join(log.relative_to(c.state.dir).parts))
             c.down()
     finally:
         if db is not None:

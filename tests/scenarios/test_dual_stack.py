@@ -1,6 +1,7 @@
 """Dual-stack VPCs on the emulated cluster: VMs take the IPv6 addresses the API shows (SLAAC from the router's
 advertisement, DHCPv6 in a stateful subnet) and reach each other over IPv6 (ping6, TCP) on one subnet, across
-subnets and across a peering (the peer's VNI on the wire); a VM's forged router advertisement, neighbour
+subnets and across a peering (the peer's VNI on the wire; a packet longer than the peer's MTU answered packet too
+big); a VM's forged router advertisement, neighbour
 advertisement for another's address, spoofed source and DHCPv6 server answer reach no one; IPv6 security groups
 allow and deny as written, and the analyzer (and each switch's own trace) says what the packets do."""
 
@@ -60,9 +61,9 @@ def tcp6(cluster, client: dict, server: dict, port: int = 22) -> bool:
         p.kill()
 
 
-def dual(net, name: str, cidr: str, subnets: dict[str, tuple[str, str]]) -> dict:
+def dual(net, name: str, cidr: str, subnets: dict[str, tuple[str, str]], mtu: int = 1450) -> dict:
     """A dual-stack VPC: subnets name -> (IPv4 CIDR, IPv6 address mode), each with the next /64."""
-    v = net.client.post("/v1/vpcs", {"name": name, "cidr": cidr, "ipv6_cidr": "auto"})
+    v = net.client.post("/v1/vpcs", {"name": name, "cidr": cidr, "ipv6_cidr": "auto", "mtu": mtu})
     net.vpcs[name] = v
     for sn, (c4, mode) in subnets.items():
         net.subnets[sn] = net.client.post("/v1/subnets", {"vpc_id": v["id"], "name": sn, "cidr": c4,
@@ -128,6 +129,39 @@ def test_ipv6_over_a_peering_carries_the_peers_vni(cluster, tenants) -> None:
 
     frames = [f for f in cap.stop(until=to_y, timeout=10) if to_y(f)]  # a loaded machine's capture lags
     assert frames and {f[VXLAN].vni for f in frames} == {v2["vni"]}, "sent in the peer's VNI, straight to its host"
+
+
+def test_a_packet_longer_than_the_peer_vpcs_mtu_is_answered_packet_too_big(cluster, tenants) -> None:
+    a = tenants()
+    v1 = dual(a, "jumbo", "10.1.0.0/16", {"j1": ("10.1.1.0/24", "slaac")})
+    v2 = dual(a, "small", "10.2.0.0/16", {"m1": ("10.2.1.0/24", "slaac")}, mtu=1280)
+    a.client.post("/v1/peerings", {"requester_vpc_id": v1["id"], "accepter_vpc_id": v2["id"]})
+    a.client.post(f"/v1/security-groups/{v2['default_security_group_id']}/rules",  # any: a later fragment has
+                  {"direction": "ingress", "protocol": "any", "ethertype": "IPv6",  # no protocol (docs/dual-stack.md)
+                   "remote_cidr": v1["ipv6_cidr"]})
+    x = addressed(cluster, a.vm("j1", "hv1"))
+    y = addressed(cluster, a.vm("m1", "hv2"))
+    assert reach6(cluster, x, y["ipv6"])
+    big = ex(cluster, x, "ping", "-6", "-c", "1", "-W", "1", "-M", "do", "-s", "1400", y["ipv6"])
+    assert big.returncode != 0, "1,448 bytes do not fit the peer's 1,280"
+    wait_for(lambda: "mtu 1280" in ex(cluster, x, "ip", "-6", "route", "get", y["ipv6"]).stdout, 5,
+             "the sender to learn the path MTU from packet too big")
+    assert ex(cluster, x, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "1", "-M", "do", "-s", "1232",
+              y["ipv6"]).returncode == 0, "what fits the peer's MTU passes"
+    assert ex(cluster, x, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "1", "-s", "1400",
+              y["ipv6"]).returncode == 0, "the sender fragments to the path MTU it learned"
+
+
+def test_datagrams_fragmented_by_their_sender_cross_a_routed_hop(cluster, tenants) -> None:
+    """Conntrack reassembles them to judge them and sends the fragments on, on this host and the other."""
+    a = tenants()
+    dual(a, "frag", "10.1.0.0/16", {"f1": ("10.1.1.0/24", "slaac"), "f2": ("10.1.2.0/24", "slaac")})
+    x = addressed(cluster, a.vm("f1", "hv1"))
+    for peer in (addressed(cluster, a.vm("f2", "hv2")), addressed(cluster, a.vm("f2", "hv1"))):
+        assert reach6(cluster, x, peer["ipv6"])
+        for ip in (peer["ipv6"], peer["port"]["ip"]):
+            r = ex(cluster, x, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-s", "3000", ip)
+            assert r.returncode == 0, (peer["host"], ip, r.stdout)
 
 
 def routes6(cluster, vm: dict) -> str:

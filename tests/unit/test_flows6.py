@@ -28,7 +28,7 @@ OF = {"a1": 1, "a2": 2}
 ZONES = {"A": 1}
 
 
-def config(rules6: list[SecurityGroupRuleInfo] | None = None, dual: bool = True) -> HostConfig:
+def config(rules6: list[SecurityGroupRuleInfo] | None = None, dual: bool = True, peer_mtu: int = 1450) -> HostConfig:
     v6 = (lambda **kw: kw) if dual else (lambda **kw: {})
     routes6 = [RouteInfo(destination="fd00::/56", target_type="local"),
                RouteInfo(destination="fd07::/56", target_type="peering", target_id="pc1", peer_vpc_id="P")]
@@ -45,6 +45,7 @@ def config(rules6: list[SecurityGroupRuleInfo] | None = None, dual: bool = True)
                                          ipv6_address_mode="dhcpv6-stateful"))],
                 **v6(ipv6_cidr="fd00::/56", routes6=routes6)),
         VpcInfo(id="P", tenant_id="t1", vni=1002, cidr="10.7.0.0/16", router_mac=RP, **v6(ipv6_cidr="fd07::/56"),
+                mtu=peer_mtu,
                 subnets=[SubnetInfo(id="sP", cidr="10.7.0.0/24", gateway_ip="10.7.0.1")]),
     ]
     ep = [("a1", "A", 1001, "10.0.1.2", "hv1"), ("a2", "A", 1001, "10.0.2.2", "hv1"),
@@ -140,7 +141,7 @@ def test_an_ipv4_only_vpc_has_no_ipv6_flows() -> None:
     flows = compute_flows(config(dual=False), OF, TUN, ZONES)
     six = [f for f in flows if any(k.startswith("ipv6") or k == "icmpv6_type" for k, _ in f.match)
            or dict(f.match).get("eth_type") == 0x86DD]
-    assert len(six) == 6 and {f.table for f in six} == {P.PORT_SECURITY.id, P.ND_ANSWER.id}  # RA guard, DAD, ND
+    assert len(six) == 8 and {f.table for f in six} == {P.PORT_SECURITY.id, P.ND_ANSWER.id, P.PATH_MTU.id}
 
 
 def test_an_address_with_five_colons_is_not_taken_for_a_mac() -> None:
@@ -148,3 +149,25 @@ def test_an_address_with_five_colons_is_not_taken_for_a_mac() -> None:
 
     assert _as_int("fd00:7469:0:400::") == int(__import__("ipaddress").IPv6Address("fd00:7469:0:400::"))
     assert _as_int("02:00:00:00:00:a1") == 0x0200000000A1
+
+
+def test_a_packet_longer_than_the_peer_vpcs_mtu_goes_to_the_agent_with_that_mtu() -> None:
+    sw = switch(config(peer_mtu=1280))
+    ((port, pkt),) = sw.inject(v6("a1", IP6["a1"], IP6["p1"], RA, len=14 + 1400))
+    assert port == CONTROLLER and pkt["reg3"] == 1280 and pkt["reg2"] & 1, pkt  # packet too big, from the agent
+    ((port, pkt),) = sw.inject(v6("a1", IP6["a1"], IP6["p1"], RA, len=14 + 1280))  # fits: on to the peer
+    assert (port, pkt["tunnel_id"], pkt["eth_dst"]) == (TUN, 1002, MAC["p1"])
+    ((port, pkt),) = sw.inject(v6("a1", IP6["a1"], IP6["a3"], MAC["a3"], len=14 + 1450))  # in the VPC: its MTU
+    assert (port, pkt["tunnel_id"]) == (TUN, 1001)
+    equal = [f for f in compute_flows(config(), OF, TUN, ZONES) if f.table == P.ROUTING.id]
+    assert not any(a.kind == "check_pkt_larger" for f in equal for a in f.actions)  # the same MTU: nothing checked
+
+
+def test_the_engine_builds_the_same_checks_as_from_scratch() -> None:
+    from vswitch_agent.engine import FlowEngine
+
+    engine = FlowEngine()
+    for mtu in (1280, 1450, 1280):  # and a peer's MTU change rebuilds the routes to it
+        cfg = config(peer_mtu=mtu)
+        engine.update(cfg, OF, TUN, ZONES, None)
+        assert engine.desired == {f.cookie: f for f in compute_flows(cfg, OF, TUN, ZONES)}

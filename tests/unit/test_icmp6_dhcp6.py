@@ -18,13 +18,14 @@ from scapy.layers.dhcp6 import (
     DHCP6OptRapidCommit,
     DHCP6OptServerId,
 )
-from scapy.layers.inet import UDP
+from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import (
     ICMPv6ND_RA,
     ICMPv6ND_RS,
     ICMPv6NDOptMTU,
     ICMPv6NDOptPrefixInfo,
     ICMPv6NDOptSrcLLAddr,
+    ICMPv6PacketTooBig,
     ICMPv6TimeExceeded,
     IPv6,
 )
@@ -103,11 +104,22 @@ def test_time_exceeded_quotes_the_packet_from_the_router() -> None:
     assert icmp6.time_exceeded(bytes(out), ROUTER_MAC, "fd00:7469:0:100::1") is None  # not about an error
 
 
+def test_packet_too_big_tells_the_vm_the_path_mtu() -> None:
+    pkt = Ether(src=ROUTER_MAC, dst=ROUTER_MAC) / IPv6(src="fd00:7469:0:100::2", dst="fd07::9", hlim=63) / \
+        TCP(sport=1234, dport=80) / (b"x" * 1400)  # its source MAC already the router's: the switch rewrote it
+    out = Ether(icmp6.packet_too_big(bytes(pkt), 1280, ROUTER_MAC, VM_MAC, "fd00:7469:0:100::1"))
+    assert out.dst == VM_MAC and (out[IPv6].src, out[IPv6].dst) == ("fd00:7469:0:100::1", "fd00:7469:0:100::2")
+    assert out[ICMPv6PacketTooBig].mtu == 1280 and len(bytes(out[IPv6])) <= 1280
+    assert checksum_ok(out, ICMPv6PacketTooBig)
+    assert icmp6.packet_too_big(bytes(out), 1280, ROUTER_MAC, VM_MAC, "fd00::1") is None  # not about an error
+
+
 @given(st.binary(max_size=400))
 def test_no_frame_raises(data: bytes) -> None:
     for frame in (data, bytes.fromhex("525400123456") + bytes(6) + b"\x86\xdd" + data):
         icmp6.answer_rs(frame, ROUTER_MAC, PREFIX, 1450, "slaac")
         icmp6.time_exceeded(frame, ROUTER_MAC, "fd00::1")
+        icmp6.packet_too_big(frame, 1280, ROUTER_MAC, VM_MAC, "fd00::1")
         dhcp6.reply(frame, address="fd00::2", router_mac=ROUTER_MAC)
 
 
