@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from nfv_gateways.core.edge import EdgeSpec
 
 gateway_app = typer.Typer(no_args_is_help=True, help="NFV gateway instances (roles: nat, lb, private-line, service).")
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 DEFAULT_STATE = Path("/run/tianji")
 
 

@@ -19,8 +19,8 @@ from rich.table import Table
 OK, ERROR, INVALID, NOT_FOUND, CONFLICT, NOT_ALLOWED, UNREACHABLE, RATE_LIMITED, TRACE_UNREACHABLE = range(9)
 FORMATS = ("table", "json", "yaml", "value")
 
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)  # ":100:" in an IPv6 address is not an emoji
+err = Console(stderr=True, emoji=False)
 
 
 def exit_code(status: int) -> int:

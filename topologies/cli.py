@@ -13,7 +13,7 @@ from topologies.cluster import DEFAULT_STATE, Cluster
 from topologies.cluster_state import State
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Emulated cluster: hypervisors with OVS + agent, VMs.")
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 
 
 @cluster_app.command("up")

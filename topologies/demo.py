@@ -25,10 +25,11 @@ from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
 from topologies.demo_analyzer import analyzer
 from topologies.demo_guests import real_guests
+from topologies.demo_ipv6 import dual_stack
 from topologies.demo_replicas import replica_failover
 from topologies.site import Neighbor, SiteRouter
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 150, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 NAME = "demo"
 
 
@@ -357,6 +358,7 @@ def main() -> None:
         failures += services(c, env, {"acme": (ea, avpc, aweb), "globex": (eg, gvpc, gweb)}, vms, results)
         failures += analyzer(TIANJI, env, vms, c.state.nodes["inet"]["ip"], results, step)
         failures += real_guests(c, ea, eo, aweb, vms, results, step)
+        failures += dual_stack(c, ea, eo, results, step)
         failures += replica_failover(c, vms, results, step)
         tj(ea, "peering", "delete", peering["id"], show=True)
         c.wait_converged()

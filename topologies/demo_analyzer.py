@@ -12,7 +12,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 150, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 # (what, source VM, destination VM (or an address), protocol, port, reachable)
 CASES = [("same subnet, cross host", "acme/web1", "acme/web2", "icmp", None, True),
          ("peering (peer VNI)", "acme/web1", "acme/db1", "icmp", None, True),

@@ -16,7 +16,7 @@ from topologies.cluster import DEFAULT_STATE, TIANJI, Cluster
 from topologies.cluster_state import State
 from topologies.containers import container_add, network_add
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 150, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 
 
 def real_guests(c: Cluster, env: dict, orchestrator_env: dict, subnet: dict, vms: dict, results: Table,

@@ -13,7 +13,7 @@ from rich.table import Table
 from topologies import netns
 from topologies.cluster import Cluster
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 150, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 
 
 def replica_failover(c: Cluster, vms: dict, results: Table, step: Callable[[str], None]) -> int:

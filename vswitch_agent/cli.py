@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 agent_app = typer.Typer(help="The vSwitch agent (one per hypervisor).", invoke_without_command=True)
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)  # ":100:" in an IPv6 address is not an emoji
 DEFAULT_STATE = Path("/run/tianji")
 
 

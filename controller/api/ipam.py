@@ -13,18 +13,31 @@ class IpamError(ValueError):
     pass
 
 
-def parse_cidr(value: str, *, min_prefix: int = MIN_PREFIX, max_prefix: int = MAX_PREFIX) -> ipaddress.IPv4Network:
-    """A strict IPv4 network: host bits must be zero, prefix within [min_prefix, max_prefix]."""
+class Ipam6Error(IpamError):
+    """An IPv6 address or network refused (ipam6.py)."""
+
+
+def parse_network(value: str, version: int, lo: int, hi: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A strict network of IP `version` (host bits zero) in its one canonical spelling, its prefix within
+    [lo, hi]: `IpamError` (or `Ipam6Error`, for IPv6) says what is wrong."""
+    error = IpamError if version == 4 else Ipam6Error
     try:
         net = ipaddress.ip_network(value, strict=True)
     except ValueError as e:
-        raise IpamError(f"{value!r} is not a valid CIDR ({e})") from None
-    if not isinstance(net, ipaddress.IPv4Network):
-        raise IpamError(f"{value!r} is not IPv4; only IPv4 VPCs are supported")
-    if not min_prefix <= net.prefixlen <= max_prefix:
-        raise IpamError(f"prefix /{net.prefixlen} is out of range: use /{min_prefix} to /{max_prefix}")
+        raise error(f"{value!r} is not a valid CIDR ({e})") from None
+    if net.version != version:
+        raise error(f"{value!r} is not IPv{version}")
+    if not lo <= net.prefixlen <= hi:
+        raise error(f"prefix /{net.prefixlen} is out of range: use /{lo}" + (f" to /{hi}" if hi != lo else ""))
     if str(net) != value:  # '10.0.0.0/016', '010.0.0.0/16': one spelling per network
-        raise IpamError(f"{value!r} is not written the usual way; write {net}")
+        raise error(f"{value!r} is not written the usual way; write {net}")
+    return net
+
+
+def parse_cidr(value: str, *, min_prefix: int = MIN_PREFIX, max_prefix: int = MAX_PREFIX) -> ipaddress.IPv4Network:
+    """A strict IPv4 network: host bits must be zero, prefix within [min_prefix, max_prefix]."""
+    net = parse_network(value, 4, min_prefix, max_prefix)
+    assert isinstance(net, ipaddress.IPv4Network)
     return net
 
 

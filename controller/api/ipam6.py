@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from controller.api.ipam import Ipam6Error, parse_network
 from tianji.inet import eui64, link_local  # noqa: F401 - IPAM's names for them (port_ipv6.py, the tests)
 
 VPC_PREFIX, SUBNET_PREFIX = 56, 64  # AWS's sizes: 256 subnets a VPC, and SLAAC needs a /64
@@ -15,22 +16,10 @@ ULA = ipaddress.IPv6Network("fc00::/7")
 GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
 
 
-class Ipam6Error(ValueError):
-    pass
-
-
 def parse_cidr6(value: str, lo: int = 0, hi: int = 128) -> ipaddress.IPv6Network:
     """A strict IPv6 network (host bits zero) in its one canonical spelling, its prefix within [lo, hi]."""
-    try:
-        net = ipaddress.ip_network(value, strict=True)
-    except ValueError as e:
-        raise Ipam6Error(f"{value!r} is not a valid CIDR ({e})") from None
-    if not isinstance(net, ipaddress.IPv6Network):
-        raise Ipam6Error(f"{value!r} is not IPv6")
-    if not lo <= net.prefixlen <= hi:
-        raise Ipam6Error(f"prefix /{net.prefixlen} is out of range: use /{lo}" + (f" to /{hi}" if hi != lo else ""))
-    if str(net) != value:
-        raise Ipam6Error(f"{value!r} is not written the usual way; write {net}")
+    net = parse_network(value, 6, lo, hi)
+    assert isinstance(net, ipaddress.IPv6Network)
     return net
 
 

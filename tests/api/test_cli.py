@@ -115,3 +115,16 @@ def test_the_operator_shares_a_service_and_a_tenant_makes_an_endpoint_with_the_c
     assert code != 0 and "--service:" in out and "one per service and VPC" in out, out
     assert tianji(controller, token, "endpoint", "delete", ep["id"])[0] == 0
     assert tianji(controller, admin, "service", "delete", svc["id"])[0] == 0
+
+
+def test_ipv6_addresses_come_out_as_written_never_as_emoji(controller: Controller) -> None:
+    """`fd00:7469:0:100::/56` holds ":100:", rich's emoji code for a hundred-points sign."""
+    code, out = tianji(controller, controller.admin_token, "--json", "tenant", "create", "v6")
+    token = json.loads(out)["token"]
+    for name in ("d1", "d2"):  # the second /56 of the pool is fd00:7469:0:100::/56
+        code, out = tianji(controller, token, "--json", "vpc", "create", name, "--cidr", "10.8.0.0/16",
+                           "--ipv6-cidr", "auto")
+        assert code == 0, out
+    assert json.loads(out)["ipv6_cidr"] == "fd00:7469:0:100::/56", out
+    code, out = tianji(controller, token, "vpc", "list")
+    assert code == 0 and "fd00:7469:0:100::/56" in out and "\U0001f4af" not in out, out  # a table too
