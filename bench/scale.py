@@ -351,9 +351,10 @@ class Run:
             stop.set()
             if self.args.logs:
                 self.args.logs.mkdir(parents=True, exist_ok=True)
+                run = f"{self.backend}-{self.n}-{self.stack}"  # each stack's run its own logs
                 if (agent_log := self.fabric.base / "agent-hv0.log").exists():
-                    shutil.copy(agent_log, self.args.logs / f"{self.backend}-{self.n}-agent-hv0.log")
-                shutil.copy(self.ctl.state / "log", self.args.logs / f"{self.backend}-{self.n}-controller.log")
+                    shutil.copy(agent_log, self.args.logs / f"{run}-agent-hv0.log")
+                shutil.copy(self.ctl.state / "log", self.args.logs / f"{run}-controller.log")
             self.fabric.teardown()
             self.ctl.stop()
             if pg:
