@@ -14,12 +14,15 @@ import http.client
 import json as jsonlib
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 # a kept-alive connection the server closed meanwhile fails at once with one of these, before any answer
 STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# an idle connection older than this is closed, not reused: the controller (uvicorn) closes one after 5 s
+IDLE_REUSE_S = 4.0
 
 
 class PlainHttpError(Exception):
@@ -54,13 +57,28 @@ class PlainClient:
         self.context = verify if isinstance(verify, ssl.SSLContext) else \
             ssl.create_default_context() if self.tls else None
         self.timeout = timeout
-        self._idle: list[http.client.HTTPConnection] = []  # kept alive, no request in flight
+        self._idle: list[tuple[float, http.client.HTTPConnection]] = []  # (idle since, conn): none in flight
         self._lock = threading.Lock()
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, fresh: bool = False) -> http.client.HTTPConnection:
+        """An idle connection young enough that the server still keeps it (the newest), or a new one. `fresh`:
+        a new one, after a pooled one turned out closed (the others, as old, may be too)."""
+        stale: list[http.client.HTTPConnection] = []
+        conn = None
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
+            if fresh:
+                stale, self._idle = [c for _, c in self._idle], []
+            oldest = time.monotonic() - IDLE_REUSE_S
+            while self._idle and conn is None:
+                since, c = self._idle.pop()
+                if since >= oldest:
+                    conn = c
+                else:
+                    stale.append(c)
+        for c in stale:
+            c.close()
+        if conn is not None:
+            return conn
         return http.client.HTTPSConnection(self.host, self.port, context=self.context) if self.tls \
             else http.client.HTTPConnection(self.host, self.port)
 
@@ -71,7 +89,7 @@ class PlainClient:
         head = self.headers | (dict(headers) if headers else {}) | \
             ({"Content-Type": "application/json"} if body is not None else {})
         for attempt in (0, 1):
-            conn = self._connection()
+            conn = self._connection(fresh=attempt > 0)
             reused = conn.sock is not None
             conn.timeout = timeout or self.timeout
             try:
@@ -98,12 +116,12 @@ class PlainClient:
                 conn.close()
             else:
                 with self._lock:
-                    self._idle.append(conn)
+                    self._idle.append((time.monotonic(), conn))
             return PlainResponse(r.status, r.reason, r.headers, content)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for c in idle:
+        for _, c in idle:
             c.close()
