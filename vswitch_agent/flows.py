@@ -121,6 +121,7 @@ def base_flows() -> list[Flow]:
     out = [flow(t, 0, {}) for t in P.TABLES if t not in (P.DELIVER, P.LB_UNNAT, P.PATH_MTU)]
     out.append(flow(P.DELIVER, 0, {}, [OutputReg(P.REG_DST_PORT)]))
     out.append(flow(P.LB_UNNAT, 0, {}, [goto(P.ROUTING)]))  # not a member's reply: routed as it is
+    out.append(flow(P.PATH_MTU, 0, {}, [goto(P.FORWARD)]))  # not too big for its route (flows6.path_mtu)
     # a VM never speaks as a DHCP server (to anyone, broadcast or unicast): only the agent answers DHCP
     out.append(flow(P.PORT_SECURITY, 120, {"eth_type": ETH_IP, "ip_proto": 17, "udp_src": 67}))
     inv = {"ct_state": (P.CT_INV | P.CT_TRK, P.CT_INV | P.CT_TRK)}

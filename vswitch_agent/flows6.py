@@ -72,7 +72,6 @@ def base_flows6() -> list[Flow]:
                     [Move("eth_src", "ipv6_nd_tll", 48), Output(P.OFPP_IN_PORT)]))
     out.append(flow(P.PATH_MTU, 100, {"eth_type": ETH_IPV6, P.REG_PATH: (P.PATH_TOO_BIG, P.PATH_TOO_BIG)},
                     [Controller()]))
-    out.append(flow(P.PATH_MTU, 0, {}, [GotoTable(P.FORWARD.id)]))
     # a fragment was sized by its sender; and after conntrack reassembled its datagram, the userspace datapath's
     # check_pkt_larger measures the datagram, not the fragment (seen on OVS 3.1)
     out.append(flow(P.PATH_MTU, 110, {"eth_type": ETH_IPV6, "ip_frag": (1, 1)}, [GotoTable(P.FORWARD.id)]))

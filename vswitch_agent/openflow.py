@@ -170,12 +170,13 @@ def instructions(f: Flow) -> list:
 
 
 AFTER_ETH_TYPE = frozenset({"ip_frag"})  # Nicira fields with a prerequisite: OXM order would put them first
+_ETH_TYPE = ofp.oxm_from_user_header("eth_type")
 
 
 def _order(name: str, number: int) -> tuple[int, int]:
     """A match field's place: by OXM number (which puts prerequisites first: eth_type before ipv4_src), but a
     field of AFTER_ETH_TYPE just after eth_type (OVS refuses a prerequisite that comes later: BAD_PREREQ)."""
-    return (_oxm("eth_type", 0)[0], 1) if name in AFTER_ETH_TYPE else (number, 0)
+    return (_ETH_TYPE, 1) if name in AFTER_ETH_TYPE else (number, 0)
 
 
 def flow_add(dp: Any, f: Flow) -> Any:
@@ -202,7 +203,7 @@ def _oxm(name: str, value: Any) -> tuple[Any, bytes]:
 
 
 def _match_bytes(match: tuple) -> bytes:
-    fields = sorted((_order(k, _oxm(k, v)[0]), _oxm(k, v)[1]) for k, v in match)
+    fields = sorted((_order(k, number), b) for k, v in match for number, b in (_oxm(k, v),))
     body = b"".join(b for _, b in fields)
     length = 4 + len(body)
     return struct.pack("!HH", ofp.OFPMT_OXM, length) + body + b"\0" * ((-length) % 8)
