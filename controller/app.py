@@ -178,7 +178,9 @@ def private_database_files(settings: Settings) -> None:
     if (db := settings.sqlite_path) is None:
         return
     db.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+    if not db.exists():  # never opened once SQLite has it: closing any descriptor of the file drops the process's
+        # POSIX locks on it, and another process (a backup) closing last then deleted the WAL under the controller
+        os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
     for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         if f.exists():
             f.chmod(0o600)

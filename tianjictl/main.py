@@ -16,7 +16,7 @@ from tianjictl.config import CONFIG_FILE, credentials
 if TYPE_CHECKING:
     from tianji.api_client import Client
 from tianjictl.names import SharedTyper
-from tianjictl.output import INVALID, NOT_ALLOWED, console, done, err, exit_code, fail, show  # noqa: F401 (shared)
+from tianjictl.output import CONFLICT, INVALID, NOT_ALLOWED, console, done, err, exit_code, fail, show  # noqa: F401 (shared)
 
 # Help as click writes it (as git's and kubectl's read) for every command, the root's mode being theirs: rich's
 # formatter imports its Markdown renderer, 60% of a `tianji --help` (bench/cli.py).
@@ -102,6 +102,63 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to listen on"),
                     **options)
 
 
+STATE_DIR = typer.Option(None, envvar="TIANJI_STATE_DIR", help="the controller's state directory (its SQLite "
+                         "database, admin.token)")
+DATABASE_URL = typer.Option(None, envvar="TIANJI_DATABASE_URL", help="postgresql+psycopg://... (default: SQLite in the "
+                            "state dir)")
+
+
+@controller_app.command("backup")
+def backup(file: Path = typer.Argument(..., help="the backup file to write (a gzipped tar; replaced whole)"),
+           state_dir: Path = STATE_DIR, database_url: str = DATABASE_URL) -> None:
+    """Copy the controller's state into FILE while it serves: SQLite by its online backup, PostgreSQL by pg_dump in
+    the snapshot that read the revision (docs/operations.md)."""
+    from controller.settings import Settings
+    from controller.state.backup import BackupError
+    from controller.state.backup import backup as take
+
+    settings = Settings.from_env(state_dir=state_dir, database_url=database_url)
+    try:
+        mf = take(settings.url, file, lambda line: err.print(line, highlight=False))
+    except BackupError as e:
+        fail(str(e))
+        return
+    counts = ", ".join(f"{n} {k}" for k, n in mf.counts.items())
+    console.print(f"backed up revision {mf.revision} ({mf.backend}, schema {mf.schema}) to {file}: {counts}",
+                  highlight=False)
+
+
+@controller_app.command("restore")
+def restore(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a backup `tianji controller "
+                                                                                  "backup` wrote"),
+            state_dir: Path = STATE_DIR, database_url: str = DATABASE_URL,
+            revision_floor: int = typer.Option(0, min=0, help="the restored revision starts above this: when the "
+                                               "database it replaces is lost, the highest revision agents may hold "
+                                               "(their status shows it)")) -> None:
+    """Replace the controller's state by FILE's, with every controller stopped. What it replaces is kept in the
+    state directory; agents and gateway instances then take their configs from it once (docs/operations.md)."""
+    from controller.settings import Settings
+    from controller.state.backup import BackupError
+    from controller.state.backup import restore as put_back
+
+    settings = Settings.from_env(state_dir=state_dir, database_url=database_url)
+    try:
+        r = put_back(settings.url, file, settings.state_dir, revision_floor,
+                     lambda line: err.print(line, highlight=False))
+    except BackupError as e:
+        fail(str(e), CONFLICT if "stop" in str(e) else INVALID)
+        return
+    console.print(f"restored revision {r.manifest.revision} of {r.manifest.created_at} as revision {r.revision}"
+                  + (f"; the replaced state is in {r.kept}" if r.kept else ""), highlight=False)
+    for what, items in (("VNIs", r.quarantined_vnis), ("EIPs", r.quarantined_eips)):
+        if items:
+            console.print(f"{len(items)} {what} handed out after the backup rest in quarantine: "
+                          f"{', '.join(map(str, items[:10]))}{' ...' if len(items) > 10 else ''}", highlight=False)
+    if r.removed_hosts:
+        console.print(f"{len(r.removed_hosts)} host(s) registered after the backup are unknown again (their agents "
+                      f"register anew with a new host token): {', '.join(r.removed_hosts[:10])}", highlight=False)
+
+
 # --- API client commands ------------------------------------------------------------------------------
 
 class Ctx:
@@ -141,7 +198,9 @@ def main_options(ctx: typer.Context,
                                         help="verify the controller against this CA (default: the system's)"),
                  as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
     url, token, ca, admin = credentials(url, token, ca)
-    if admin is not None:  # never the admin without saying so: the exported state dir is not a credential
+    # never the admin without saying so (the exported state dir is not a credential); the controller's own commands
+    # use no credential
+    if admin is not None and ctx.invoked_subcommand != "controller":
         err.print(f"[yellow]note:[/yellow] acting as the admin, with {admin} (TIANJI_STATE_DIR); give --token "
                   "or TIANJI_TOKEN to act as another credential", highlight=False, soft_wrap=True)
     ctx.obj = Ctx(url or "https://127.0.0.1:8080", token, as_json, ca)

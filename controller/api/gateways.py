@@ -69,7 +69,8 @@ async def _watch(request: Request, name: str, after: int, timeout: float, digest
         out = await watch_thread(compile_now)
         if out is None:
             raise not_found("gateway", name)
-        return Held(out.at, out.at > after and (after < 0 or digest != out.digest), (out, t0))
+        # an instance ahead of this database (a restore without its epoch: controller/state/backup.py) is answered
+        return Held(out.at, out.at < after or out.at > after and (after < 0 or digest != out.digest), (out, t0))
 
     async def may_change(w: Wake, held: Held) -> bool:
         out = held.value[0]

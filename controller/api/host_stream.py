@@ -35,6 +35,7 @@ from controller.southbound.liveness import beat_every
 from controller.southbound.open_streams import prove
 from controller.southbound.stream_steps import StreamState
 from controller.southbound.watch import Broadcaster, Subscription, Wake, next_wake
+from controller.state.db import Q_REVISION
 from controller.state.reads import host_revision
 
 router = APIRouter(tags=["hosts"])
@@ -58,12 +59,15 @@ async def stream_config(name: str, request: Request, after: int = Query(-1, ge=-
     own_host(p, name, "hypervisor")
     db = db_of(request)
 
-    def known() -> bool:
+    def known() -> tuple[bool, int]:
         with db.snapshot() as s:
-            return host_revision(s, name) is not None
+            return host_revision(s, name) is not None, s.execute(Q_REVISION).scalar_one()
 
-    if not await watch_thread(known):
+    found, revision = await watch_thread(known)
+    if not found:
         raise not_found("host", name)
+    if after > revision:
+        after = -1  # it holds what this database never had (restored without its epoch): a whole config
     return StreamingResponse(_events(request, name, after, form, keepalive), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -240,7 +240,7 @@ async def watch_config(name: str, request: Request, after: int = Query(-1, ge=-1
     """Long-poll: the host's compiled config as soon as its revision is newer than `after`, or 304 after
     `timeout` seconds. Agents loop on this with `after` = the revision they last applied."""
     own_host(p, name, "hypervisor")
-    return await _watch(request, name, after, timeout, compile_host)
+    return await _watch(request, name, after, timeout, lambda s, host, _after: compile_host(s, host))
 
 
 @router.get("/hosts/{name}/config/delta", response_model=HostConfigDelta,
@@ -254,17 +254,21 @@ async def watch_config_delta(name: str, request: Request, after: int = Query(-1,
     topology change sends the VTEP entries that changed, not everything (HostConfigDelta says how). The vSwitch
     agent watches this way."""
     own_host(p, name, "hypervisor")
-    return await _watch(request, name, after, timeout, lambda s, host: compile_host_delta(s, host, after, form))
+    return await _watch(request, name, after, timeout,
+                        lambda s, host, base: compile_host_delta(s, host, base, form))
 
 
 async def _watch(request: Request, name: str, after: int, timeout: float,
-                 build: Callable[[Session, str], HostConfig | HostConfigDelta | None]) -> Response:
+                 build: Callable[[Session, str, int], HostConfig | HostConfigDelta | None]) -> Response:
     """The host's config answered once its revision passes `after`. A host's revision is cheap to read and every
     write that changes its config stamps it (or one of its VPCs, or the topology), so a wake naming them is the
     answer; only a wake without detail (another process, a huge change) is checked in the database."""
     db: Database = db_of(request)
     settings = request.app.state.settings
     request.app.state.beats.note(name)  # a watching host is alive (controller/southbound/liveness.py)
+    if after > 0 and await watch_thread(db.revision) < after:
+        after = -1  # it holds what this database never had (restored without its epoch): a whole config
+
 
     def check() -> tuple[int, set[str]] | None:
         with db.snapshot() as s:
@@ -272,7 +276,7 @@ async def _watch(request: Request, name: str, after: int, timeout: float,
 
     def compile_now() -> HostConfig | HostConfigDelta | None:
         with db.snapshot() as s:
-            return build(s, name)
+            return build(s, name, after)
 
     async def look() -> Held:
         state = await watch_thread(check)

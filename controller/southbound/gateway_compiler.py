@@ -62,7 +62,7 @@ class GatewayCompiled:
     def delta(self, base: int) -> GatewayConfigDelta:
         """What takes the config at `base` to this one: every section when the topology moved after `base` (homes
         of EIPs and instances may have moved), else the sections of the VPCs stamped after it."""
-        whole = base < 0 or self.topology > base
+        whole = base < 0 or self.topology > base or base > self.at  # ahead of this database: a restore
         changed = sorted(v for v, rev in self.revisions.items() if whole or rev > base)
         return GatewayConfigDelta.model_construct(
             name=self.name, revision=self.at, base=-1 if whole else base, vtep_ip=self.vtep_ip,

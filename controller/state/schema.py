@@ -28,6 +28,13 @@ def head() -> str:
     return str(ScriptDirectory.from_config(_config()).get_current_head())
 
 
+def revisions() -> set[str]:
+    """Every schema revision this code knows (a backup of one of them can be migrated to the head)."""
+    from alembic.script import ScriptDirectory
+
+    return {r.revision for r in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
 MIGRATION_LOCK = 0x7469616E6A6901  # PostgreSQL advisory lock keys ("tianji" and a number)
 
 
