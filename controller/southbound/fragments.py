@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -16,11 +17,14 @@ class FragmentCache:
     VPC as of that VPC's revision, and so on (thread-safe: the watch API compiles in a thread pool). A newer version
     replaces the older one, which no new snapshot needs again: the cache holds what the current state needs, not
     every revision it went through (keeping those made the heap, and every full garbage collection, grow with the
-    write history). A bounded LRU over keys all the same."""
+    write history). A bounded LRU over keys all the same, whose entries unused for `idle_s` go: a deleted VPC's
+    fragments are never asked for again, and under tenants' churn they were most of the controller's growth (five
+    entries per VPC with one host, more per host and gateway, kept until the LRU's bound)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.data: OrderedDict[tuple, tuple] = OrderedDict()
+    def __init__(self, size: int, idle_s: float = 300.0) -> None:
+        self.size, self.idle_s = size, idle_s
+        self.data: OrderedDict[tuple, tuple] = OrderedDict()  # in the order of their last use
+        self.used: dict[tuple, float] = {}
         self.lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -36,12 +40,13 @@ class FragmentCache:
 
     def get_many(self, s: Session, wanted: dict[tuple, tuple | int]) -> dict[tuple, tuple]:
         """The fragments held at these versions (key -> version), under one lock: those missing are absent."""
-        bind, out = s.get_bind(), {}
+        bind, out, now = s.get_bind(), {}, time.monotonic()
         with self.lock:
             for key, version in wanted.items():
                 v = self.data.get(scoped := self._scoped(bind, key))
                 if v is not None and v[0] == version:
                     self.data.move_to_end(scoped)
+                    self.used[scoped] = now
                     out[key] = v[1]
             self.hits += len(out)
             self.misses += len(wanted) - len(out)
@@ -55,12 +60,17 @@ class FragmentCache:
                 return  # a snapshot older than the cached fragment's: keep the newer one
             self.data[key] = (version, value)
             self.data.move_to_end(key)
-            while len(self.data) > self.size:
-                self.data.popitem(last=False)
+            now = self.used[key] = time.monotonic()
+            while True:  # the least recently used first: over the bound, or idle too long
+                oldest = next(iter(self.data))
+                if len(self.data) <= self.size and self.used[oldest] >= now - self.idle_s:
+                    break
+                del self.data[oldest], self.used[oldest]
 
     def clear(self) -> None:
         with self.lock:
             self.data.clear()
+            self.used.clear()
 
 
 def _newer(a: tuple | int, b: tuple | int) -> bool:
