@@ -284,7 +284,8 @@ def run(args: argparse.Namespace) -> dict:
     from topologies.cluster import Cluster
 
     seconds = int(args.minutes * 60)
-    c = Cluster.up("small", name=args.name, database_url=args.database_url, progress=lambda m: None)
+    c = Cluster.up("small", name=args.name, database_url=args.database_url, controllers=args.controllers,
+                   progress=lambda m: None)
     try:
         adm = c.admin
         addr, port = c.service_address("store")
@@ -384,6 +385,7 @@ def main() -> None:
     ap.add_argument("--sample-s", type=float, default=30)
     ap.add_argument("--name", default="soak", help="the cluster's name")
     ap.add_argument("--database-url", default=os.environ.get("TIANJI_DATABASE_URL"))
+    ap.add_argument("--controllers", type=int, default=None, help="replicas (more than one: give --database-url)")
     ap.add_argument("--out", type=Path, help="write the result (every sample) as JSON")
     args = ap.parse_args()
     result = run(args)
