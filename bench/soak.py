@@ -337,18 +337,32 @@ def run(args: argparse.Namespace) -> dict:
         c.down()
 
 
+def merged(procs: dict[str, dict]) -> dict[str, dict]:
+    """A private line's routing daemons (one set per line, named after its namespace) summed per daemon: whether
+    they add up over time says whether deleted lines' daemons stop."""
+    out: dict[str, dict] = {}
+    for name, v in procs.items():
+        key = re.sub(r" -N tjl-[0-9a-f]+.*", " (every line's)", name)
+        cur = out.setdefault(key, {"rss_mib": 0.0, "fds": 0, "pids": 0})
+        for k in cur:
+            cur[k] += v[k]
+    return out
+
+
 def growth(result: dict) -> dict[str, dict]:
     """Per process: RSS and fds at the first sample after settling and at the end, and the RSS slope (MiB/h)."""
     settle = result["settle_minutes"] * 60
-    names = sorted({n for s in result["series"] for n in s["procs"]})
+    series = [(s["t"], merged(s["procs"])) for s in result["series"]]
+    names = sorted({n for _, procs in series for n in procs})
     out = {}
     for n in names:
-        pts = [(s["t"], s["procs"][n]) for s in result["series"] if n in s["procs"]]
+        pts = [(t, procs[n]) for t, procs in series if n in procs]
         late = [(t, v) for t, v in pts if t >= settle] or pts[len(pts) // 2:]
         out[n] = {"rss_first": round(pts[0][1]["rss_mib"], 1), "rss_settled": round(late[0][1]["rss_mib"], 1),
                   "rss_end": round(pts[-1][1]["rss_mib"], 1),
                   "rss_mib_per_h": slope_per_hour([(t, v["rss_mib"]) for t, v in late]),
-                  "fds_settled": late[0][1]["fds"], "fds_end": pts[-1][1]["fds"]}
+                  "fds_settled": late[0][1]["fds"], "fds_end": pts[-1][1]["fds"],
+                  "pids_settled": late[0][1]["pids"], "pids_end": pts[-1][1]["pids"]}
     return out
 
 
@@ -370,12 +384,12 @@ def report(result: dict) -> None:
         print(f"| {hv} | {'yes' if r['as_computed'] else 'NO'} | {r['flows_before']} / {r['flows_after']} |")
     g = growth(result)
     print(f"\n| process | RSS MiB first / after {result['settle_minutes']} min / end | MiB/h after settling "
-          "| open files settled / end |\n|---|---|---|---|")
+          "| open files settled / end | processes settled / end |\n|---|---|---|---|---|")
     for n, r in g.items():
         slope = "-" if r["rss_mib_per_h"] is None else f"{r['rss_mib_per_h']:+.1f}"
         flag = " **over 5**" if r["rss_mib_per_h"] is not None and r["rss_mib_per_h"] > 5 else ""
         print(f"| {n} | {r['rss_first']} / {r['rss_settled']} / {r['rss_end']} | {slope}{flag} | "
-              f"{r['fds_settled']} / {r['fds_end']} |")
+              f"{r['fds_settled']} / {r['fds_end']} | {r['pids_settled']} / {r['pids_end']} |")
 
 
 def main() -> None:

@@ -49,7 +49,8 @@ def status_path(state_dir: Path, host: str) -> Path:
 
 class ZoneMap:
     """Conntrack zones are 16 bits and VNIs 24: each VPC with ports here gets a zone of its own, kept in a file
-    so a restarted agent computes the same flows (and established connections keep their state)."""
+    so a restarted agent computes the same flows (and established connections keep their state). Only the VPCs
+    that have ports here now are kept."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -74,8 +75,11 @@ class ZoneMap:
             z = vnis[vid] % 65521 + 1
             while z in taken:
                 z = z % 65535 + 1
-            result[vid] = self.zones[vid] = z
+            result[vid] = z
             taken.add(z)
+        # only the VPCs with ports here: one that left took its connections with it, and every VPC that ever had a
+        # port here, kept, made the map (and the file written at each change) grow with tenants' churn
+        self.zones = dict(result)
         if self.zones != self.saved or not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.zones))
