@@ -361,6 +361,8 @@ def growth(result: dict) -> dict[str, dict]:
         out[n] = {"rss_first": round(pts[0][1]["rss_mib"], 1), "rss_settled": round(late[0][1]["rss_mib"], 1),
                   "rss_end": round(pts[-1][1]["rss_mib"], 1),
                   "rss_mib_per_h": slope_per_hour([(t, v["rss_mib"]) for t, v in late]),
+                  # the slope over the last half of that: whether the growth slows (settles) or keeps on
+                  "rss_mib_per_h_late": slope_per_hour([(t, v["rss_mib"]) for t, v in late[len(late) // 2:]]),
                   "fds_settled": late[0][1]["fds"], "fds_end": pts[-1][1]["fds"],
                   "pids_settled": late[0][1]["pids"], "pids_end": pts[-1][1]["pids"]}
     return out
@@ -383,10 +385,13 @@ def report(result: dict) -> None:
     for hv, r in result["flows"].items():
         print(f"| {hv} | {'yes' if r['as_computed'] else 'NO'} | {r['flows_before']} / {r['flows_after']} |")
     g = growth(result)
-    print(f"\n| process | RSS MiB first / after {result['settle_minutes']} min / end | MiB/h after settling "
+    print(f"\n| process | RSS MiB first / after {result['settle_minutes']} min / end | MiB/h after settling (its "
+          "last half) "
           "| open files settled / end | processes settled / end |\n|---|---|---|---|---|")
     for n, r in g.items():
         slope = "-" if r["rss_mib_per_h"] is None else f"{r['rss_mib_per_h']:+.1f}"
+        if r["rss_mib_per_h_late"] is not None:
+            slope += f" ({r['rss_mib_per_h_late']:+.1f})"
         flag = " **over 5**" if r["rss_mib_per_h"] is not None and r["rss_mib_per_h"] > 5 else ""
         print(f"| {n} | {r['rss_first']} / {r['rss_settled']} / {r['rss_end']} | {slope}{flag} | "
               f"{r['fds_settled']} / {r['fds_end']} | {r['pids_settled']} / {r['pids_end']} |")
