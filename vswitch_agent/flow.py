@@ -4,6 +4,7 @@ checks every flow against its table's declaration (pipeline.Table.verify_once) a
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -75,12 +76,30 @@ def object_hash(obj: str) -> int:
 
 
 _shared: dict[Any, Any] = {}
+PRUNE_FLOOR = 1 << 16  # entries: the table is swept when it grows past this, or past twice what a sweep kept
+_prune_at = PRUNE_FLOOR
+UNUSED_REFS = 5  # the table's key and value (one object), the sweep's list and loop variable, getrefcount's argument
 
 
 def shared(x: Any) -> Any:
     """One copy of an equal match pair or action for every flow that uses it (the same VNI, router MAC or ARP
-    rewrite appears in thousands of flows)."""
-    return _shared.setdefault(x, x)
+    rewrite appears in thousands of flows). Copies no flow holds any more go at the next sweep: every MAC, address
+    and port number a host ever saw stayed otherwise, and under tenants' churn the agent grew with them."""
+    global _prune_at
+    got = _shared.setdefault(x, x)
+    if len(_shared) > _prune_at:
+        sweep()
+        _prune_at = max(PRUNE_FLOOR, 2 * len(_shared))
+    return got
+
+
+def sweep() -> int:
+    """Forget the shared copies only this table holds; how many went. Safe beside another thread's `shared`: a copy
+    it is about to use is referenced by it, and one forgotten meanwhile is only no longer shared."""
+    dead = [v for v in list(_shared.values()) if sys.getrefcount(v) <= UNUSED_REFS]
+    for v in dead:
+        _shared.pop(v, None)
+    return len(dead)
 
 
 def flow(table: P.Table, priority: int, match: Mapping[str, Any], actions: Iterable[Action] = (),
