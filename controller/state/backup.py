@@ -22,7 +22,6 @@ it the controller still answers a watcher whose `after` is ahead of its revision
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -271,17 +270,6 @@ def check_stopped(url: str) -> None:
         if users := _sqlite_users(db):
             raise BackupError(f"process(es) {', '.join(map(str, users))} have {db} open: stop the controller "
                               "(and whatever else reads it), restore, then start it again")
-        lock = Path(str(db) + ".lock")
-        if not lock.exists():
-            return
-        with open(lock, "a+") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                raise BackupError(f"a controller (pid {f.read().strip() or '?'}) serves {sqlite_path(url)}: stop "
-                                  "it, restore, then start it again") from None
-            fcntl.flock(f, fcntl.LOCK_UN)
         return
     import psycopg
 
@@ -296,9 +284,10 @@ def check_stopped(url: str) -> None:
 
 
 def _sqlite_users(db: Path) -> list[int]:
-    """Other processes holding SQLite's locks on the database (a WAL reader locks its -shm while open)."""
+    """Other processes holding locks on the database: SQLite's (a WAL reader locks its -shm while open) and a
+    serving controller's on `<db>.lock` (controller/replicas.py hold_sqlite), all listed in /proc/locks."""
     inodes = set()
-    for f in (db, Path(str(db) + "-shm")):
+    for f in (db, Path(str(db) + "-shm"), Path(str(db) + ".lock")):
         try:
             inodes.add(os.stat(f).st_ino)
         except FileNotFoundError:
