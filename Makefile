@@ -9,7 +9,7 @@ APT_PKGS := openvswitch-switch mininet iproute2 ethtool iputils-ping traceroute 
             openvswitch-switch-dpdk
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup apt venv native guests demo test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean
+.PHONY: setup apt venv native guests demo test upgrade-test test-unit test-api test-integration lint bench bench-gateway bench-nat-new bench-scale clean
 
 setup: apt venv native guests
 
@@ -45,6 +45,10 @@ demo: setup
 
 test: setup
 	@bash scripts/run-tests.sh
+
+# a rolling upgrade from the previous release (topologies/releases.py, installed once) under traffic
+upgrade-test: setup
+	@$(PY) -m pytest -q -s -p no:cacheprovider tests/upgrade
 
 test-unit: setup
 	@$(PY) -m pytest -q tests/unit

@@ -23,4 +23,8 @@ else
 fi
 
 echo "==> pytest"
-exec $PY -m pytest -q -p no:cacheprovider tests "$@"
+# the rolling upgrade brings up its own cluster on the addresses the scenarios' cluster holds: a run of its own
+$PY -m pytest -q -p no:cacheprovider tests --ignore=tests/upgrade "$@" || exit 1
+[ $# -gt 0 ] && exit 0  # a selection was asked for
+echo "==> pytest tests/upgrade (a rolling upgrade from the previous release, under traffic)"
+exec $PY -m pytest -q -s -p no:cacheprovider tests/upgrade

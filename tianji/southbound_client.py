@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tianji.plain_http import PlainClient, PlainHttpError, PlainResponse
 from tianji.tls import ClientTls, split_urls
+from tianji.wire import check_served
 
 if TYPE_CHECKING:
     import httpx
@@ -195,7 +196,7 @@ class Southbound:
                 got = self._poll_unless_moved(path, {**params(), "timeout": POLL_S})
                 wait = 0.1
                 if got is not None and got.status == 200 and got.body:
-                    apply(model.model_validate_json(got.body), got)
+                    apply(served(model, got.body), got)
             except Exception as e:  # keep watching through controller outages and bad answers
                 (errors or (lambda x: log.warning("watch %s: %s", path, x)))(e)
                 time.sleep(random.uniform(wait / 2, wait))
@@ -258,7 +259,7 @@ class Southbound:
                     told(data)
                     event, data = "", ""
                     continue
-                apply(model.model_validate_json(data), Answer(200, data.encode(), r.headers))
+                apply(served(model, data), Answer(200, data.encode(), r.headers))
                 event, data = "", ""
 
     def _move_on(self, url: str, why: Exception) -> None:
@@ -311,6 +312,13 @@ class Southbound:
         (a stalled controller must not get its hosts marked down by the others); with one controller, waiting is
         all there is to do."""
         return self.call("POST", f"/v1/hosts/{name}/status", report, timeout=timeout if len(self.urls) > 1 else None)
+
+
+def served(model: type[M], body: bytes | str) -> M:
+    """A watch's answer parsed as `model`, refused whole if a controller too old for this release sent it."""
+    msg = model.model_validate_json(body)
+    check_served(msg)
+    return msg
 
 
 def _httpx() -> Any:

@@ -38,8 +38,34 @@ def _factories(cls: type[BaseModel]) -> tuple[tuple[str, Callable[[], Any]], ...
 SCHEMA_VERSION = "1.3"  # 1.3: dual-stack VPCs (IPv6 fields beside the IPv4 ones); 1.2: a gateway section per role
 
 
+# The oldest southbound schema this agent or gateway takes from a controller. Controllers are upgraded first
+# (docs/operations.md, Upgrades): a controller older than this sends configs without fields this release reads as
+# "none", and acting on them would remove what the newer fields describe; so nothing of them is applied.
+OLDEST_CONTROLLER = "1.3"
+
+
 class SchemaTooNew(ValueError):
     pass
+
+
+class ControllerTooOld(ValueError):
+    pass
+
+
+def _minor(v: str) -> tuple[int, int]:
+    major, _, minor = v.partition(".")
+    return int(major), int(minor or 0)
+
+
+def check_served(msg: object) -> None:
+    """Refuse (ControllerTooOld) a config or delta from a controller older than OLDEST_CONTROLLER: the watch keeps
+    what it holds and asks again, and the next answer after the controllers' upgrade is taken."""
+    if not isinstance(msg, Versioned):
+        return
+    v = msg.schema_version if "schema_version" in msg.model_fields_set else "1.0"  # 1.0 did not say
+    if _minor(v) < _minor(OLDEST_CONTROLLER):
+        raise ControllerTooOld(f"the controller serves southbound schema {v}; this release needs "
+                               f"{OLDEST_CONTROLLER} or later: upgrade the controllers first (nothing was applied)")
 
 
 class Versioned(Wire):

@@ -19,6 +19,7 @@ from topologies import dpdk_host, netns, service_host
 from topologies.cluster_state import State, load_topology
 from topologies.control_plane import (  # noqa: F401 -- TIANJI, controller_env: imported from here
     CONTROLLER_MGMT_IP,
+    GATEWAY_KEYS,
     TIANJI,
     ControlPlane,
     alive,
@@ -58,7 +59,10 @@ class Cluster(ControlPlane):
     # --- bring-up ------------------------------------------------------------------------------------------
     @classmethod
     def up(cls, topology: str = "small", *, name: str = "tj", state_dir: Path = DEFAULT_STATE,
-           database_url: str | None = None, controllers: int | None = None, progress=print) -> Cluster:
+           database_url: str | None = None, controllers: int | None = None, release: str | None = None,
+           progress=print) -> Cluster:
+        """`release`: the `tianji` every process runs (an earlier release's, topologies/releases.py), else this
+        checkout's."""
         from mininet.log import setLogLevel
 
         from topologies.hosts import check_prerequisites
@@ -78,6 +82,10 @@ class Cluster(ControlPlane):
             raise SystemExit(f"topology {topology!r} runs {replicas} controller replicas: they share a PostgreSQL "
                              "database; give --database-url (TIANJI_DATABASE_URL)")
         st = State(name=name, dir=str(sdir), topology=topo, database_url=database_url or "")
+        if release:
+            names = [*(f"controller-{i}" for i in range(replicas)), *topo["hypervisors"],
+                     *(n for k in GATEWAY_KEYS for n in topo.get(k, []))]
+            st.releases = dict.fromkeys(names, release)
         st.save()
         c = cls(st)
         try:
@@ -270,7 +278,7 @@ class Cluster(ControlPlane):
         lb = ["--lb-new-per-s", os.environ.get("TIANJI_LB_NEW_PER_S", "5000")] if host.role == "lb" else []
         # beats as the controller asks (a fifth of its silence: 0.1 s here) unless TIANJI_GATEWAY_BEAT says
         beat = ["--beat-interval", os.environ["TIANJI_GATEWAY_BEAT"]] if os.environ.get("TIANJI_GATEWAY_BEAT") else []
-        pid = host.start(TIANJI, source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
+        pid = host.start(self.release_of(name), source, Path(st.dir) / "gateways", Path(st.dir) / f"gateway-{name}.log",
                          *beat, *lb, *extra)
         info["pid"] = pid
         st.pids.append(pid)
@@ -302,9 +310,9 @@ class Cluster(ControlPlane):
     def start_agent(self, hv: str) -> int:
         st = self.state
         info = st.hypervisors[hv]
-        pid = self.hypervisor(hv).start_agent(TIANJI, self.urls_from(info["controller_ip"]), st.host_tokens[hv],
-                                              Path(st.dir) / "agents", Path(st.dir) / f"agent-{hv}.log",
-                                              self.tls_args(hv))
+        pid = self.hypervisor(hv).start_agent(self.release_of(hv), self.urls_from(info["controller_ip"]),
+                                              st.host_tokens[hv], Path(st.dir) / "agents",
+                                              Path(st.dir) / f"agent-{hv}.log", self.tls_args(hv))
         info["agent_pid"] = pid
         st.pids.append(pid)
         st.save()
@@ -342,8 +350,18 @@ class Cluster(ControlPlane):
             _sh("ip", "netns", "del", ns, check=False)
         for link in st.links:
             _sh("ip", "link", "del", link, check=False)
+        for end in _node_ends_left(st):  # a node's namespace the kernel still holds keeps its link's end here
+            _sh("ip", "link", "del", end, check=False)
         dpdk_host.release(self)
         shutil.rmtree(st.dir, ignore_errors=True)
+
+
+def _node_ends_left(st: State) -> list[str]:
+    """The root-namespace ends of the cluster's node links (wiring.py names them NAME+NODE+one letter) still here."""
+    nodes = [*st.hypervisors, *st.nodes]
+    ours = {f"{st.name}{n}{c}"[:15] for n in nodes for c in "uhmsx"}
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return [name for line in out.splitlines() if (name := line.split(":")[1].strip().split("@")[0]) in ours]
 
 
 def _is_group_leader(pid: int) -> bool:

@@ -53,6 +53,9 @@ class State:
     nodes: dict[str, dict] = field(default_factory=dict)
     up_seconds: float | None = None
     database_url: str = ""  # empty: SQLite in the controller's state directory
+    # which `tianji` each process runs, by its name (controller-0, hv1, gw1): an upgrade moves them one at a time
+    # from an earlier release's (topologies/releases.py); absent: this checkout's
+    releases: dict[str, str] = field(default_factory=dict)
     hugepages_added: int = 0  # 2 MiB pages added to the kernel's pool for OVS-DPDK hosts, given back at `down`
 
     @property

@@ -47,6 +47,11 @@ class ControlPlane:
         st.ca = str(ca.cert_path)
         st.save()
 
+    def release_of(self, name: str) -> str:
+        """The `tianji` that process `name` (controller-0, hv1, gw1) runs: this checkout's unless an earlier
+        release's was given for it (an upgrade's starting point)."""
+        return self.state.releases.get(name) or TIANJI
+
     def tls_args(self, host: str) -> list[str]:
         """A host's flags for its controller connection: the CA, its certificate and key."""
         pki = Path(self.state.dir) / "pki"
@@ -63,9 +68,10 @@ class ControlPlane:
         cdir = Path(rep["dir"])
         cdir.mkdir(parents=True, exist_ok=True)
         pki = Path(st.dir) / "pki"
-        cmd = [TIANJI, "controller", "serve", "--host", "0.0.0.0", "--port", str(rep["port"]), "--state-dir",
-               str(cdir), "--host-down-after", "6", "--log-level", "warning", "--tls-cert",
-               str(pki / "controller.pem"), "--tls-key", str(pki / "controller.key"), "--client-ca", st.ca]
+        cmd = [self.release_of(f"controller-{i}"), "controller", "serve", "--host", "0.0.0.0", "--port",
+               str(rep["port"]), "--state-dir", str(cdir), "--host-down-after", "6", "--log-level", "warning",
+               "--tls-cert", str(pki / "controller.pem"), "--tls-key", str(pki / "controller.key"), "--client-ca",
+               st.ca]
         env = controller_env() | {"TIANJI_UNDERLAY_MTU": str(underlay_mtu(st.topology))} | {
             f"TIANJI_{k.upper()}": st.topology[k] for k in ("service_network", "service_source_pool")
             if k in st.topology}

@@ -126,3 +126,30 @@ def test_a_whole_config_cut_into_sections_of_each_role_gives_that_roles_type() -
         (sec,) = sections_of(cfg, role).values()
         assert type(sec) is cls and sec.vpc == vpc
     assert sections_of(cfg, "lb")["v1"].lbs == cfg.lbs
+
+
+def test_a_config_from_a_controller_older_than_this_release_is_refused_until_the_controller_is_upgraded(
+        monkeypatch) -> None:
+    """Controllers first (docs/operations.md, Upgrades): an agent newer than its controller applies nothing of
+    what that controller sends, says why, and takes the first answer of the upgraded controller."""
+    from tianji.wire import OLDEST_CONTROLLER
+
+    monkeypatch.setattr(southbound_client, "RETRY_S", 0.01)
+    major, minor = OLDEST_CONTROLLER.split(".")
+    older = f"{major}.{int(minor) - 1}"
+    stop, errors, applied = threading.Event(), [], []
+    answers = iter([f'{{"schema_version": "{older}", "host": "hv1", "revision": 12, "base": -1}}'.encode()] * 2 +
+                   [f'{{"schema_version": "{SCHEMA_VERSION}", "host": "hv1", "revision": 13, "base": -1}}'.encode()])
+
+    def answer(_path: str) -> tuple:
+        try:
+            return 200, next(answers), {}
+        except StopIteration:
+            stop.set()
+            return 304, b"", {}
+
+    with server(answer) as (url, _seen):
+        Southbound(url, "t").watch("/v1/hosts/hv1/config/delta", HostConfigDelta, lambda: {"after": -1},
+                                   lambda d, _a: applied.append(d), errors.append, stop)
+    assert [d.revision for d in applied] == [13] and len(errors) == 2
+    assert f"schema {older}" in str(errors[0]) and "upgrade the controllers first" in str(errors[0])
