@@ -133,6 +133,19 @@ def host_move_vtep(ctx: typer.Context, name: str, vtep_ip: str) -> None:
     show(ctx, call(ctx, "PATCH", f"/v1/hosts/{name}", {"vtep_ip": vtep_ip}), HOST_COLS)
 
 
+@host.command("drain")
+def host_drain(ctx: typer.Context, name: str) -> None:
+    """Move a gateway instance's traffic to the others of its role before stopping it (admin); it stays drained,
+    restarts included, until `tianji host undrain`."""
+    show(ctx, call(ctx, "POST", f"/v1/hosts/{name}/drain"), HOST_COLS)
+
+
+@host.command("undrain")
+def host_undrain(ctx: typer.Context, name: str) -> None:
+    """Let a drained gateway instance take traffic again (admin)."""
+    show(ctx, call(ctx, "DELETE", f"/v1/hosts/{name}/drain"), HOST_COLS)
+
+
 @host.command("delete")
 def host_delete(ctx: typer.Context, name: str) -> None:
     """Remove a host (admin): it must have no bound port left."""

@@ -67,7 +67,7 @@ def register_host(body: HostRegister, request: Request, p: Principal = Depends(r
     db = db_of(request)
     with db.read() as s:
         h = s.get(m.Host, body.name)
-        if h is not None and h.status == "up" and (h.vtep_ip, h.kind, h.role) == (body.vtep_ip, body.kind, role):
+        if h is not None and h.status in LIVE and (h.vtep_ip, h.kind, h.role) == (body.vtep_ip, body.kind, role):
             request.app.state.beats.note(body.name)  # an agent restarting: nothing changes but its beat
             return host_out(s, h)
     # a new host only inserts its row: its write takes the revision last (Database.write), so a thousand agents
@@ -105,7 +105,8 @@ def _register(s: Session, body: HostRegister, role: str | None, p: Principal) ->
         h = m.Host(name=body.name, vtep_ip=body.vtep_ip, kind=body.kind, role=role, status="up", last_seen=now())
         s.add(h)
     else:
-        h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, "up", now()
+        status = DRAINING if h.status == DRAINING else "up"  # drained until the operator says, restarts or not
+        h.vtep_ip, h.kind, h.role, h.status, h.last_seen = body.vtep_ip, body.kind, role, status, now()
     s.flush()
     instance_changed(s, h.name, h, was_line)
     return host_out(s, h)
@@ -170,6 +171,38 @@ def update_host(name: str, body: HostUpdate, request: Request, _: Principal = De
         return host_out(s, h)
 
 
+@router.post("/hosts/{name}/drain", response_model=HostOut)
+def drain_host(name: str, request: Request, _: Principal = Depends(require_admin)) -> HostOut:
+    """The operator moves a gateway instance's traffic to the other instances of its role before stopping it (an
+    upgrade, maintenance): it is left out of every placement as if it were down (EIP homes, the hypervisors' ECMP
+    choices, private-line sessions, service endpoints) while it runs on, so nothing is lost when it stops. It stays
+    drained across restarts until `DELETE /v1/hosts/{name}/drain`."""
+    return _set_drained(request, name, True)
+
+
+@router.delete("/hosts/{name}/drain", response_model=HostOut)
+def undrain_host(name: str, request: Request, _: Principal = Depends(require_admin)) -> HostOut:
+    """The instance takes traffic again (once it beats: a silent one is marked down). Private-line sessions stay
+    where they run until `POST /v1/private-lines/{id}/rebalance`."""
+    return _set_drained(request, name, False)
+
+
+def _set_drained(request: Request, name: str, drained: bool) -> HostOut:
+    with db_of(request).write() as t:
+        h = t.session.get(m.Host, name)
+        if h is None:
+            raise not_found("host", name)
+        if h.kind != "gateway":
+            raise conflict("name", f"host {name} is a {h.kind}: only a gateway instance is drained (a "
+                                   "hypervisor's VMs move by migration: PATCH /v1/ports/ID {\"migrating_to\": ...})")
+        want = DRAINING if drained else "up"
+        if (h.status == DRAINING) != drained:
+            h.status = want  # through the ORM: stamps the topology, so every host and instance hears of it
+            t.session.flush()
+            instance_changed(t.session, name, h)
+        return host_out(t.session, h)
+
+
 @router.delete("/hosts/{name}", status_code=204)
 def delete_host(name: str, request: Request, _: Principal = Depends(require_admin)) -> None:
     with db_of(request).write() as t:
@@ -191,6 +224,8 @@ def delete_host(name: str, request: Request, _: Principal = Depends(require_admi
 
 
 _HOSTS, _PORTS = m.Host.__table__, m.Port.__table__
+DRAINING = "draining"  # a gateway instance the operator took out of placement; it runs, beats and stays so
+LIVE = ("up", DRAINING)  # statuses of a host that beats: a beat brings back only a down one
 Q_LIVENESS = select(_HOSTS.c.status, _HOSTS.c.kind).where(_HOSTS.c.name == bindparam("host"))
 Q_PORT_STATUS = select(_PORTS.c.id, _PORTS.c.status).where(_PORTS.c.host == bindparam("host"))
 
@@ -215,9 +250,9 @@ def host_status(name: str, body: PortStatusReport, request: Request,
             raise not_found("host", name)
         current = dict(s.execute(Q_PORT_STATUS, {"host": name}).all()) if body.ports else {}
     changed = {pid: st for pid, st in body.ports.items() if pid in current and current[pid] != st}
-    if h.status != "up" or changed:
+    if h.status not in LIVE or changed:
         with db.write() as t:
-            if h.status != "up":  # through the ORM: its coming back stamps the topology (stamps.py)
+            if h.status not in LIVE:  # through the ORM: its coming back stamps the topology (stamps.py)
                 if (host := t.session.get(m.Host, name)) is not None:
                     host.status = "up"
                     instance_changed(t.session, name, host)

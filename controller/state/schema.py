@@ -4,12 +4,15 @@ at a time (an advisory lock on PostgreSQL: replicas starting together), said in 
 from __future__ import annotations
 
 import logging
+import random
+import time
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 log = logging.getLogger("controller.state.db")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -38,8 +41,30 @@ def revisions() -> set[str]:
 MIGRATION_LOCK = 0x7469616E6A6901  # PostgreSQL advisory lock keys ("tianji" and a number)
 
 
+MIGRATION_TRIES = 20
+MIGRATION_LOCK_TIMEOUT = "2s"  # an ALTER waiting for its table queues every query behind it: a serving replica's too
+
+
 def upgrade(engine: Engine) -> None:
-    """The schema brought to the code's head, said in one line (alembic's own lines, one per migration, at DEBUG)."""
+    """The schema brought to the code's head, said in one line (alembic's own lines, one per migration, at DEBUG).
+    On PostgreSQL another replica may serve meanwhile (a rolling upgrade): a migration that meets its transactions
+    (a deadlock, or a table it could not lock within MIGRATION_LOCK_TIMEOUT) is rolled back whole and tried again."""
+    if engine.dialect.name == "sqlite":
+        return _upgrade(engine)
+    for attempt in range(1, MIGRATION_TRIES + 1):
+        try:
+            return _upgrade(engine)
+        except OperationalError as e:
+            code = getattr(e.orig, "sqlstate", None)
+            if code not in ("40P01", "55P03") or attempt == MIGRATION_TRIES:  # deadlock, lock not available
+                raise
+            log.warning("the schema migration met a serving replica's transactions (%s): rolled back, trying "
+                        "again (%d of %d)", "a deadlock" if code == "40P01" else "a table held", attempt,
+                        MIGRATION_TRIES)
+            time.sleep(random.uniform(0.2, 1.0))
+
+
+def _upgrade(engine: Engine) -> None:
     cfg = _config()
     sqlite = engine.dialect.name == "sqlite"
     alembic_log = logging.getLogger("alembic")
@@ -55,6 +80,7 @@ def upgrade(engine: Engine) -> None:
             with conn.begin():
                 if not sqlite:  # replicas starting together: one migrates, the others then find the head
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'")
                 cfg.attributes["connection"] = conn
                 before = _schema_revision(conn)
                 command.upgrade(cfg, "head")

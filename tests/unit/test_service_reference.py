@@ -230,3 +230,19 @@ def test_icmp_errors_from_the_service_reach_the_vm_about_its_own_packet() -> Non
     stray = IP(src=SVC, dst="100.100.1.1") / ICMP(type=3, code=3) / bytes(
         IP(src="100.100.1.1", dst=SVC) / UDP(sport=9, dport=53))[:28]
     assert back(t, stray)[0] is None
+
+
+def test_a_change_of_the_endpoints_rules_keeps_its_connections_a_change_of_its_source_ends_them() -> None:
+    """A new port in the endpoint's groups changes its rules at every write: what is established goes on (as the
+    vSwitch's conntrack keeps it); an endpoint that now leaves from another source cannot carry them."""
+    t = table(served("e1", 100, "100.100.1.1"))
+    syn = IP(src="10.0.1.5", dst=EP_IP) / TCP(sport=40000, dport=80, flags="S")
+    assert out(t, 100, syn)[0].direction == "out"
+    t.update_vpc(100, (endpoint_of(served("e1", 100, "100.100.1.1", rules=[
+        {"protocol": "tcp", "port_range_min": 80, "port_range_max": 80, "cidrs": ["10.0.1.0/24"]}])),))
+    v, r = back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=40000, flags="SA"))
+    assert v is not None and (r.dst, r[TCP].dport) == ("10.0.1.5", 40000)
+    assert t.conns.find_in((100, ip2int("10.0.1.5"), 40000, 6, ip2int(EP_IP), 80)).ep is t.by_vni[100][0]
+    t.update_vpc(100, (endpoint_of(served("e1", 100, "100.100.1.2")),))
+    assert back(t, IP(src=SVC, dst="100.100.1.1") / TCP(sport=80, dport=40000, flags="A"))[0] is None
+    assert len(t.conns) == 0

@@ -1,7 +1,8 @@
 """A rolling upgrade from the previous release (topologies/releases.py) on the running emulated cluster, under
 traffic, in the documented order (docs/operations.md, Upgrades): controller replicas one at a time (the first new
 one migrates the schema while the old one serves), then agents host by host, then gateway instances one at a time
-(each pair's idle one first; a private line's sessions rebalanced onto the new instance before its twin goes).
+(each drained first, so its traffic moves to its twin before it stops; a private line's sessions rebalanced onto
+the new instance before its twin goes).
 
 Before it, the refusal: a new agent against the old controllers applies nothing and says to upgrade them first.
 Throughout: pings every 10 ms VM to VM across hosts, to the internet through NAT and to the site over the private
@@ -31,6 +32,7 @@ from topologies.control_plane import stop_group
 from topologies.site import SiteRouter
 
 FAILOVER_S = 2.0  # one gateway failover's gap at most: 0.5 s of silence, the move, BFD's 0.9 s on a line
+GATEWAY_LOSS_S = 1.0  # what a gateway path may lose in all: its instances drained first, less than one failover
 
 
 class Writers:
@@ -97,10 +99,20 @@ def idle_first(c: Cluster, pair: list[str]) -> list[str]:
 
 
 def upgrade_gateway(c: Cluster, name: str) -> None:
+    """Drain it (its traffic moves to its twin while it runs), stop it, start this release's, undrain it."""
+    c.admin.post(f"/v1/hosts/{name}/drain")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # until nothing passes through it any more
+        before = activity(c, name)
+        time.sleep(0.5)
+        if activity(c, name) - before <= 2:
+            break
     stop_group(c.state.nodes[name]["pid"], signal.SIGTERM)
     (Path(c.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
     c.state.releases[name] = TIANJI
     c.start_gateway(name)
+    wait_for(lambda: c.gateway_status(name).get("revision") is not None, 60, f"the new instance {name} configured")
+    c.admin.delete(f"/v1/hosts/{name}/drain")
     c.wait_gateways(timeout=60)
 
 
@@ -132,7 +144,9 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
 
     # --- the tenants, on the previous release ------------------------------------------------------------------
     n = tenants()
-    vpc = n.vpc("prod", "10.20.0.0/16", {"s": "10.20.1.0/24", "w": "10.20.128.0/17"})
+    vpc = n.vpc("prod", "10.20.0.0/16", {"s": "10.20.1.0/24"})
+    w = tenants()  # the writers' own tenant (9cc7824's service instances drop an endpoint's connections whenever
+    w.vpc("w", "10.30.0.0/16", {"w": "10.30.0.0/17"})  # its VPC gains a port: fixed since, but not in it)
     for cidr in ("10.20.0.0/16", "192.168.0.0/16"):
         n.client.post(f"/v1/security-groups/{vpc['default_security_group_id']}/rules",
                       {"direction": "ingress", "protocol": "any", "remote_cidr": cidr})
@@ -167,7 +181,7 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
                 "VM -> load balancer (a TCP connection per 100 ms)": Probe(a["ns"], lb.vip, 80),
                 "VM -> service endpoint (an HTTP request per 100 ms)": Probe(d["ns"], ep["address"], port, http=True)}
     stream = Stream(a["ns"], d["ns"], d["ip"])
-    writers = Writers(c, n)
+    writers = Writers(c, w)
     hvs = list(c.state.hypervisors)
     try:
         time.sleep(2)
@@ -212,7 +226,7 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
             wait_for(lambda hv=hv: as_computed(c, hv), 30, f"{hv}'s switch holding what this release computes")
             say(f"agent on {hv} upgraded, its switch as computed")
 
-        # --- gateway instances, one at a time, each pair's idle one first -----------------------------------------
+        # --- gateway instances, one at a time: drained, upgraded, undrained ---------------------------------------
         roles = {}
         for g in gw_names:
             roles.setdefault(c.state.nodes[g].get("gateway_role", "nat"), []).append(g)
@@ -237,10 +251,10 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
             say(f"    a gap at {t:.2f}, during: {next((m for at, m in reversed(steps) if at <= t), 'the start')}")
     say(f"TCP stream: {said}; writes: {len(writers.acked)} acknowledged, {len(writers.failures)} retried")
     assert all(x.lost == 0 for x in vm_loss.values()), vm_loss
-    for k, loss in gw_loss.items():  # no gap longer than one failover (not yet: one gap per path, docs say why)
-        assert loss.longest_s <= FAILOVER_S, f"{k}: {loss}"
+    for k, loss in gw_loss.items():  # less than one failover's loss in all (docs/benchmarks.md, A rolling upgrade)
+        assert loss.longest_s <= FAILOVER_S and loss.lost * loss.interval_s <= GATEWAY_LOSS_S, f"{k}: {loss}"
     assert survived, said
-    kept = {p["id"] for p in n.client.get("/v1/ports", subnet_id=n.subnets["w"]["id"])}
+    kept = {p["id"] for p in w.client.get("/v1/ports", subnet_id=w.subnets["w"]["id"])}
     assert set(writers.acked) <= kept, f"{len(set(writers.acked) - kept)} acknowledged writes lost"
     assert len(writers.acked) > 100
     assert all(c.state.releases[x] == TIANJI for x in c.state.releases)

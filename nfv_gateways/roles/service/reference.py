@@ -61,6 +61,15 @@ SERVICE_MTU = 1500  # the service network's
 FIRST_PORT = 1024  # below it a VM's port is moved: the service may treat privileged sources apart
 
 
+def carries(ep: EndpointPolicy, c: Conn) -> bool:
+    """Whether endpoint `ep` (a new version of the one `c` was made through) carries `c` unchanged: the same
+    addresses on both sides, the service's address and port still served, the same framing."""
+    old = c.ep
+    return (ep.vni, ep.ip, ep.source, ep.via_vni, ep.mtu, ep.proxy_protocol, ep.peers) == \
+        (old.vni, old.ip, old.source, old.via_vni, old.mtu, old.proxy_protocol, old.peers) and \
+        c.svc in ep.addresses and ep.serves(c.proto, c.port)
+
+
 class ServiceTable:
     """The endpoints served here by (VNI, address), and the connections through them."""
 
@@ -73,20 +82,25 @@ class ServiceTable:
 
     # --- policy ------------------------------------------------------------------------------------------------
     def update_vpc(self, vni: int, eps: tuple[EndpointPolicy, ...] | None) -> None:
-        """One VPC's endpoints replaced; the connections of an endpoint that went or changed end."""
+        """One VPC's endpoints replaced. A connection stays while its endpoint still carries it the same way (a
+        change of its groups' rules or members alone, as a new port in them makes, keeps what is established, as
+        the vSwitch's conntrack does); the connections of an endpoint that went or moved end."""
         held = self.conns.conns(vni) if vni in self.by_vni else []  # with the endpoints they were made through
         for e in self.by_vni.pop(vni, ()):
             self.endpoints.pop((e.vni, e.ip), None)
             if e.via_vni:
                 self.sides.pop((e.via_vni, e.source), None)
-        keep = set(eps or ())
+        now = {e.id: e for e in eps or ()}
         if eps:
             self.by_vni[vni] = eps
             self.endpoints.update(((e.vni, e.ip), e) for e in eps)
             self.sides.update(((e.via_vni, e.source), e) for e in eps if e.via_vni)
         for c in held:
-            if c.ep not in keep:
+            new = now.get(c.ep.id)
+            if new is None or not carries(new, c):
                 self.conns.drop(c)
+            else:
+                c.ep = new  # the store's own object (C's records name the endpoint by its VNI and address)
 
     # --- packets -----------------------------------------------------------------------------------------------
     def outbound(self, vni: int, buf: bytearray, now: float) -> Verdict | None:
