@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tianji.plain_http import PlainClient, PlainHttpError, PlainResponse
 from tianji.tls import ClientTls, split_urls
-from tianji.wire import check_served
 
 if TYPE_CHECKING:
     import httpx
@@ -316,6 +315,8 @@ class Southbound:
 
 def served(model: type[M], body: bytes | str) -> M:
     """A watch's answer parsed as `model`, refused whole if a controller too old for this release sent it."""
+    from tianji.wire import check_served  # here: the CLI's client imports this module and must not load pydantic
+
     msg = model.model_validate_json(body)
     check_served(msg)
     return msg

@@ -2,7 +2,8 @@
 traffic, in the documented order (docs/operations.md, Upgrades): controller replicas one at a time (the first new
 one migrates the schema while the old one serves), then agents host by host, then gateway instances one at a time
 (each drained first, so its traffic moves to its twin before it stops; a private line's sessions rebalanced onto
-the new instance before its twin goes).
+the new instance before its twin goes); then one step back for an agent and a gateway instance, and forward again
+(the controllers do not roll back in place: docs/operations.md, Upgrades).
 
 Before it, the refusal: a new agent against the old controllers applies nothing and says to upgrade them first.
 Throughout: pings every 10 ms VM to VM across hosts, to the internet through NAT and to the site over the private
@@ -98,8 +99,8 @@ def idle_first(c: Cluster, pair: list[str]) -> list[str]:
     return sorted(pair, key=lambda g: activity(c, g) - before[g])
 
 
-def upgrade_gateway(c: Cluster, name: str) -> None:
-    """Drain it (its traffic moves to its twin while it runs), stop it, start this release's, undrain it."""
+def upgrade_gateway(c: Cluster, name: str, tianji: str = TIANJI) -> None:
+    """Drain it (its traffic moves to its twin while it runs), stop it, start `tianji`'s, undrain it."""
     c.admin.post(f"/v1/hosts/{name}/drain")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # until nothing passes through it any more
@@ -109,7 +110,7 @@ def upgrade_gateway(c: Cluster, name: str) -> None:
             break
     stop_group(c.state.nodes[name]["pid"], signal.SIGTERM)
     (Path(c.state.dir) / "gateways" / f"gateway-{name}.json").unlink(missing_ok=True)
-    c.state.releases[name] = TIANJI
+    c.state.releases[name] = tianji
     c.start_gateway(name)
     wait_for(lambda: c.gateway_status(name).get("revision") is not None, 60, f"the new instance {name} configured")
     c.admin.delete(f"/v1/hosts/{name}/drain")
@@ -237,6 +238,19 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
                 if role == "private-line":  # its sessions stay on the twin until rebalanced onto it
                     rebalance_onto(c, n, line, g)
                 say(f"{role} instance {g} upgraded")
+
+        # --- rolling back one step, where it is supported: an agent and a gateway instance, then forward again --
+        say("rolling the agent on hv3 and the NAT instance gw1 back to the previous release")
+        restart_agent(c, "hv3", previous)
+        wait_for(lambda: c.agent_status("hv3").get("revision") is not None, 60, "the previous agent on hv3")
+        upgrade_gateway(c, "gw1", previous)
+        f = n.vm("s", "hv3")  # the rolled-back agent programs what the new controllers send
+        wait_for(lambda: c.vm_exec(f["name"], "ping", "-c", "1", "-W", "1", a["ip"]).returncode == 0, 20,
+                 "a VM plugged on hv3 after its agent was rolled back")
+        say("rolled back; forward again")
+        restart_agent(c, "hv3", TIANJI)
+        wait_for(lambda: c.agent_status("hv3").get("revision") is not None, 60, "the new agent on hv3 again")
+        upgrade_gateway(c, "gw1")
         time.sleep(3)
     finally:
         vm_loss = {k: p.stop() for k, p in vm_paths.items()}
