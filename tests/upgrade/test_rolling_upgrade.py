@@ -117,6 +117,16 @@ def upgrade_gateway(c: Cluster, name: str, tianji: str = TIANJI) -> None:
     c.wait_gateways(timeout=60)
 
 
+def open_to(n: Net, group: dict, src: dict, dst: dict) -> None:
+    """A rule letting `src` into `dst`'s group, written now, and `dst` reached from `src` because of it."""
+    c = n.cluster
+    assert c.vm_exec(src["name"], "ping", "-c", "1", "-W", "1", dst["ip"]).returncode != 0, "open before the rule"
+    n.client.post(f"/v1/security-groups/{group['id']}/rules", {"direction": "ingress", "protocol": "icmp",
+                                                               "remote_cidr": f"{src['ip']}/32"})
+    wait_for(lambda: c.vm_exec(src["name"], "ping", "-c", "1", "-W", "1", dst["ip"]).returncode == 0, 20,
+             f"{dst['name']} on {dst['port']['host']} reached once its group lets {src['name']} in")
+
+
 def rebalance_onto(c: Cluster, n: Net, line: dict, g: str, timeout: float = 90) -> None:
     """The operator's rebalance after an instance's restart, until a session of the line runs established on it
     (a new instance missing a beat in its first seconds is failed over again, and its sessions with it)."""
@@ -152,6 +162,10 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
         n.client.post(f"/v1/security-groups/{vpc['default_security_group_id']}/rules",
                       {"direction": "ingress", "protocol": "any", "remote_cidr": cidr})
     a, b, d = (n.vm("s", hv) for hv in ("hv1", "hv2", "hv3"))
+    # closed to a until a rule comes (no VM is plugged under traffic: a port added to a userspace switch reloads
+    # its datapath, which drops the other ports' packets for tens of milliseconds, upgrade or not)
+    closed = [n.client.post("/v1/security-groups", {"vpc_id": vpc["id"], "name": f"closed{i}"}) for i in (1, 2)]
+    e, f = (n.vm("s", "hv3", security_group_ids=[g["id"]]) for g in closed)
     nat, _eip = nat_vm(c, f"upgrade-nat-{uuid.uuid4().hex[:6]}", "upg-nat")
     n.vms.append("upg-nat")
     lb = make_lb(n, "prod", "s", [vm | {"port_id": vm["port"]["id"]} for vm in (b, d)])
@@ -214,10 +228,8 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
         assert {hv: c.agent_status(hv)["whole_configs"] for hv in hvs} == whole, "a whole config sent to an agent"
         assert {g: c.gateway_status(g)["counters"]["whole_configs"] for g in gw_names} == gw_whole, \
             "a whole config sent to a gateway instance"
-        # an old agent against the new controllers takes their deltas: a VM plugged on hv3 now reaches hv1
-        e = n.vm("s", "hv3")
-        wait_for(lambda: c.vm_exec(e["name"], "ping", "-c", "1", "-W", "1", a["ip"]).returncode == 0, 20,
-                 "a VM plugged on an old agent's host, served by the new controllers")
+        # an old agent against the new controllers takes their deltas: a VM on hv3 opened to hv1 by a new rule
+        open_to(n, closed[0], a, e)
 
         # --- agents, host by host ---------------------------------------------------------------------------------
         for hv in hvs:
@@ -244,9 +256,7 @@ def test_a_rolling_upgrade_under_traffic(cluster: Cluster, tenants, previous: st
         restart_agent(c, "hv3", previous)
         wait_for(lambda: c.agent_status("hv3").get("revision") is not None, 60, "the previous agent on hv3")
         upgrade_gateway(c, "gw1", previous)
-        f = n.vm("s", "hv3")  # the rolled-back agent programs what the new controllers send
-        wait_for(lambda: c.vm_exec(f["name"], "ping", "-c", "1", "-W", "1", a["ip"]).returncode == 0, 20,
-                 "a VM plugged on hv3 after its agent was rolled back")
+        open_to(n, closed[1], a, f)  # the rolled-back agent programs what the new controllers send
         say("rolled back; forward again")
         restart_agent(c, "hv3", TIANJI)
         wait_for(lambda: c.agent_status("hv3").get("revision") is not None, 60, "the new agent on hv3 again")

@@ -49,18 +49,21 @@ class Pinger:
     def __init__(self, ns: str, ip: str, interval: float = 0.01) -> None:
         self.interval = interval
         self.out = tempfile.TemporaryFile("w+")  # a pipe nobody reads until the end would stop ping once full
-        self.p = subprocess.Popen(["ip", "netns", "exec", ns, "ping", "-n", "-D", "-i", str(interval), "-W", "1",
-                                   ip], stdout=self.out, text=True)
+        self.p = subprocess.Popen(["ip", "netns", "exec", ns, "ping", "-n", "-D", "-O", "-i", str(interval), "-W",
+                                   "1", ip], stdout=self.out, text=True)
 
     def stop(self) -> Loss:
         self.p.send_signal(signal.SIGINT)
         self.p.wait(30)
         self.out.seek(0)
-        got = {int(s): float(t) for t, s in re.findall(r"\[([\d.]+)\] .*icmp_seq=(\d+) ", self.out.read())}
+        text = self.out.read()
+        got = {int(s): float(t) for t, s in re.findall(r"\[([\d.]+)\] \d+ bytes from .*icmp_seq=(\d+) ", text)}
+        # -O: "no answer yet for icmp_seq=N", stamped, when the next is sent without an answer to N
+        late = {int(s): float(t) for t, s in re.findall(r"\[([\d.]+)\] no answer yet for icmp_seq=(\d+)", text)}
         last = max(got, default=0)
         outcomes = [s in got for s in range(1, last + 1)]
         t0 = min(got.values(), default=0.0)
-        times = [got.get(s, t0 + (s - 1) * self.interval) for s in range(1, last + 1)]
+        times = [got.get(s) or late.get(s) or t0 + (s - 1) * self.interval for s in range(1, last + 1)]
         return Loss(len(outcomes), outcomes.count(False), gaps_of(outcomes), self.interval, gap_times(outcomes, times))
 
 
