@@ -61,10 +61,12 @@ def test_a_newer_major_version_is_refused_saying_what_to_do(model) -> None:
     assert "schema 2.0" in str(e.value) and "upgrade" in str(e.value)
 
 
-def test_the_watch_applies_nothing_of_a_newer_major_version_and_keeps_its_revision(monkeypatch) -> None:
+def watched(monkeypatch, bodies: list[bytes], after: int) -> tuple[list, list, list]:
+    """A host's delta watch asking from `after`, answered `bodies` in turn, then stopped: (the deltas it
+    applied, the errors it met, the requests it sent)."""
     monkeypatch.setattr(southbound_client, "RETRY_S", 0.01)
     stop, errors, applied = threading.Event(), [], []
-    answers = iter([b'{"schema_version": "2.0", "host": "hv1", "revision": 12, "base": 7}'] * 2)
+    answers = iter(bodies)
 
     def answer(_path: str) -> tuple:
         try:
@@ -74,8 +76,14 @@ def test_the_watch_applies_nothing_of_a_newer_major_version_and_keeps_its_revisi
             return 304, b"", {}
 
     with server(answer) as (url, seen):
-        Southbound(url, "t").watch("/v1/hosts/hv1/config/delta", HostConfigDelta, lambda: {"after": 7},
+        Southbound(url, "t").watch("/v1/hosts/hv1/config/delta", HostConfigDelta, lambda: {"after": after},
                                    lambda d, _a: applied.append(d), errors.append, stop)
+    return applied, errors, seen
+
+
+def test_the_watch_applies_nothing_of_a_newer_major_version_and_keeps_its_revision(monkeypatch) -> None:
+    applied, errors, seen = watched(monkeypatch, [b'{"schema_version": "2.0", "host": "hv1", "revision": 12, '
+                                                  b'"base": 7}'] * 2, 7)
     assert applied == [] and len(errors) == 2 and "upgrade" in str(errors[0])
     assert all("after=7" in p for p, _, _ in seen)  # still asking from what it holds
 
@@ -134,22 +142,10 @@ def test_a_config_from_a_controller_older_than_this_release_is_refused_until_the
     what that controller sends, says why, and takes the first answer of the upgraded controller."""
     from tianji.wire import OLDEST_CONTROLLER
 
-    monkeypatch.setattr(southbound_client, "RETRY_S", 0.01)
     major, minor = OLDEST_CONTROLLER.split(".")
     older = f"{major}.{int(minor) - 1}"
-    stop, errors, applied = threading.Event(), [], []
-    answers = iter([f'{{"schema_version": "{older}", "host": "hv1", "revision": 12, "base": -1}}'.encode()] * 2 +
-                   [f'{{"schema_version": "{SCHEMA_VERSION}", "host": "hv1", "revision": 13, "base": -1}}'.encode()])
-
-    def answer(_path: str) -> tuple:
-        try:
-            return 200, next(answers), {}
-        except StopIteration:
-            stop.set()
-            return 304, b"", {}
-
-    with server(answer) as (url, _seen):
-        Southbound(url, "t").watch("/v1/hosts/hv1/config/delta", HostConfigDelta, lambda: {"after": -1},
-                                   lambda d, _a: applied.append(d), errors.append, stop)
+    applied, errors, _ = watched(monkeypatch, [
+        f'{{"schema_version": "{older}", "host": "hv1", "revision": 12, "base": -1}}'.encode()] * 2 + [
+        f'{{"schema_version": "{SCHEMA_VERSION}", "host": "hv1", "revision": 13, "base": -1}}'.encode()], -1)
     assert [d.revision for d in applied] == [13] and len(errors) == 2
     assert f"schema {older}" in str(errors[0]) and "upgrade the controllers first" in str(errors[0])
